@@ -1,0 +1,203 @@
+// Package audit records what happened to every event in PostgreSQL schema idem:
+// one row per attempt in idem.pipeline_audit, the success ledger that makes a
+// redelivery a no-op, and the queries operators ask at 3 a.m. ("what failed?",
+// "which partitions are missing?").
+//
+// Functions take a Querier, so the caller decides the transaction: the
+// `started` row is written in its own short transaction (it must survive a
+// crash), the success and the ledger entry inside the load's transaction. This
+// package never opens a transaction of its own except in Migrate, and knows
+// nothing of NATS.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is what pgx.Tx, *pgx.Conn and *pgxpool.Pool have in common.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Statuses of an attempt.
+const (
+	StatusStarted = "started"
+	StatusSuccess = "success"
+	StatusFailed  = "failed"
+	StatusSkipped = "skipped"
+)
+
+// RunKey names one logical run of one dataset's partition.
+type RunKey struct {
+	Pipeline  string // dag_id
+	Dataset   string // task_id
+	Partition string // canonical partition key
+	RunID     string
+}
+
+// Attempt describes one attempt to load a RunKey.
+type Attempt struct {
+	RunKey
+	LogicalDate *time.Time // nil for partitions that are not dates
+	Attempt     int        // delivery number, from 1
+	StreamSeq   uint64     // 0 when the event did not come from JetStream
+	Force       bool
+}
+
+// Rows are the counts a strategy reports. Deleted is -1 when unknown (a
+// TRUNCATE fast path does not count what it removed).
+type Rows struct {
+	Inserted, Updated, Deleted int64
+}
+
+// Written is the audit row_count: rows inserted or updated.
+func (r Rows) Written() int64 { return r.Inserted + r.Updated }
+
+func nullSeq(seq uint64) *int64 {
+	if seq == 0 {
+		return nil
+	}
+	v := int64(seq)
+	return &v
+}
+
+// Start inserts the `started` row and returns its id.
+func Start(ctx context.Context, db Querier, a Attempt) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, `
+		INSERT INTO idem.pipeline_audit
+		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq)
+		VALUES ($1, $2, $3, $4, $5, 'started', $6, $7, $8)
+		RETURNING id`,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
+	).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("audit: start: %w", err)
+	}
+	return id, nil
+}
+
+// ErrNotStarted means the audit row was not in state `started`: another
+// process finished it, which would be a bug in the caller's locking.
+var ErrNotStarted = errors.New("audit: row is not in state started")
+
+// Succeed marks a started row `success` with the row counts.
+func Succeed(ctx context.Context, db Querier, id int64, rows Rows) error {
+	var deleted *int64
+	if rows.Deleted >= 0 {
+		deleted = &rows.Deleted
+	}
+	tag, err := db.Exec(ctx, `
+		UPDATE idem.pipeline_audit
+		   SET status = 'success', row_count = $2, rows_inserted = $3, rows_updated = $4,
+		       rows_deleted = $5, finished_at = clock_timestamp()
+		 WHERE id = $1 AND status = 'started'`,
+		id, rows.Written(), rows.Inserted, rows.Updated, deleted)
+	if err != nil {
+		return fmt.Errorf("audit: succeed: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return ErrNotStarted
+	}
+	return nil
+}
+
+// Fail marks a started row `failed` with the error and its kind ("fatal" or
+// "transient").
+func Fail(ctx context.Context, db Querier, id int64, cause error, kind string) error {
+	msg := "unknown error"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	_, err := db.Exec(ctx, `
+		UPDATE idem.pipeline_audit
+		   SET status = 'failed', error = $2, error_kind = $3, finished_at = clock_timestamp()
+		 WHERE id = $1 AND status = 'started'`, id, truncate(msg, 4000), kind)
+	if err != nil {
+		return fmt.Errorf("audit: fail: %w", err)
+	}
+	return nil
+}
+
+// Skip marks a started row `skipped`: the run had already succeeded.
+func Skip(ctx context.Context, db Querier, id int64) error {
+	_, err := db.Exec(ctx, `
+		UPDATE idem.pipeline_audit SET status = 'skipped', finished_at = clock_timestamp()
+		 WHERE id = $1 AND status = 'started'`, id)
+	if err != nil {
+		return fmt.Errorf("audit: skip: %w", err)
+	}
+	return nil
+}
+
+// RecordSkipped writes a finished `skipped` row in one statement, for a
+// duplicate caught before any work started.
+func RecordSkipped(ctx context.Context, db Querier, a Attempt) error {
+	_, err := db.Exec(ctx, `
+		INSERT INTO idem.pipeline_audit
+		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq, finished_at)
+		VALUES ($1, $2, $3, $4, $5, 'skipped', $6, $7, $8, clock_timestamp())`,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq))
+	if err != nil {
+		return fmt.Errorf("audit: record skipped: %w", err)
+	}
+	return nil
+}
+
+// Succeeded reports whether the ledger holds a success for k.
+func Succeeded(ctx context.Context, db Querier, k RunKey) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
+		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`,
+		k.Pipeline, k.Dataset, k.Partition, k.RunID).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("audit: ledger lookup: %w", err)
+	}
+	return ok, nil
+}
+
+// ErrAlreadySucceeded is returned by RecordSuccess when the ledger already holds
+// a success for the run and force is false.
+var ErrAlreadySucceeded = errors.New("audit: run already succeeded")
+
+// RecordSuccess writes the ledger entry for k, pointing at audit row auditID.
+// The primary key makes two concurrent successes of one run impossible; with
+// force a rerun replaces the entry and counts the load.
+func RecordSuccess(ctx context.Context, db Querier, k RunKey, auditID int64, force bool) error {
+	sql := `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
+	        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`
+	if force {
+		sql = `INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
+		       VALUES ($1, $2, $3, $4, $5)
+		       ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
+		       SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
+	}
+	tag, err := db.Exec(ctx, sql, k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID)
+	if err != nil {
+		return fmt.Errorf("audit: ledger: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrAlreadySucceeded
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary so the text column stays valid UTF-8.
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

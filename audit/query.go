@@ -1,0 +1,87 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PartitionStatus is the latest attempt of one partition.
+type PartitionStatus struct {
+	Partition  string     `json:"partition"`
+	Status     string     `json:"status"` // started, success, failed, or "missing"
+	RunID      string     `json:"run_id,omitempty"`
+	Attempt    int        `json:"attempt,omitempty"`
+	Attempts   int        `json:"attempts"` // attempts ever recorded for the partition
+	RowCount   *int64     `json:"row_count,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// StatusRange returns one entry per day from..to (inclusive), in order;
+// partitions never attempted have status "missing".
+func StatusRange(ctx context.Context, db Querier, pipeline, dataset string, from, to time.Time) ([]PartitionStatus, error) {
+	rows, err := db.Query(ctx, `
+		SELECT to_char(d, 'YYYY-MM-DD'),
+		       coalesce(s.status, 'missing'), coalesce(s.run_id, ''), coalesce(s.attempt, 0),
+		       (SELECT count(*) FROM idem.pipeline_audit a
+		         WHERE a.dag_id = $1 AND a.task_id = $2 AND a.logical_date = d::date AND a.status <> 'skipped'),
+		       s.row_count, coalesce(s.error, ''), s.started_at, s.finished_at
+		  FROM generate_series($3::date, $4::date, interval '1 day') AS d
+		  LEFT JOIN LATERAL (
+		       SELECT * FROM idem.partition_status p
+		        WHERE p.dag_id = $1 AND p.task_id = $2 AND p.logical_date = d::date
+		        ORDER BY p.audit_id DESC LIMIT 1) s ON true
+		 ORDER BY d`, pipeline, dataset, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("audit: status: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionStatus, error) {
+		var p PartitionStatus
+		err := r.Scan(&p.Partition, &p.Status, &p.RunID, &p.Attempt, &p.Attempts, &p.RowCount, &p.Error, &p.StartedAt, &p.FinishedAt)
+		return p, err
+	})
+}
+
+// Missing returns the days from..to (inclusive) with no successful load, the
+// same answer as `SELECT * FROM idem.missing_partitions(...)`.
+func Missing(ctx context.Context, db Querier, pipeline, dataset string, from, to time.Time) ([]time.Time, error) {
+	rows, err := db.Query(ctx, "SELECT logical_date FROM idem.missing_partitions($1, $2, $3, $4)", pipeline, dataset, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("audit: missing: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[time.Time])
+}
+
+// AttemptRow is one row of idem.pipeline_audit.
+type AttemptRow struct {
+	ID         int64
+	Partition  string
+	RunID      string
+	Status     string
+	Attempt    int
+	RowCount   *int64
+	Error      *string
+	StreamSeq  *int64
+	FinishedAt *time.Time
+}
+
+// Attempts lists the audit rows of one run key, oldest first.
+func Attempts(ctx context.Context, db Querier, k RunKey) ([]AttemptRow, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, partition_key, run_id, status, attempt, row_count, error, stream_seq, finished_at
+		  FROM idem.pipeline_audit
+		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND ($4 = '' OR run_id = $4)
+		 ORDER BY id`, k.Pipeline, k.Dataset, k.Partition, k.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("audit: attempts: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (AttemptRow, error) {
+		var a AttemptRow
+		err := r.Scan(&a.ID, &a.Partition, &a.RunID, &a.Status, &a.Attempt, &a.RowCount, &a.Error, &a.StreamSeq, &a.FinishedAt)
+		return a, err
+	})
+}

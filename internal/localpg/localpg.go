@@ -1,0 +1,236 @@
+// Package localpg starts a throwaway PostgreSQL cluster from the binaries of the
+// Debian package, for tests, benchmarks and `idem dev`.
+//
+// It runs the server as the unprivileged "postgres" user when the caller is root
+// (PostgreSQL refuses to run as root, and CI and sessions run as root), listens on
+// 127.0.0.1 only, on a port of its own, with the socket inside the data directory.
+// It must never touch a cluster it did not create.
+package localpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options tune the throwaway cluster.
+type Options struct {
+	// Dir is the data directory's parent; empty means a new temporary directory,
+	// removed by Stop.
+	Dir string
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// Durable keeps fsync on (benchmarks); tests run faster without it.
+	Durable bool
+	// Settings are extra postgresql.conf lines, e.g. "shared_buffers = 256MB".
+	Settings []string
+	// Log receives the server's log file path once known; may be nil.
+	Log func(format string, args ...any)
+}
+
+// Server is a running throwaway cluster.
+type Server struct {
+	Port    int
+	DataDir string
+	LogFile string
+	bin     string
+	tmp     string
+	asUser  *user.User
+}
+
+// BinDir finds the newest PostgreSQL (15 or later) server binaries.
+func BinDir() (string, error) {
+	if d := os.Getenv("IDEM_PG_BINDIR"); d != "" {
+		return d, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
+	for _, d := range dirs {
+		if pgVersion(d) < 15 {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("no PostgreSQL server binaries found (initdb): run scripts/ensure-postgres.sh or apt-get install -y postgresql")
+}
+
+func pgVersion(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start creates and starts a new cluster.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, Port: opts.Port}
+	parent := opts.Dir
+	if parent == "" {
+		parent, err = os.MkdirTemp("", "idem-pg-")
+		if err != nil {
+			return nil, err
+		}
+		s.tmp = parent
+	}
+	s.DataDir = filepath.Join(parent, "data")
+	s.LogFile = filepath.Join(parent, "postgres.log")
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root needs the 'postgres' user (created by the postgresql package): %w", err)
+		}
+		s.asUser = u
+		// The server user must be able to reach and own its directory.
+		if err := os.Chmod(parent, 0o755); err != nil {
+			return nil, err
+		}
+		if err := chownTo(parent, u); err != nil {
+			return nil, err
+		}
+	}
+	if s.Port == 0 {
+		if s.Port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	if out, err := s.run(ctx, "initdb", "-D", s.DataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	conf := []string{
+		"listen_addresses = '127.0.0.1'",
+		"port = " + strconv.Itoa(s.Port),
+		"unix_socket_directories = ''",
+		"max_connections = 200",
+		"shared_buffers = 128MB",
+		"log_min_messages = warning",
+		"log_min_error_statement = panic",
+		"max_prepared_transactions = 0",
+	}
+	if !opts.Durable {
+		conf = append(conf, "fsync = off", "synchronous_commit = off", "full_page_writes = off")
+	}
+	conf = append(conf, opts.Settings...)
+	f, err := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, err = f.WriteString("\n# idem localpg\n" + strings.Join(conf, "\n") + "\n")
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Restart(ctx, ""); err != nil {
+		return nil, err
+	}
+	if opts.Log != nil {
+		opts.Log("localpg: PostgreSQL on 127.0.0.1:%d, data %s, log %s", s.Port, s.DataDir, s.LogFile)
+	}
+	return s, nil
+}
+
+// URL is a connection string for database db (default "postgres") as the superuser.
+func (s *Server) URL(db string) string {
+	if db == "" {
+		db = "postgres"
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.Port, db)
+}
+
+// Restart starts the server if stopped, or stops it with mode ("fast",
+// "immediate", "smart") and starts it again. An empty mode only starts it.
+func (s *Server) Restart(ctx context.Context, mode string) error {
+	if mode != "" {
+		if err := s.Stop(ctx, mode); err != nil {
+			return err
+		}
+	}
+	out, err := s.run(ctx, "pg_ctl", "-D", s.DataDir, "-l", s.LogFile, "-w", "-t", "60", "start")
+	if err != nil {
+		log, _ := os.ReadFile(s.LogFile)
+		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, tail(string(log), 2000))
+	}
+	return nil
+}
+
+// Stop stops the server with the given shutdown mode, keeping the data.
+func (s *Server) Stop(ctx context.Context, mode string) error {
+	if mode == "" {
+		mode = "fast"
+	}
+	out, err := s.run(ctx, "pg_ctl", "-D", s.DataDir, "-w", "-t", "60", "-m", mode, "stop")
+	if err != nil {
+		return fmt.Errorf("pg_ctl stop: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Close stops the server and removes what Start created.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := s.Stop(ctx, "immediate")
+	if s.tmp != "" {
+		if rmErr := os.RemoveAll(s.tmp); rmErr != nil && err == nil {
+			err = rmErr
+		}
+	}
+	return err
+}
+
+func (s *Server) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
+	path := filepath.Join(s.bin, prog)
+	var cmd *exec.Cmd
+	if s.asUser != nil {
+		cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", s.asUser.Username, "--", path}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, path, args...)
+	}
+	// The server must not inherit our session's process group: a Ctrl-C in a
+	// terminal would otherwise kill it before Close runs.
+	cmd.SysProcAttr = detached()
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	return cmd.CombinedOutput()
+}
+
+func chownTo(dir string, u *user.User) error {
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

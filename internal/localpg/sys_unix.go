@@ -1,0 +1,7 @@
+//go:build unix
+
+package localpg
+
+import "syscall"
+
+func detached() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

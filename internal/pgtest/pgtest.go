@@ -1,0 +1,156 @@
+// Package pgtest gives tests a real PostgreSQL: the server named by
+// IDEM_TEST_DATABASE_URL, or a throwaway cluster started for the test binary.
+// Each test gets a database of its own, so tests run in parallel without seeing
+// each other's tables. It is for tests only and must never be imported by
+// production code.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-data/idem/internal/localpg"
+)
+
+// EnvURL names the variable holding an admin URL of an existing server.
+const EnvURL = "IDEM_TEST_DATABASE_URL"
+
+var (
+	adminURL string
+	server   *localpg.Server
+	seq      atomic.Int64
+)
+
+// Main wraps testing.M: it starts a throwaway cluster unless EnvURL is set,
+// runs the tests and stops it.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	adminURL = os.Getenv(EnvURL)
+	if adminURL == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		s, err := localpg.Start(ctx, localpg.Options{})
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: cannot start PostgreSQL:", err)
+			return 1
+		}
+		server = s
+		adminURL = s.URL("postgres")
+		defer s.Close()
+	}
+	return m.Run()
+}
+
+// Server returns the throwaway cluster, or nil when tests use EnvURL.
+func Server() *localpg.Server { return server }
+
+// AdminURL is the URL of the maintenance database.
+func AdminURL() string { return adminURL }
+
+// DB is one test's database.
+type DB struct {
+	Name string
+	URL  string
+	Pool *pgxpool.Pool
+}
+
+// NewDB creates a fresh database for t, dropped when t ends.
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	if adminURL == "" {
+		t.Fatal("pgtest: call pgtest.Main from TestMain")
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("t_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, seq.Add(1))
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	url := withDB(adminURL, name)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	db := &DB{Name: name, URL: url, Pool: pool}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return db
+}
+
+// Exec runs SQL statements (separated by semicolons, simple protocol) or fails t.
+func (db *DB) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("pgtest: %v\nSQL: %s", err, sql)
+	}
+}
+
+// Int returns a single integer value of a query or fails t.
+func (db *DB) Int(t testing.TB, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("pgtest: %v\nSQL: %s", err, sql)
+	}
+	return n
+}
+
+// Checksum is an ordered digest of every row of a table or query: equal
+// checksums mean byte-identical contents.
+func (db *DB) Checksum(t testing.TB, relationOrQuery string) string {
+	t.Helper()
+	q := relationOrQuery
+	if !strings.Contains(strings.ToLower(q), "select") {
+		q = "SELECT * FROM " + q
+	}
+	var sum string
+	err := db.Pool.QueryRow(context.Background(),
+		"SELECT coalesce(md5(string_agg(r::text, E'\\n' ORDER BY r::text)), 'empty') || ':' || count(*) FROM ("+q+") r").Scan(&sum)
+	if err != nil {
+		t.Fatalf("pgtest: checksum: %v", err)
+	}
+	return sum
+}
+
+func withDB(url, db string) string {
+	// URLs here are always postgres://user@host:port/db?params.
+	rest := url[len("postgres://"):]
+	slash := strings.Index(rest, "/")
+	q := ""
+	if i := strings.Index(rest, "?"); i >= 0 {
+		q = rest[i:]
+	}
+	if slash < 0 {
+		return "postgres://" + rest + "/" + db + q
+	}
+	return "postgres://" + rest[:slash] + "/" + db + q
+}
