@@ -1,0 +1,234 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
+)
+
+// DB is the database handle the handler needs; *pgxpool.Pool satisfies it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Dataset is one configured dataset, ready to load.
+type Dataset struct {
+	Name          string
+	PartitionType schemas.PartitionType // "" means date
+	Strategy      strategies.Strategy
+	// Timeout bounds each statement of the load (SET LOCAL statement_timeout); 0: none.
+	Timeout time.Duration
+
+	prepareMu sync.Mutex
+	prepared  bool
+}
+
+// Handler turns one decoded event into one load transaction.
+type Handler struct {
+	DB       DB
+	Pipeline string // audit dag_id
+	Datasets map[string]*Dataset
+	Log      zerolog.Logger
+}
+
+// Meta is what the delivery knows about an event.
+type Meta struct {
+	Attempt   int    // JetStream delivery count, from 1 (0 is taken as 1)
+	StreamSeq uint64 // stream sequence, 0 when not from JetStream
+}
+
+// Outcome of a handled event.
+type Outcome struct {
+	Status  string // audit.StatusSuccess or audit.StatusSkipped
+	Rows    strategies.Result
+	AuditID int64
+}
+
+// Lookup tells the decoder a dataset's partition type.
+func (h *Handler) Lookup(dataset string) (schemas.PartitionType, bool) {
+	ds, ok := h.Datasets[dataset]
+	if !ok {
+		return "", false
+	}
+	if ds.PartitionType == "" {
+		return schemas.PartitionDate, true
+	}
+	return ds.PartitionType, true
+}
+
+// HandleMessage decodes a raw message body and handles it. An undecodable or
+// invalid body is a fatal error that reaches no database.
+func (h *Handler) HandleMessage(ctx context.Context, subject string, body []byte, m Meta) (Outcome, error) {
+	ev, err := schemas.Decode(subject, body, h.Lookup)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return h.Handle(ctx, ev, m)
+}
+
+// Handle runs SPEC section 3 steps 2 to 4 for a decoded event:
+//
+//  1. without force, a run already in the ledger is acknowledged as `skipped`;
+//  2. the `started` audit row is committed on its own, so it survives a crash;
+//  3. one transaction takes the partition's advisory lock, checks the ledger
+//     again (a concurrent duplicate may have won the lock first), runs the
+//     strategy, marks the audit row `success` and records the ledger entry.
+//
+// Any failure after step 2 marks the audit row `failed`. The error returned is
+// classified: IsFatal tells the consumer whether a retry can help.
+func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome, error) {
+	ds, ok := h.Datasets[ev.Dataset]
+	if !ok {
+		return Outcome{}, Fatal("unknown_dataset", fmt.Errorf("dataset %q is not configured", ev.Dataset))
+	}
+	a := audit.Attempt{
+		RunKey:    audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
+		Attempt:   max(m.Attempt, 1),
+		StreamSeq: m.StreamSeq,
+		Force:     ev.Force,
+	}
+	if d, ok := ev.Key.LogicalDate(); ok {
+		a.LogicalDate = &d
+	}
+	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
+		Int("attempt", a.Attempt).Uint64("stream_seq", m.StreamSeq).Logger()
+
+	if !ev.Force {
+		done, err := audit.Succeeded(ctx, h.DB, a.RunKey)
+		if err != nil {
+			return Outcome{}, Classify(err)
+		}
+		if done {
+			if err := audit.RecordSkipped(ctx, h.DB, a); err != nil {
+				return Outcome{}, Classify(err)
+			}
+			log.Info().Msg("run already succeeded: skipped")
+			return Outcome{Status: audit.StatusSkipped}, nil
+		}
+	}
+	if err := h.prepare(ctx, ds); err != nil {
+		return Outcome{}, Classify(err)
+	}
+
+	id, err := audit.Start(ctx, h.DB, a)
+	if err != nil {
+		return Outcome{}, Classify(err)
+	}
+	out, err := h.load(ctx, ds, a, id)
+	if err != nil {
+		err = Classify(err)
+		kind := "transient"
+		if IsFatal(err) {
+			kind = "fatal"
+		}
+		// The audit row must say what happened even when ctx is being cancelled.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if ferr := audit.Fail(fctx, h.DB, id, err, kind); ferr != nil {
+			log.Error().Err(ferr).Msg("could not record the failure in the audit table")
+		}
+		cancel()
+		log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
+		return Outcome{AuditID: id}, err
+	}
+	if out.Status == audit.StatusSkipped {
+		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
+	} else {
+		log.Info().Int64("rows_inserted", out.Rows.Inserted).Int64("rows_updated", out.Rows.Updated).
+			Int64("rows_deleted", out.Rows.Deleted).Str("route", out.Rows.Route).Msg("loaded")
+	}
+	return out, nil
+}
+
+// lockKey is stable across processes and versions: hashtextextended is
+// computed by the server.
+const lockSQL = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+
+func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int64) (Outcome, error) {
+	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
+	skipped := false
+	err := pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockSQL, a.Pipeline+"\x1f"+a.Dataset+"\x1f"+a.Partition); err != nil {
+			return err
+		}
+		if !a.Force {
+			done, err := audit.Succeeded(ctx, tx, a.RunKey)
+			if err != nil {
+				return err
+			}
+			if done {
+				skipped = true
+				return audit.Skip(ctx, tx, id)
+			}
+		}
+		if ds.Timeout > 0 {
+			if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(ds.Timeout.Milliseconds())); err != nil {
+				return err
+			}
+		}
+		res, err := ds.Strategy.Load(ctx, tx, strategies.Params{Partition: a.Partition, RunID: a.RunID})
+		if err != nil {
+			return err
+		}
+		out.Rows = res
+		if err := audit.Succeed(ctx, tx, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}); err != nil {
+			return err
+		}
+		return audit.RecordSuccess(ctx, tx, a.RunKey, id, a.Force)
+	})
+	if skipped && err == nil {
+		out.Status = audit.StatusSkipped
+	}
+	if errors.Is(err, audit.ErrAlreadySucceeded) {
+		// Unreachable while the lock and the check above hold; if it happens the
+		// transaction rolled back and the run is done: record the duplicate.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return Outcome{Status: audit.StatusSkipped, AuditID: id}, audit.Skip(fctx, h.DB, id)
+	}
+	return out, err
+}
+
+// prepare runs the strategy's one-time setup (append_dedupe's view) in its own
+// transaction the first time a dataset is loaded by this process.
+func (h *Handler) prepare(ctx context.Context, ds *Dataset) error {
+	ds.prepareMu.Lock()
+	defer ds.prepareMu.Unlock()
+	if ds.prepared {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
+		// Two processes starting together would race on CREATE OR REPLACE VIEW.
+		if _, err := tx.Exec(ctx, lockSQL, "prepare\x1f"+ds.Name); err != nil {
+			return err
+		}
+		return ds.Strategy.Prepare(ctx, tx)
+	})
+	if err == nil {
+		ds.prepared = true
+	}
+	return err
+}
+
+// Check plans a dataset's load against the database without running it (for
+// `idem validate`): the transaction is always rolled back.
+func Check(ctx context.Context, db DB, ds *Dataset, partition string) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	return ds.Strategy.Check(ctx, tx, strategies.Params{Partition: partition, RunID: "idem-validate"})
+}

@@ -1,0 +1,155 @@
+package strategies
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// AppendDedupe never deletes: each load appends the source rows tagged with its
+// run_id and a load sequence that idem assigns (one value per load, from
+// idem.load_seq), and a view keeps the latest row per key ordered by that
+// sequence. run_id text need not sort by time: a replay of an older run_id
+// loaded later wins, because it was loaded later.
+//
+// Duplicate keys within one source are reduced to one row per key (a
+// deterministic choice) so the view never has to break a tie inside a load.
+// With a partition column the view dedupes per (partition, key), which also
+// lets a reader's partition filter reach the table.
+type AppendDedupe struct{ spec Spec }
+
+var _ Strategy = (*AppendDedupe)(nil)
+
+func (*AppendDedupe) Name() string { return "append_dedupe" }
+
+func (s *AppendDedupe) dedupeKey() []string {
+	if s.spec.PartitionColumn != "" && !slices.Contains(s.spec.Key, s.spec.PartitionColumn) {
+		return append([]string{s.spec.PartitionColumn}, s.spec.Key...)
+	}
+	return s.spec.Key
+}
+
+func (s *AppendDedupe) describe(ctx context.Context, tx pgx.Tx) (*table, error) {
+	t, err := describeTable(ctx, tx, s.spec.Target)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireColumns(t, "key column", s.dedupeKey()...); err != nil {
+		return nil, err
+	}
+	rc, _ := t.column(s.spec.RunIDColumn)
+	lc, _ := t.column(s.spec.LoadSeqColumn)
+	if rc.Type != "text" || lc.Type != "bigint" {
+		return nil, schemaErr("append_dedupe needs columns %s text and %s bigint on %s: ALTER TABLE %s ADD COLUMN %s text, ADD COLUMN %s bigint",
+			s.spec.RunIDColumn, s.spec.LoadSeqColumn, t.Table, t.ident(), q(s.spec.RunIDColumn), q(s.spec.LoadSeqColumn))
+	}
+	return t, nil
+}
+
+// Prepare creates the index that serves the view and (re)creates the view over
+// the target's other columns.
+func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
+	t, err := s.describe(ctx, tx)
+	if err != nil {
+		return err
+	}
+	key := s.dedupeKey()
+	idx := indexName(s.spec.Target.Name, "idem_dedupe")
+	if _, err := tx.Exec(ctx, "CREATE INDEX IF NOT EXISTS "+q(idx)+" ON "+t.ident()+
+		" ("+quoteAll("", key)+", "+q(s.spec.LoadSeqColumn)+" DESC)"); err != nil {
+		return err
+	}
+	var visible []string
+	for _, c := range t.Columns {
+		if c.Name != s.spec.RunIDColumn && c.Name != s.spec.LoadSeqColumn {
+			visible = append(visible, c.Name)
+		}
+	}
+	body := " AS\nSELECT " + quoteAll("d.", visible) + "\n  FROM (SELECT DISTINCT ON (" + quoteAll("", key) + ") *\n" +
+		"          FROM " + t.ident() + "\n         ORDER BY " + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC) AS d"
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = sp.Exec(ctx, "CREATE OR REPLACE VIEW "+s.spec.View.ident()+body)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P16" {
+		// The target lost or reordered columns: CREATE OR REPLACE cannot drop
+		// view columns, so rebuild it.
+		_ = sp.Rollback(ctx)
+		_, err = tx.Exec(ctx, "DROP VIEW "+s.spec.View.ident()+"; CREATE VIEW "+s.spec.View.ident()+body)
+		return err
+	}
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		return err
+	}
+	return sp.Commit(ctx)
+}
+
+func (s *AppendDedupe) plan(ctx context.Context, tx pgx.Tx, p Params) (string, error) {
+	t, err := s.describe(ctx, tx)
+	if err != nil {
+		return "", err
+	}
+	src, err := sourceColumns(ctx, tx, s.spec.Source, p)
+	if err != nil {
+		return "", err
+	}
+	cols, err := insertColumns(t, src, s.spec.RunIDColumn, s.spec.LoadSeqColumn)
+	if err != nil {
+		return "", err
+	}
+	key := s.dedupeKey()
+	for _, k := range key {
+		if !slices.Contains(cols, k) {
+			return "", schemaErr("the source does not return %q, which append_dedupe needs", k)
+		}
+	}
+	all := append(slices.Clone(cols), s.spec.RunIDColumn, s.spec.LoadSeqColumn)
+	// The scalar subquery runs once: every row of a load shares one load_seq.
+	return "INSERT INTO " + t.ident() + " (" + quoteAll("", all) + ")\n" +
+		"SELECT DISTINCT ON (" + quoteAll("s.", key) + ") " + quoteAll("s.", cols) +
+		", @run_id::text, (SELECT nextval('idem.load_seq'))\n  FROM (" + s.spec.Source + "\n) AS s\n" +
+		" ORDER BY " + quoteAll("s.", key) + ", s::text DESC", nil
+}
+
+func (s *AppendDedupe) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
+	stmt, err := s.plan(ctx, tx, p)
+	if err != nil {
+		return Result{}, err
+	}
+	tag, err := tx.Exec(ctx, stmt, p.args())
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Route: "append", Inserted: tag.RowsAffected()}
+	if res.Inserted == 0 && !s.spec.AllowEmpty {
+		return res, ErrEmptySource
+	}
+	return res, nil
+}
+
+func (s *AppendDedupe) Check(ctx context.Context, tx pgx.Tx, p Params) error {
+	stmt, err := s.plan(ctx, tx, p)
+	if err != nil {
+		return err
+	}
+	return explain(ctx, tx, p, stmt)
+}
+
+// indexName builds an index name that stays within Postgres's 63 bytes, which
+// would otherwise silently truncate it (and could collide).
+func indexName(table, suffix string) string {
+	name := table + "_" + suffix
+	if len(name) <= 63 {
+		return name
+	}
+	h := sha256.Sum256([]byte(name))
+	return name[:63-9] + "_" + hex.EncodeToString(h[:4])
+}

@@ -1,0 +1,19 @@
+// Package strategies loads one partition of a dataset idempotently, with the
+// three patterns of the article idem grew from:
+//
+//   - DeleteInsert: delete the partition's rows, insert the source's (or
+//     TRUNCATE the one child of a natively partitioned target that holds
+//     exactly that partition);
+//   - Merge: upsert on the natural key, never rewriting unchanged rows, and
+//     with a version column never letting an older version win;
+//   - AppendDedupe: append rows tagged with run_id and a load sequence, and a
+//     view that keeps the latest row per key.
+//
+// Every statement is set-based SQL inside a pgx.Tx that the caller owns: rows
+// never travel through Go. Identifiers are quoted with pgx.Identifier; the
+// partition and run_id are bound parameters (@partition, @run_id), never text
+// spliced into SQL. The source SQL is the user's, embedded as a subquery.
+//
+// A strategy never opens, commits or rolls back a transaction, never reads the
+// configuration file, and knows nothing of NATS.
+package strategies

@@ -1,0 +1,133 @@
+package strategies
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Merge upserts the source on the natural key with INSERT ... ON CONFLICT.
+//
+//   - Unchanged rows are not rewritten: the update's WHERE compares every
+//     loaded column, so a rerun writes no new row versions (xmin stays).
+//   - With a version column, a row is only updated by an equal or newer
+//     version: a late replay of old data never wins.
+//   - Duplicate keys in the source (Postgres would raise 21000) are reduced to
+//     one row per key first: the newest version, then a deterministic
+//     tie-break on the row's text, so every rerun picks the same row.
+//
+// ON CONFLICT rather than MERGE: PostgreSQL's MERGE raises a unique violation
+// when a concurrent transaction inserts the same key, and its default plan
+// hash-joins the whole target (see docs/BENCHMARKS.md). It needs a unique
+// index or primary key on exactly the key columns.
+type Merge struct{ spec Spec }
+
+var _ Strategy = (*Merge)(nil)
+
+func (*Merge) Name() string                          { return "merge" }
+func (*Merge) Prepare(context.Context, pgx.Tx) error { return nil }
+
+func (s *Merge) plan(ctx context.Context, tx pgx.Tx, p Params) (string, error) {
+	t, err := describeTable(ctx, tx, s.spec.Target)
+	if err != nil {
+		return "", err
+	}
+	if err := requireColumns(t, "key column", s.spec.Key...); err != nil {
+		return "", err
+	}
+	if s.spec.VersionColumn != "" {
+		if err := requireColumns(t, "version_column", s.spec.VersionColumn); err != nil {
+			return "", err
+		}
+	}
+	src, err := sourceColumns(ctx, tx, s.spec.Source, p)
+	if err != nil {
+		return "", err
+	}
+	cols, err := insertColumns(t, src)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range append(slices.Clone(s.spec.Key), s.spec.VersionColumn) {
+		if k != "" && !slices.Contains(cols, k) {
+			return "", schemaErr("the source does not return %q, which merge needs", k)
+		}
+	}
+	ok, err := hasUniqueIndex(ctx, tx, t, s.spec.Key)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", schemaErr("merge needs a unique index or primary key on exactly (%s) of %s: CREATE UNIQUE INDEX ON %s (%s)",
+			strings.Join(s.spec.Key, ", "), t.Table, t.ident(), quoteAll("", s.spec.Key))
+	}
+	return s.statement(cols), nil
+}
+
+func (s *Merge) statement(cols []string) string {
+	key := quoteAll("", s.spec.Key)
+	order := quoteAll("s.", s.spec.Key)
+	if v := s.spec.VersionColumn; v != "" {
+		order += ", s." + q(v) + " DESC NULLS LAST"
+	}
+	order += ", s::text DESC"
+	deduped := "SELECT DISTINCT ON (" + quoteAll("s.", s.spec.Key) + ") " + quoteAll("s.", cols) +
+		"\n  FROM (" + s.spec.Source + "\n) AS s\n ORDER BY " + order
+
+	var upd []string
+	for _, c := range cols {
+		if !slices.Contains(s.spec.Key, c) {
+			upd = append(upd, c)
+		}
+	}
+	conflict := "DO NOTHING"
+	if len(upd) > 0 {
+		set := make([]string, len(upd))
+		for i, c := range upd {
+			set[i] = q(c) + " = EXCLUDED." + q(c)
+		}
+		where := "(" + quoteAll("t.", upd) + ") IS DISTINCT FROM (" + quoteAll("EXCLUDED.", upd) + ")"
+		if v := s.spec.VersionColumn; v != "" {
+			where = fmt.Sprintf("(t.%[1]s IS NULL OR EXCLUDED.%[1]s >= t.%[1]s) AND %s", q(v), where)
+		}
+		conflict = "DO UPDATE SET " + strings.Join(set, ", ") + "\n WHERE " + where
+	}
+	// xmax = 0 tells a freshly inserted row from an updated one; the counts
+	// come back as one row, the data never leaves the server.
+	return "WITH w AS (\nINSERT INTO " + s.spec.Target.ident() + " AS t (" + quoteAll("", cols) + ")\n" + deduped +
+		"\nON CONFLICT (" + key + ") " + conflict + "\nRETURNING (t.xmax = 0) AS inserted)\n" +
+		"SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM w"
+}
+
+func (s *Merge) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
+	stmt, err := s.plan(ctx, tx, p)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Route: "on_conflict"}
+	if err := tx.QueryRow(ctx, stmt, p.args()).Scan(&res.Inserted, &res.Updated); err != nil {
+		return res, err
+	}
+	if res.Inserted+res.Updated == 0 && !s.spec.AllowEmpty {
+		// Nothing written: either every row was unchanged, or the source is empty.
+		var any bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM ("+s.spec.Source+"\n) AS s)", p.args()).Scan(&any); err != nil {
+			return res, err
+		}
+		if !any {
+			return res, ErrEmptySource
+		}
+	}
+	return res, nil
+}
+
+func (s *Merge) Check(ctx context.Context, tx pgx.Tx, p Params) error {
+	stmt, err := s.plan(ctx, tx, p)
+	if err != nil {
+		return err
+	}
+	return explain(ctx, tx, p, stmt)
+}
