@@ -112,6 +112,7 @@ func newEnv(t *testing.T, f fixture, mutate ...func(*strategies.Spec)) *env {
 	require.NoError(t, err)
 	ds := &handlers.Dataset{Name: "ds", Strategy: st}
 	h := &handlers.Handler{DB: db.Pool, Pipeline: "test", Datasets: map[string]*handlers.Dataset{"ds": ds}, Log: zerolog.Nop()}
+	require.Empty(t, h.Prepare(context.Background()))
 	return &env{t: t, db: db, f: f, h: h, ds: ds}
 }
 

@@ -201,6 +201,20 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 	return out, err
 }
 
+// Prepare runs every dataset's one-time setup (append_dedupe's view) now, so
+// readers find the views before the first event. It returns the datasets that
+// failed, by name: a broken dataset must not stop the others, and its events
+// will fail with the same reason.
+func (h *Handler) Prepare(ctx context.Context) map[string]error {
+	failed := map[string]error{}
+	for name, ds := range h.Datasets {
+		if err := h.prepare(ctx, ds); err != nil {
+			failed[name] = Classify(err)
+		}
+	}
+	return failed
+}
+
 // prepare runs the strategy's one-time setup (append_dedupe's view) in its own
 // transaction the first time a dataset is loaded by this process.
 func (h *Handler) prepare(ctx context.Context, ds *Dataset) error {

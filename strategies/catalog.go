@@ -39,15 +39,16 @@ func (t *table) column(name string) (column, bool) {
 func describeTable(ctx context.Context, tx pgx.Tx, t Table) (*table, error) {
 	out := &table{Table: t}
 	var oid *uint32
+	var kind *string
 	err := tx.QueryRow(ctx, "SELECT to_regclass($1)::oid, (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1))", t.ident()).
-		Scan(&oid, &out.Kind)
+		Scan(&oid, &kind)
 	if err != nil {
 		return nil, err
 	}
 	if oid == nil {
 		return nil, &Error{Reason: "undefined_object", Msg: fmt.Sprintf("table %s does not exist; create it or fix target in the config", t)}
 	}
-	out.OID = *oid
+	out.OID, out.Kind = *oid, *kind
 	if out.Kind != "r" && out.Kind != "p" {
 		return nil, schemaErr("%s is not a table (relkind %s)", t, out.Kind)
 	}

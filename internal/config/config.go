@@ -1,0 +1,315 @@
+package config
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idem-data/idem/schemas"
+)
+
+// Defaults applied by WithDefaults to fields left empty or zero.
+const (
+	// DefaultStream is the JetStream stream holding partition-ready events.
+	DefaultStream = "IDEM_EVENTS"
+	// DefaultDLQStream is the JetStream stream holding dead letters.
+	DefaultDLQStream = "IDEM_DLQ"
+	// DefaultConsumer is the durable pull consumer on the events stream,
+	// shared by every replica.
+	DefaultConsumer = "idem"
+	// DefaultSubjectPrefix prefixes event subjects: idem.ready.<dataset>.
+	DefaultSubjectPrefix = "idem.ready"
+	// DefaultDLQSubjectPrefix prefixes dead-letter subjects: idem.dlq.<dataset>.
+	DefaultDLQSubjectPrefix = "idem.dlq"
+	// DefaultNATSURL is a NATS server on the local machine.
+	DefaultNATSURL = "nats://127.0.0.1:4222"
+	// DefaultHTTPAddr serves /metrics, /healthz and /readyz on loopback only.
+	DefaultHTTPAddr = "127.0.0.1:9464"
+	// DefaultAckWait is how long JetStream waits for an ack before
+	// redelivering; longer loads stay owned through in-progress heartbeats.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxInFlight is how many loads one process runs at once.
+	DefaultMaxInFlight = 16
+	// DefaultRetries is how many times a transient failure is retried, so a
+	// dataset gets DefaultRetries+1 deliveries.
+	DefaultRetries = 3
+	// DefaultRetryDelay is the first backoff delay after a transient failure.
+	DefaultRetryDelay = 10 * time.Second
+	// DefaultMaxRetryDelay caps the exponential backoff.
+	DefaultMaxRetryDelay = 30 * time.Minute
+	// DefaultRunIDColumn is the append_dedupe target column holding run_id.
+	DefaultRunIDColumn = "run_id"
+	// DefaultLoadSeqColumn is the append_dedupe target column holding the
+	// load sequence idem assigns.
+	DefaultLoadSeqColumn = "load_seq"
+	// DefaultSchema qualifies a target or view written without a schema.
+	DefaultSchema = "public"
+)
+
+// Strategy is how a dataset's partition is loaded idempotently.
+type Strategy string
+
+const (
+	// DeleteInsert deletes the partition's rows from the target and inserts
+	// the source rows, in one transaction.
+	DeleteInsert Strategy = "delete_insert"
+	// Merge upserts on the key; with a version column, newer versions win.
+	Merge Strategy = "merge"
+	// AppendDedupe appends rows with run_id and a load sequence; a view keeps
+	// the latest row per key.
+	AppendDedupe Strategy = "append_dedupe"
+)
+
+// Strategies lists every strategy, in the order the docs present them.
+var Strategies = []Strategy{DeleteInsert, Merge, AppendDedupe}
+
+// Valid reports whether s is one of Strategies.
+func (s Strategy) Valid() bool {
+	switch s {
+	case DeleteInsert, Merge, AppendDedupe:
+		return true
+	}
+	return false
+}
+
+// Config is the whole idem configuration, as read from YAML (see the package
+// doc for every field). Build one with Load or Parse, which apply
+// environment overrides and WithDefaults; then call Validate.
+type Config struct {
+	// Pipeline names this set of datasets; it is the audit table's dag_id.
+	// Required. Env IDEM_PIPELINE.
+	Pipeline string `yaml:"pipeline"`
+	// NATS says where events come from and dead letters go.
+	NATS NATS `yaml:"nats"`
+	// Postgres says where the datasets are loaded.
+	Postgres Postgres `yaml:"postgres"`
+	// HTTP says where /metrics, /healthz and /readyz are served.
+	HTTP HTTP `yaml:"http"`
+	// Datasets maps a dataset name (the last subject token) to how it loads.
+	Datasets map[string]*Dataset `yaml:"datasets"`
+}
+
+// NATS is the connection, the JetStream names and the consumer's pace.
+type NATS struct {
+	// URL is one server URL or a comma-separated list. Default
+	// DefaultNATSURL. Env IDEM_NATS_URL.
+	URL string `yaml:"url"`
+	// Stream holds events. Default DefaultStream. Env IDEM_NATS_STREAM.
+	Stream string `yaml:"stream"`
+	// DLQStream holds dead letters. Default DefaultDLQStream.
+	// Env IDEM_NATS_DLQ_STREAM.
+	DLQStream string `yaml:"dlq_stream"`
+	// Consumer is the durable consumer's name. Default DefaultConsumer.
+	// Env IDEM_NATS_CONSUMER.
+	Consumer string `yaml:"consumer"`
+	// SubjectPrefix prefixes event subjects. Default DefaultSubjectPrefix.
+	SubjectPrefix string `yaml:"subject_prefix"`
+	// DLQSubjectPrefix prefixes dead-letter subjects. Default
+	// DefaultDLQSubjectPrefix.
+	DLQSubjectPrefix string `yaml:"dlq_subject_prefix"`
+	// AckWait is the consumer's ack wait, at least 1s. Default DefaultAckWait.
+	AckWait Duration `yaml:"ack_wait"`
+	// MaxInFlight bounds the loads one process runs at once. Default
+	// DefaultMaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
+
+	// Creds is the path of a .creds file (JWT and nkey seed).
+	// Env IDEM_NATS_CREDS.
+	Creds string `yaml:"creds,omitempty"`
+	// NKey is the path of an nkey seed file. Env IDEM_NATS_NKEY.
+	NKey string `yaml:"nkey,omitempty"`
+	// User and Password authenticate by user name. Env IDEM_NATS_USER,
+	// IDEM_NATS_PASSWORD.
+	User     string `yaml:"user,omitempty"`
+	Password string `yaml:"password,omitempty"`
+	// PasswordFile is read at Load into Password.
+	PasswordFile string `yaml:"password_file,omitempty"`
+	// Token authenticates by token. Env IDEM_NATS_TOKEN.
+	Token string `yaml:"token,omitempty"`
+	// TokenFile is read at Load into Token.
+	TokenFile string `yaml:"token_file,omitempty"`
+	// TLS configures TLS to the server; empty means whatever the URL says.
+	TLS TLS `yaml:"tls,omitempty"`
+}
+
+// TLS holds paths of PEM files.
+type TLS struct {
+	// CA verifies the server's certificate.
+	CA string `yaml:"ca,omitempty"`
+	// Cert and Key are the client certificate, for mutual TLS.
+	Cert string `yaml:"cert,omitempty"`
+	Key  string `yaml:"key,omitempty"`
+	// InsecureSkipVerify skips verifying the server: tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify,omitempty"`
+}
+
+// Postgres is the database connection.
+type Postgres struct {
+	// URL is a libpq connection string or URL; TLS goes in it (sslmode).
+	// Env IDEM_DATABASE_URL. Not required by Validate.
+	URL string `yaml:"url,omitempty"`
+	// URLFile is read at Load into URL.
+	URLFile string `yaml:"url_file,omitempty"`
+}
+
+// HTTP is the operations endpoint.
+type HTTP struct {
+	// Addr is host:port. Default DefaultHTTPAddr. Env IDEM_HTTP_ADDR.
+	Addr string `yaml:"addr"`
+}
+
+// Dataset is one loadable dataset. Which fields apply depends on Strategy;
+// Validate reports fields that do not.
+type Dataset struct {
+	// Name is the dataset's key in Config.Datasets, filled by WithDefaults.
+	Name string `yaml:"-"`
+	// Strategy is delete_insert, merge or append_dedupe. Required.
+	Strategy Strategy `yaml:"strategy"`
+	// Target is the table loaded, schema.table; WithDefaults qualifies a bare
+	// table with DefaultSchema. Required.
+	Target string `yaml:"target"`
+	// PartitionColumn is the target column holding the partition key.
+	// delete_insert: required. append_dedupe: optional; the view then dedupes
+	// per partition and key, which lets partition filters reach the table.
+	PartitionColumn string `yaml:"partition_column,omitempty"`
+	// PartitionType is date (default), timestamp (an hour) or text.
+	PartitionType schemas.PartitionType `yaml:"partition_type,omitempty"`
+	// Key is the row identity. merge, append_dedupe: required.
+	Key []string `yaml:"key,omitempty"`
+	// VersionColumn makes merge update a row only from an equal or newer
+	// version. merge: optional.
+	VersionColumn string `yaml:"version_column,omitempty"`
+	// View is the deduplicating view, schema.view. append_dedupe: required.
+	View string `yaml:"view,omitempty"`
+	// RunIDColumn holds run_id. append_dedupe only; default
+	// DefaultRunIDColumn.
+	RunIDColumn string `yaml:"run_id_column,omitempty"`
+	// LoadSeqColumn holds the load sequence. append_dedupe only; default
+	// DefaultLoadSeqColumn.
+	LoadSeqColumn string `yaml:"load_seq_column,omitempty"`
+	// Source is the SELECT that produces the partition's rows, with the pgx
+	// named arguments @partition and @run_id. It never reads the clock.
+	// Required.
+	Source string `yaml:"source"`
+	// Then names datasets to trigger, same partition and run_id, after a
+	// successful load.
+	Then []string `yaml:"then,omitempty"`
+	// Retries is how many times a transient failure is retried; nil means
+	// DefaultRetries, 0 means no retry.
+	Retries *int `yaml:"retries,omitempty"`
+	// RetryDelay is the first backoff delay. Default DefaultRetryDelay.
+	RetryDelay Duration `yaml:"retry_delay,omitempty"`
+	// MaxRetryDelay caps the backoff. Default DefaultMaxRetryDelay.
+	MaxRetryDelay Duration `yaml:"max_retry_delay,omitempty"`
+	// Timeout is the load's statement timeout; 0 means none.
+	Timeout Duration `yaml:"timeout,omitempty"`
+	// MaxConcurrency bounds this dataset's loads running at once in one
+	// process; 0 means only NATS.MaxInFlight applies.
+	MaxConcurrency int `yaml:"max_concurrency,omitempty"`
+	// AllowEmpty lets an empty source partition load (and so empty the
+	// partition); by default it is a fatal error, never a silent wipe.
+	AllowEmpty bool `yaml:"allow_empty,omitempty"`
+}
+
+// WithDefaults fills every empty or zero field that has a default, in place,
+// and names each dataset from its key. It is idempotent. Zero durations and
+// counts mean "the default", so a zero written in YAML is the default too.
+func (c *Config) WithDefaults() {
+	setDefault(&c.NATS.URL, DefaultNATSURL)
+	setDefault(&c.NATS.Stream, DefaultStream)
+	setDefault(&c.NATS.DLQStream, DefaultDLQStream)
+	setDefault(&c.NATS.Consumer, DefaultConsumer)
+	setDefault(&c.NATS.SubjectPrefix, DefaultSubjectPrefix)
+	setDefault(&c.NATS.DLQSubjectPrefix, DefaultDLQSubjectPrefix)
+	if c.NATS.AckWait == 0 {
+		c.NATS.AckWait = Duration(DefaultAckWait)
+	}
+	if c.NATS.MaxInFlight == 0 {
+		c.NATS.MaxInFlight = DefaultMaxInFlight
+	}
+	setDefault(&c.HTTP.Addr, DefaultHTTPAddr)
+	for name, d := range c.Datasets {
+		if d == nil {
+			d = &Dataset{}
+			c.Datasets[name] = d
+		}
+		d.Name = name
+		d.withDefaults()
+	}
+}
+
+func (d *Dataset) withDefaults() {
+	if d.PartitionType == "" {
+		d.PartitionType = schemas.PartitionDate
+	}
+	d.Target = qualify(d.Target)
+	d.View = qualify(d.View)
+	if d.Strategy == AppendDedupe {
+		setDefault(&d.RunIDColumn, DefaultRunIDColumn)
+		setDefault(&d.LoadSeqColumn, DefaultLoadSeqColumn)
+	}
+	if d.Retries == nil {
+		r := DefaultRetries
+		d.Retries = &r
+	}
+	if d.RetryDelay == 0 {
+		d.RetryDelay = Duration(DefaultRetryDelay)
+	}
+	if d.MaxRetryDelay == 0 {
+		d.MaxRetryDelay = Duration(DefaultMaxRetryDelay)
+	}
+}
+
+func setDefault(s *string, def string) {
+	if *s == "" {
+		*s = def
+	}
+}
+
+// qualify prefixes DefaultSchema to a name without a schema.
+func qualify(name string) string {
+	if name == "" || strings.Contains(name, ".") {
+		return name
+	}
+	return DefaultSchema + "." + name
+}
+
+// splitQualified splits schema.name; a bare name is in DefaultSchema.
+func splitQualified(s string) (schema, name string) {
+	if schema, name, ok := strings.Cut(s, "."); ok {
+		return schema, name
+	}
+	return DefaultSchema, s
+}
+
+// MaxDeliveries is how many times an event of this dataset may be delivered:
+// Retries+1 (DefaultRetries+1 when Retries is nil, 1 when negative).
+func (d *Dataset) MaxDeliveries() int {
+	r := DefaultRetries
+	if d.Retries != nil {
+		r = max(*d.Retries, 0)
+	}
+	if r == math.MaxInt {
+		return r
+	}
+	return r + 1
+}
+
+// TargetTable splits Target into schema and table; a bare table is in the
+// public schema.
+func (d *Dataset) TargetTable() (schema, table string) { return splitQualified(d.Target) }
+
+// ViewName splits View into schema and view name; a bare name is in the
+// public schema.
+func (d *Dataset) ViewName() (schema, name string) { return splitQualified(d.View) }
+
+// DatasetNames lists the configured dataset names, sorted.
+func (c *Config) DatasetNames() []string {
+	names := make([]string, 0, len(c.Datasets))
+	for name := range c.Datasets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,143 @@
+// Package config reads, completes and checks the idem YAML configuration:
+// the pipeline name, the NATS and Postgres connections, the HTTP endpoint and
+// the datasets (SPEC section 2).
+//
+// It never connects to NATS or Postgres, never logs, and never prints a
+// secret: use [Config.Redacted] to show a config.
+//
+// # Loading
+//
+// [Load] (or [Parse] for bytes) decodes the YAML strictly: an unknown key is
+// an error naming its line, its path and the closest known key
+// (line 9: datasets.orders.partiton_column: unknown key "partiton_column";
+// did you mean "partition_column"?), and so is a value of the wrong type. Load then reads
+// the secret files, applies the environment overrides and [Config.WithDefaults].
+// It does not call [Config.Validate]: `idem validate` and start-up do, and
+// report every [Problem] at once.
+//
+// Durations are Go duration strings: "500ms", "10s", "1m30s", "30m". A bare
+// number is refused, since 10 could mean seconds or nanoseconds.
+//
+// # Environment
+//
+// Each variable, when set and not empty, overrides the YAML value:
+//
+//	IDEM_PIPELINE          pipeline
+//	IDEM_NATS_URL          nats.url
+//	IDEM_NATS_STREAM       nats.stream
+//	IDEM_NATS_DLQ_STREAM   nats.dlq_stream
+//	IDEM_NATS_CONSUMER     nats.consumer
+//	IDEM_NATS_CREDS        nats.creds
+//	IDEM_NATS_NKEY         nats.nkey
+//	IDEM_NATS_USER         nats.user
+//	IDEM_NATS_PASSWORD     nats.password
+//	IDEM_NATS_TOKEN        nats.token
+//	IDEM_DATABASE_URL      postgres.url
+//	IDEM_HTTP_ADDR         http.addr
+//
+// # Secrets
+//
+// A secret can be written inline, come from the environment, or come from a
+// file: nats.password_file, nats.token_file and postgres.url_file are read at
+// Load (a relative path is relative to the config file's folder; with Parse,
+// to the working directory), with a trailing line break trimmed. A missing or
+// empty file is an error naming the field, and so is setting both a value and
+// its file. The environment wins over both. nats.creds, nats.nkey and the TLS
+// files are paths handed to the NATS client, not read here.
+//
+// # Top level
+//
+//	pipeline   required    the audit table's dag_id
+//	nats       see below
+//	postgres   see below
+//	http       see below
+//	datasets   required    dataset name -> dataset; at least one
+//
+// # nats
+//
+//	url                  nats://127.0.0.1:4222   one URL or a comma-separated list
+//	stream               IDEM_EVENTS             events stream
+//	dlq_stream           IDEM_DLQ                dead-letter stream; not the events stream
+//	consumer             idem                    durable pull consumer, shared by replicas
+//	subject_prefix       idem.ready              events go to <prefix>.<dataset>
+//	dlq_subject_prefix   idem.dlq                dead letters go to <prefix>.<dataset>
+//	ack_wait             30s                     at least 1s; longer loads send heartbeats
+//	max_in_flight        16                      loads running at once in one process
+//	creds                                        path of a .creds file
+//	nkey                                         path of an nkey seed file
+//	user, password                               user name authentication
+//	password_file                                file holding the password
+//	token                                        token authentication
+//	token_file                                   file holding the token
+//	tls.ca                                       CA bundle verifying the server
+//	tls.cert, tls.key                            client certificate and key (both or neither)
+//	tls.insecure_skip_verify   false             tests only
+//
+// Stream and consumer names may not hold white space, ".", "*", ">", "/" or
+// "\" (NATS rejects them), and the two subject prefixes must not overlap. Use
+// at most one of creds, nkey, user/password and token.
+//
+// # postgres
+//
+//	url        a libpq URL or keyword/value string; TLS through sslmode and friends
+//	url_file   file holding the URL
+//
+// The URL is not required by Validate, so a config can be checked without a
+// database.
+//
+// # http
+//
+//	addr   127.0.0.1:9464   host:port of /metrics, /healthz and /readyz
+//
+// # datasets
+//
+// A dataset's name is its key under datasets: 1-63 lower-case letters, digits
+// and _, starting with a letter; it is the last token of its subject.
+// Identifiers (schemas, tables, views, columns) are plain lower-case Postgres
+// identifiers, [a-z_][a-z0-9_$]*, of at most 63 bytes: Postgres folds
+// unquoted names to lower case and silently truncates longer ones.
+//
+//	strategy          required        delete_insert, merge or append_dedupe
+//	target            required        schema.table; a bare table is in public
+//	source            required        SELECT with @partition and @run_id; never the clock
+//	partition_column  see strategies  target column holding the partition key
+//	partition_type    date            date, timestamp (an hour) or text
+//	key               see strategies  columns identifying a row
+//	version_column    merge only      newer (or equal) versions win
+//	view              append_dedupe   schema.view keeping the latest row per key
+//	run_id_column     run_id          append_dedupe only
+//	load_seq_column   load_seq        append_dedupe only
+//	then                              datasets to trigger after a successful load
+//	retries           3               retries after a transient failure; 0 for none
+//	retry_delay       10s             first backoff delay
+//	max_retry_delay   30m             backoff cap; at least retry_delay
+//	timeout           none            statement timeout, at least 1ms
+//	max_concurrency   0               per-process limit for this dataset; 0 for none
+//	allow_empty       false           let an empty source partition load
+//
+// A zero duration or count in YAML means the default.
+//
+// # Strategies
+//
+// Which fields a strategy takes; Validate reports a field set for a strategy
+// that ignores it:
+//
+//	delete_insert   partition_column required
+//	merge           key required; version_column optional
+//	append_dedupe   key and view required; partition_column, run_id_column
+//	                and load_seq_column optional
+//
+// # Validation
+//
+// [Config.Validate] returns [Problems], one [Problem] per finding with the
+// dataset, the field and a message that says how to fix it, e.g.
+//
+//	dataset "orders": partition_column: required for strategy delete_insert; name the target column that holds the partition key
+//
+// Besides missing and misspelt fields it checks that a source neither reads
+// the wall clock (CURRENT_DATE, now(), 'today'...) nor uses named arguments
+// other than @partition and @run_id, and, for delete_insert, that it uses
+// @partition; that keys hold no duplicates, the version column or idem's own
+// columns; that then: names other declared datasets of the same partition
+// type with no cycle (a -> b -> a); and the limits above.
+package config

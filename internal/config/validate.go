@@ -1,0 +1,431 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idem-data/idem/internal/sqlcheck"
+	"github.com/idem-data/idem/schemas"
+)
+
+// Problem is one thing wrong with a config.
+type Problem struct {
+	// Dataset is the dataset's name, or empty for a top-level field.
+	Dataset string
+	// Field is the YAML key, dotted from the top for top-level fields
+	// (nats.ack_wait) and from the dataset for dataset fields (key).
+	Field string
+	// Message says what is wrong and how to fix it.
+	Message string
+}
+
+// String formats p as one line: `dataset "orders": key: message`.
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Dataset != "" {
+		fmt.Fprintf(&b, "dataset %q: ", p.Dataset)
+	}
+	if p.Field != "" {
+		b.WriteString(p.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// Problems is every problem Validate found. Use errors.As to get it back from
+// the error.
+type Problems []Problem
+
+// Error lists the problems, one per line.
+func (p Problems) Error() string {
+	lines := make([]string, len(p))
+	for i, pr := range p {
+		lines[i] = pr.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Validate checks the whole config without touching NATS or Postgres and
+// returns nil or Problems listing every problem found, top-level fields first,
+// then datasets by name. Call it after WithDefaults (Load and Parse do): a
+// zero value that WithDefaults would fill is reported as a problem.
+func (c *Config) Validate() error {
+	v := &validator{}
+	c.validateTop(v)
+	names := c.DatasetNames()
+	for _, name := range names {
+		d := c.Datasets[name]
+		if d == nil {
+			d = &Dataset{}
+		}
+		v.dataset = name
+		c.validateDataset(v, names, name, d)
+	}
+	v.dataset = ""
+	c.validateCycles(v, names)
+	if len(v.problems) == 0 {
+		return nil
+	}
+	return v.problems
+}
+
+type validator struct {
+	dataset  string // the dataset being checked, "" at the top level
+	problems Problems
+}
+
+func (v *validator) add(field, format string, args ...any) {
+	v.problems = append(v.problems, Problem{Dataset: v.dataset, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (c *Config) validateTop(v *validator) {
+	if strings.TrimSpace(c.Pipeline) == "" {
+		v.add("pipeline", "required; name the pipeline, e.g. pipeline: shop (it is the audit table's dag_id), or set IDEM_PIPELINE")
+	}
+	if len(c.Datasets) == 0 {
+		v.add("datasets", "none declared; declare at least one dataset under datasets:, with its strategy, target and source")
+	}
+	n := &c.NATS
+	if strings.TrimSpace(n.URL) == "" {
+		v.add("nats.url", "required; e.g. %s, or set IDEM_NATS_URL", DefaultNATSURL)
+	}
+	natsName(v, "nats.stream", n.Stream, DefaultStream)
+	natsName(v, "nats.dlq_stream", n.DLQStream, DefaultDLQStream)
+	natsName(v, "nats.consumer", n.Consumer, DefaultConsumer)
+	if n.Stream != "" && n.Stream == n.DLQStream {
+		v.add("nats.dlq_stream", "same as nats.stream (%q); dead letters need a stream of their own, e.g. %s", n.Stream, DefaultDLQStream)
+	}
+	okEvents := subjectPrefix(v, "nats.subject_prefix", n.SubjectPrefix, DefaultSubjectPrefix)
+	okDLQ := subjectPrefix(v, "nats.dlq_subject_prefix", n.DLQSubjectPrefix, DefaultDLQSubjectPrefix)
+	if okEvents && okDLQ && subjectsOverlap(n.SubjectPrefix, n.DLQSubjectPrefix) {
+		v.add("nats.dlq_subject_prefix", "%q overlaps nats.subject_prefix %q, so one stream would capture the other's messages; use prefixes where neither starts with the other, e.g. %s and %s",
+			n.DLQSubjectPrefix, n.SubjectPrefix, DefaultSubjectPrefix, DefaultDLQSubjectPrefix)
+	}
+	if n.AckWait < Duration(time.Second) {
+		v.add("nats.ack_wait", "%s is too short; use at least 1s (loads longer than ack_wait stay owned through heartbeats, so it need not cover the longest load)", n.AckWait)
+	}
+	if n.MaxInFlight < 1 {
+		v.add("nats.max_in_flight", "%d; use at least 1 (default %d)", n.MaxInFlight, DefaultMaxInFlight)
+	}
+	var methods []string
+	if n.Creds != "" {
+		methods = append(methods, "creds")
+	}
+	if n.NKey != "" {
+		methods = append(methods, "nkey")
+	}
+	if n.User != "" || n.Password != "" {
+		methods = append(methods, "user/password")
+	}
+	if n.Token != "" {
+		methods = append(methods, "token")
+	}
+	if len(methods) > 1 {
+		v.add("nats", "several ways to authenticate are set (%s); keep one", strings.Join(methods, ", "))
+	}
+	if n.User != "" && n.Password == "" {
+		v.add("nats.password", "user %q has no password; set password, password_file or IDEM_NATS_PASSWORD", n.User)
+	}
+	if n.User == "" && n.Password != "" {
+		v.add("nats.user", "a password is set without a user; set user or IDEM_NATS_USER")
+	}
+	if (n.TLS.Cert == "") != (n.TLS.Key == "") {
+		if n.TLS.Cert == "" {
+			v.add("nats.tls.cert", "tls.key is set without a certificate; mutual TLS needs both cert and key")
+		} else {
+			v.add("nats.tls.key", "tls.cert is set without its key; mutual TLS needs both cert and key")
+		}
+	}
+	if host, port, err := net.SplitHostPort(c.HTTP.Addr); err != nil || !validPort(port) || strings.ContainsAny(host, " \t") {
+		v.add("http.addr", "%q is not host:port; e.g. %s, or :9464 for every interface", c.HTTP.Addr, DefaultHTTPAddr)
+	}
+}
+
+func validPort(s string) bool {
+	p, err := strconv.Atoi(s)
+	return err == nil && p >= 0 && p <= 65535
+}
+
+// natsName checks a stream or consumer name against what the NATS server
+// accepts.
+func natsName(v *validator, field, name, example string) {
+	if name == "" {
+		v.add(field, "required; e.g. %s", example)
+		return
+	}
+	for _, r := range name {
+		if r <= ' ' || r == 0x7f || strings.ContainsRune(".*>/\\", r) {
+			v.add(field, "%q contains %q; NATS rejects names with white space, \".\", \"*\", \">\", \"/\" or \"\\\"; use letters, digits, \"-\" and \"_\", e.g. %s", name, string(r), example)
+			return
+		}
+	}
+}
+
+// subjectPrefix checks a subject prefix: dot-separated tokens without white
+// space or wildcards.
+func subjectPrefix(v *validator, field, prefix, example string) bool {
+	if prefix == "" {
+		v.add(field, "required; e.g. %s", example)
+		return false
+	}
+	for _, tok := range strings.Split(prefix, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			v.add(field, "%q is not a subject prefix; write tokens separated by \".\", without white space, \"*\" or \">\", e.g. %s", prefix, example)
+			return false
+		}
+	}
+	return true
+}
+
+// subjectsOverlap reports whether a.> and b.> share subjects.
+func subjectsOverlap(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
+}
+
+var (
+	strategyList = "choose one of delete_insert, merge, append_dedupe"
+	identRE      = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
+)
+
+// maxIdentBytes is Postgres's NAMEDATALEN-1.
+const maxIdentBytes = 63
+
+func (c *Config) validateDataset(v *validator, names []string, name string, d *Dataset) {
+	if !schemas.ValidDataset(name) {
+		msg := fmt.Sprintf("%q is not a valid dataset name; use 1-63 lower-case letters, digits and _, starting with a letter (it becomes the subject token %s.<dataset>)", name, orDefault(c.NATS.SubjectPrefix, DefaultSubjectPrefix))
+		if lower := strings.ToLower(name); lower != name && schemas.ValidDataset(lower) {
+			msg += fmt.Sprintf(", e.g. %q", lower)
+		}
+		v.add("name", "%s", msg)
+	}
+
+	s := d.Strategy
+	switch {
+	case s == "":
+		v.add("strategy", "required; %s", strategyList)
+	case !s.Valid():
+		msg := fmt.Sprintf("%q is not a strategy; %s", string(s), strategyList)
+		if m := closest(string(s), []string{string(DeleteInsert), string(Merge), string(AppendDedupe)}); m != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", m)
+		}
+		v.add("strategy", "%s", msg)
+	}
+	known := s.Valid()
+	// notApplicable reports a field set for a strategy that ignores it. The
+	// switches below call it as a case, so a field that does not apply is
+	// reported once and not checked further.
+	notApplicable := func(field string, set bool, why string) bool {
+		if known && set {
+			v.add(field, "does not apply to strategy %s%s; remove it", s, why)
+			return true
+		}
+		return false
+	}
+
+	if d.Target == "" {
+		v.add("target", "required; name the table to load as schema.table, e.g. analytics.fact_orders")
+	} else {
+		qualifiedIdent(v, "target", d.Target, "schema.table")
+	}
+
+	c.validateSource(v, d)
+
+	switch {
+	case s == DeleteInsert && d.PartitionColumn == "":
+		v.add("partition_column", "required for strategy delete_insert; name the target column that holds the partition key")
+	case notApplicable("partition_column", s == Merge && d.PartitionColumn != "", " (merge filters the source with @partition, not the target)"):
+	case d.PartitionColumn != "":
+		ident(v, "partition_column", d.PartitionColumn)
+	}
+	if d.PartitionType != "" && !d.PartitionType.Valid() {
+		v.add("partition_type", "%q is not a partition type; choose one of date (the default), timestamp (an hour) or text", string(d.PartitionType))
+	}
+
+	needsKey := s == Merge || s == AppendDedupe
+	switch {
+	case needsKey && len(d.Key) == 0:
+		v.add("key", "required for strategy %s; list the columns that identify a row, e.g. key: [customer_id]", s)
+	case notApplicable("key", s == DeleteInsert && len(d.Key) > 0, ", which replaces the whole partition"):
+	default:
+		seen := map[string]bool{}
+		for _, k := range d.Key {
+			if seen[k] {
+				v.add("key", "%q is listed twice; list each key column once", k)
+				continue
+			}
+			seen[k] = true
+			ident(v, "key", k)
+		}
+	}
+
+	if !notApplicable("version_column", s != Merge && d.VersionColumn != "", " (only merge compares versions)") && d.VersionColumn != "" {
+		ident(v, "version_column", d.VersionColumn)
+		if contains(d.Key, d.VersionColumn) {
+			v.add("version_column", "%q is also in key; a version column changes with every version of a row, so it cannot identify the row: remove it from key or choose another version_column", d.VersionColumn)
+		}
+	}
+
+	switch {
+	case s == AppendDedupe && d.View == "":
+		v.add("view", "required for strategy append_dedupe; name the view idem creates to keep the latest row per key, e.g. raw.latest_events")
+	case notApplicable("view", s != AppendDedupe && d.View != "", " (only append_dedupe keeps a view)"):
+	case d.View != "":
+		qualifiedIdent(v, "view", d.View, "schema.view")
+		if qualify(d.View) == qualify(d.Target) {
+			schema, table := d.TargetTable()
+			v.add("view", "same as target %q; the view needs a name of its own, e.g. %s.latest_%s", d.Target, schema, table)
+		}
+	}
+	c.validateAppendColumns(v, d, notApplicable)
+
+	validateRetries(v, d)
+	c.validateThen(v, names, name, d)
+}
+
+// validateRetries checks the backoff and the per-load limits.
+func validateRetries(v *validator, d *Dataset) {
+	if d.Retries != nil && *d.Retries < 0 {
+		v.add("retries", "%d; use 0 for no retry, or more (default %d)", *d.Retries, DefaultRetries)
+	}
+	if d.RetryDelay <= 0 {
+		v.add("retry_delay", "%s; use a positive duration such as %s", d.RetryDelay, Duration(DefaultRetryDelay))
+	}
+	if d.MaxRetryDelay <= 0 {
+		v.add("max_retry_delay", "%s; use a positive duration such as %s", d.MaxRetryDelay, Duration(DefaultMaxRetryDelay))
+	} else if d.RetryDelay > 0 && d.MaxRetryDelay < d.RetryDelay {
+		v.add("max_retry_delay", "%s is shorter than retry_delay %s; raise max_retry_delay or lower retry_delay", d.MaxRetryDelay, d.RetryDelay)
+	}
+	switch {
+	case d.Timeout < 0:
+		v.add("timeout", "%s; use a positive duration, or leave timeout out for no statement timeout", d.Timeout)
+	case d.Timeout > 0 && d.Timeout < Duration(time.Millisecond):
+		v.add("timeout", "%s is under 1ms; Postgres counts statement_timeout in milliseconds, and 0 turns it off: use at least 1ms", d.Timeout)
+	}
+	if d.MaxConcurrency < 0 {
+		v.add("max_concurrency", "%d; use 0 for no per-dataset limit, or a positive number", d.MaxConcurrency)
+	}
+}
+
+// validateSource checks the source SQL: present, clock-free, and binding only
+// the arguments idem passes.
+func (c *Config) validateSource(v *validator, d *Dataset) {
+	if strings.TrimSpace(d.Source) == "" {
+		v.add("source", "required; write the SELECT that returns the partition's rows, filtered with @partition")
+		return
+	}
+	for _, f := range sqlcheck.WallClock(d.Source) {
+		v.add("source", "reads the wall clock with %s (byte %d), so a rerun or backfill of an old partition would load different rows; use @partition instead", f.Name, f.Offset)
+	}
+	usesPartition := false
+	for _, p := range sqlcheck.Params(d.Source) {
+		switch p {
+		case "partition":
+			usesPartition = true
+		case "run_id":
+		default:
+			msg := fmt.Sprintf("uses @%s, which idem does not bind; idem binds only @partition and @run_id", p)
+			if m := closest(p, []string{"partition", "run_id"}); m != "" {
+				msg += fmt.Sprintf(" (did you mean @%s?)", m)
+			}
+			v.add("source", "%s", msg)
+		}
+	}
+	if !usesPartition && (d.Strategy == DeleteInsert || d.Strategy == AppendDedupe && d.PartitionColumn != "") {
+		v.add("source", "never uses @partition, so every partition would load the same rows; filter the source with @partition, e.g. WHERE event_date = @partition")
+	}
+}
+
+// validateAppendColumns checks the columns idem fills for append_dedupe.
+func (c *Config) validateAppendColumns(v *validator, d *Dataset, notApplicable func(string, bool, string) bool) {
+	why := " (only append_dedupe adds these columns)"
+	runID, runIDSet := orDefault(d.RunIDColumn, DefaultRunIDColumn), d.RunIDColumn != ""
+	loadSeq, loadSeqSet := orDefault(d.LoadSeqColumn, DefaultLoadSeqColumn), d.LoadSeqColumn != ""
+	na1 := notApplicable("run_id_column", d.Strategy != AppendDedupe && runIDSet, why)
+	na2 := notApplicable("load_seq_column", d.Strategy != AppendDedupe && loadSeqSet, why)
+	if d.Strategy != AppendDedupe || na1 || na2 {
+		return
+	}
+	ident(v, "run_id_column", runID)
+	ident(v, "load_seq_column", loadSeq)
+	if runID == loadSeq {
+		v.add("load_seq_column", "same as run_id_column (%q); they are two columns, run_id text and load_seq bigint: name them apart", runID)
+	}
+	for _, col := range []struct{ field, name string }{{"run_id_column", runID}, {"load_seq_column", loadSeq}} {
+		if contains(d.Key, col.name) {
+			v.add("key", "%q is the %s, which idem fills on every load, so it cannot identify a row; remove it from key", col.name, col.field)
+		}
+		if d.PartitionColumn == col.name {
+			v.add("partition_column", "%q is the %s, which idem fills on every load; name the column that holds the partition key", col.name, col.field)
+		}
+	}
+}
+
+// ident checks one plain Postgres identifier.
+func ident(v *validator, field, s string) {
+	if msg := identProblem(s); msg != "" {
+		v.add(field, "%s", msg)
+	}
+}
+
+func identProblem(s string) string {
+	switch lower := strings.ToLower(s); {
+	case s == "":
+		return "an empty name; write a lower-case Postgres identifier"
+	case !identRE.MatchString(s) && identRE.MatchString(lower):
+		return fmt.Sprintf("%q has upper-case letters; Postgres folds unquoted names to lower case, so write %q", s, lower)
+	case !identRE.MatchString(s):
+		return fmt.Sprintf("%q is not a plain Postgres identifier; use lower-case letters, digits, _ and $, starting with a letter or _", s)
+	case len(s) > maxIdentBytes:
+		return fmt.Sprintf("%q is %d bytes; Postgres silently truncates names to %d bytes, so idem would address a different name: shorten it", s, len(s), maxIdentBytes)
+	}
+	return ""
+}
+
+// qualifiedIdent checks schema.name (or name alone).
+func qualifiedIdent(v *validator, field, s, form string) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 2 {
+		v.add(field, "%q has %d dot-separated parts; write %s", s, len(parts), form)
+		return
+	}
+	for _, p := range parts {
+		if msg := identProblem(p); msg != "" {
+			v.add(field, "in %q: %s", s, msg)
+		}
+	}
+	if len(parts) == 2 && parts[0] == "idem" {
+		v.add(field, "%q is in schema idem, which holds idem's own audit tables; use another schema", s)
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// closest returns the candidate within two edits of s, if any.
+func closest(s string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := editDistance(strings.ToLower(s), c); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}

@@ -1,0 +1,171 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidateProblems(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("c", 64)
+	intp := func(i int) *int { return &i }
+
+	tests := []struct {
+		name    string
+		mutate  func(c *Config)
+		dataset string
+		field   string
+		want    []string // substrings of the message: what is wrong and the fix
+		more    bool     // other problems may come with it
+	}{
+		// Top level.
+		{"no pipeline", func(c *Config) { c.Pipeline = " " }, "", "pipeline", []string{"required", "IDEM_PIPELINE"}, false},
+		{"no datasets", func(c *Config) { c.Datasets = nil }, "", "datasets", []string{"declare at least one dataset"}, false},
+		{"ack_wait under 1s", func(c *Config) { c.NATS.AckWait = Duration(999 * time.Millisecond) }, "", "nats.ack_wait", []string{"999ms is too short", "at least 1s"}, false},
+		{"max_in_flight zero", func(c *Config) { c.NATS.MaxInFlight = 0 }, "", "nats.max_in_flight", []string{"use at least 1"}, false},
+		{"stream with space", func(c *Config) { c.NATS.Stream = "IDEM EVENTS" }, "", "nats.stream", []string{`contains " "`, "NATS rejects"}, false},
+		{"stream with dot", func(c *Config) { c.NATS.Stream = "idem.events" }, "", "nats.stream", []string{`contains "."`}, false},
+		{"dlq stream with star", func(c *Config) { c.NATS.DLQStream = "DLQ*" }, "", "nats.dlq_stream", []string{`contains "*"`}, false},
+		{"consumer with gt", func(c *Config) { c.NATS.Consumer = "idem>" }, "", "nats.consumer", []string{`contains ">"`, "e.g. idem"}, false},
+		{"empty consumer", func(c *Config) { c.NATS.Consumer = "" }, "", "nats.consumer", []string{"required"}, false},
+		{"dlq stream equals stream", func(c *Config) { c.NATS.DLQStream = c.NATS.Stream }, "", "nats.dlq_stream", []string{"stream of their own"}, false},
+		{"wildcard subject prefix", func(c *Config) { c.NATS.SubjectPrefix = "idem.>" }, "", "nats.subject_prefix", []string{"not a subject prefix"}, false},
+		{"empty subject token", func(c *Config) { c.NATS.DLQSubjectPrefix = "idem..dlq" }, "", "nats.dlq_subject_prefix", []string{"not a subject prefix"}, false},
+		{"overlapping prefixes", func(c *Config) { c.NATS.DLQSubjectPrefix = "idem.ready.dlq" }, "", "nats.dlq_subject_prefix", []string{"overlaps", "neither starts with the other"}, false},
+		{"empty nats url", func(c *Config) { c.NATS.URL = "" }, "", "nats.url", []string{"IDEM_NATS_URL"}, false},
+		{"two auth methods", func(c *Config) { c.NATS.Token = "t" }, "", "nats", []string{"user/password, token", "keep one"}, false},
+		{"user without password", func(c *Config) { c.NATS.Password = "" }, "", "nats.password", []string{`user "loader" has no password`, "password_file"}, false},
+		{"password without user", func(c *Config) { c.NATS.User = "" }, "", "nats.user", []string{"without a user"}, false},
+		{"tls cert without key", func(c *Config) { c.NATS.TLS.Key = "" }, "", "nats.tls.key", []string{"needs both cert and key"}, false},
+		{"bad http addr", func(c *Config) { c.HTTP.Addr = "localhost" }, "", "http.addr", []string{"not host:port"}, false},
+		{"bad http port", func(c *Config) { c.HTTP.Addr = "localhost:http" }, "", "http.addr", []string{"not host:port"}, false},
+
+		// Dataset names and strategies.
+		{"dataset name upper case", func(c *Config) { c.Datasets["Orders"] = c.Datasets["orders"]; delete(c.Datasets, "orders") }, "Orders", "name", []string{"not a valid dataset name", `e.g. "orders"`, "idem.ready.<dataset>"}, false},
+		{"dataset name with dash", func(c *Config) { c.Datasets["daily-x"] = c.Datasets["hourly"]; delete(c.Datasets, "hourly") }, "daily-x", "name", []string{"lower-case letters, digits and _"}, false},
+		{"no strategy", func(c *Config) { c.Datasets["orders"].Strategy = "" }, "orders", "strategy", []string{"required", "delete_insert, merge, append_dedupe"}, false},
+		{"unknown strategy", func(c *Config) { c.Datasets["orders"].Strategy = "upsert" }, "orders", "strategy", []string{`"upsert" is not a strategy`, "choose one of delete_insert, merge, append_dedupe"}, false},
+		{"misspelt strategy", func(c *Config) { c.Datasets["customers"].Strategy = "merg" }, "customers", "strategy", []string{`did you mean "merge"?`}, false},
+
+		// Required per strategy.
+		{"no target", func(c *Config) { c.Datasets["orders"].Target = "" }, "orders", "target", []string{"required", "schema.table"}, false},
+		{"no source", func(c *Config) { c.Datasets["orders"].Source = "\n" }, "orders", "source", []string{"required", "@partition"}, false},
+		{"delete_insert without partition_column", func(c *Config) { c.Datasets["orders"].PartitionColumn = "" }, "orders", "partition_column", []string{"required for strategy delete_insert; name the target column that holds the partition key"}, false},
+		{"merge without key", func(c *Config) { c.Datasets["customers"].Key = nil; c.Datasets["customers"].VersionColumn = "" }, "customers", "key", []string{"required for strategy merge", "key: [customer_id]"}, false},
+		{"append_dedupe without key", func(c *Config) { c.Datasets["events"].Key = nil }, "events", "key", []string{"required for strategy append_dedupe"}, false},
+		{"append_dedupe without view", func(c *Config) { c.Datasets["events"].View = "" }, "events", "view", []string{"required for strategy append_dedupe", "raw.latest_events"}, false},
+
+		// Fields that do not apply.
+		{"version_column on delete_insert", func(c *Config) { c.Datasets["orders"].VersionColumn = "v" }, "orders", "version_column", []string{"does not apply to strategy delete_insert", "remove it"}, false},
+		{"key on delete_insert", func(c *Config) { c.Datasets["orders"].Key = []string{"id"} }, "orders", "key", []string{"does not apply to strategy delete_insert", "remove it"}, false},
+		{"view on merge", func(c *Config) { c.Datasets["customers"].View = "a.v" }, "customers", "view", []string{"does not apply to strategy merge"}, false},
+		{"partition_column on merge", func(c *Config) { c.Datasets["customers"].PartitionColumn = "d" }, "customers", "partition_column", []string{"does not apply to strategy merge"}, false},
+		{"run_id_column on delete_insert", func(c *Config) { c.Datasets["orders"].RunIDColumn = "run_id" }, "orders", "run_id_column", []string{"does not apply to strategy delete_insert"}, false},
+		{"load_seq_column on merge", func(c *Config) { c.Datasets["customers"].LoadSeqColumn = "seq" }, "customers", "load_seq_column", []string{"does not apply to strategy merge"}, false},
+		{"version_column on append_dedupe", func(c *Config) { c.Datasets["events"].VersionColumn = "v" }, "events", "version_column", []string{"only merge compares versions"}, false},
+
+		// Identifiers.
+		{"upper-case table", func(c *Config) { c.Datasets["orders"].Target = "analytics.FactOrders" }, "orders", "target", []string{"upper-case", "Postgres folds unquoted names to lower case", `write "factorders"`}, false},
+		{"upper-case schema", func(c *Config) { c.Datasets["orders"].Target = "Analytics.fact_orders" }, "orders", "target", []string{`"Analytics" has upper-case letters`}, false},
+		{"upper-case column", func(c *Config) { c.Datasets["orders"].PartitionColumn = "eventDate" }, "orders", "partition_column", []string{`write "eventdate"`}, false},
+		{"quoted name", func(c *Config) { c.Datasets["orders"].Target = `analytics."fact orders"` }, "orders", "target", []string{"not a plain Postgres identifier"}, false},
+		{"three-part name", func(c *Config) { c.Datasets["orders"].Target = "db.analytics.fact_orders" }, "orders", "target", []string{"3 dot-separated parts", "schema.table"}, false},
+		{"empty schema", func(c *Config) { c.Datasets["orders"].Target = ".fact_orders" }, "orders", "target", []string{"empty name"}, false},
+		{"digit first", func(c *Config) { c.Datasets["events"].Key = []string{"1id"} }, "events", "key", []string{`"1id" is not a plain Postgres identifier`}, false},
+		{"64-byte column", func(c *Config) { c.Datasets["orders"].PartitionColumn = long }, "orders", "partition_column", []string{"64 bytes", "silently truncates", "63 bytes"}, false},
+		{"64-byte view", func(c *Config) { c.Datasets["events"].View = "raw." + long }, "events", "view", []string{"silently truncates"}, false},
+		{"long multibyte table", func(c *Config) { c.Datasets["orders"].Target = "a." + strings.Repeat("é", 32) }, "orders", "target", []string{"not a plain Postgres identifier"}, false},
+		{"target in idem schema", func(c *Config) { c.Datasets["orders"].Target = "idem.orders" }, "orders", "target", []string{"schema idem"}, false},
+
+		// Consistency inside a dataset.
+		{"duplicate key column", func(c *Config) { c.Datasets["hourly"].Key = []string{"hour", "region", "hour"} }, "hourly", "key", []string{`"hour" is listed twice`}, false},
+		{"version_column in key", func(c *Config) { c.Datasets["customers"].Key = []string{"customer_id", "updated_at"} }, "customers", "version_column", []string{"also in key", "remove it from key"}, false},
+		{"run_id equals load_seq", func(c *Config) { c.Datasets["events"].LoadSeqColumn = "loaded_by" }, "events", "load_seq_column", []string{"same as run_id_column", "name them apart"}, false},
+		{"default run_id equals load_seq", func(c *Config) {
+			c.Datasets["events"].RunIDColumn = ""
+			c.Datasets["events"].LoadSeqColumn = "run_id"
+		}, "events", "load_seq_column", []string{`same as run_id_column ("run_id")`}, false},
+		{"run_id column in key", func(c *Config) { c.Datasets["events"].Key = []string{"event_id", "loaded_by"} }, "events", "key", []string{"is the run_id_column", "remove it from key"}, false},
+		{"view equal to target", func(c *Config) { c.Datasets["events"].View = "raw.events" }, "events", "view", []string{"same as target", "raw.latest_events"}, false},
+		{"bare view equal to bare target", func(c *Config) {
+			c.Datasets["events"].Target = "events"
+			c.Datasets["events"].View = "public.events"
+		}, "events", "view", []string{"same as target"}, false},
+		{"unknown partition_type", func(c *Config) { c.Datasets["orders"].PartitionType = "hour" }, "orders", "partition_type", []string{`"hour" is not a partition type`, "date (the default), timestamp (an hour) or text"}, false},
+
+		// Source SQL.
+		{"source reads now()", func(c *Config) {
+			c.Datasets["customers"].Source = "SELECT * FROM staging.customers WHERE updated_at > now() - interval '1 day'"
+		}, "customers", "source", []string{"reads the wall clock with now()", "use @partition instead"}, false},
+		{"source reads CURRENT_DATE", func(c *Config) {
+			c.Datasets["orders"].Source = "SELECT * FROM s WHERE d = @partition AND d <= CURRENT_DATE"
+		}, "orders", "source", []string{"reads the wall clock with CURRENT_DATE", "use @partition instead"}, false},
+		{"source reads 'today'", func(c *Config) { c.Datasets["customers"].Source = "SELECT * FROM s WHERE d = 'today'::date" }, "customers", "source", []string{"with 'today'"}, false},
+		{"source with unknown argument", func(c *Config) { c.Datasets["orders"].Source = "SELECT * FROM s WHERE d = @partition AND r = @region" }, "orders", "source", []string{"uses @region", "only @partition and @run_id"}, false},
+		{"source with misspelt argument", func(c *Config) { c.Datasets["customers"].Source = "SELECT * FROM s WHERE d = @partiton" }, "customers", "source", []string{"uses @partiton", "did you mean @partition?"}, false},
+		{"delete_insert source without @partition", func(c *Config) { c.Datasets["orders"].Source = "SELECT * FROM staging.orders" }, "orders", "source", []string{"never uses @partition", "filter the source with @partition"}, false},
+
+		// Retries and limits.
+		{"negative retries", func(c *Config) { c.Datasets["orders"].Retries = intp(-1) }, "orders", "retries", []string{"use 0 for no retry"}, false},
+		{"zero retry_delay", func(c *Config) { c.Datasets["orders"].RetryDelay = 0 }, "orders", "retry_delay", []string{"positive duration"}, false},
+		{"negative max_retry_delay", func(c *Config) { c.Datasets["orders"].MaxRetryDelay = Duration(-time.Second) }, "orders", "max_retry_delay", []string{"positive duration"}, false},
+		{"max_retry_delay below retry_delay", func(c *Config) { c.Datasets["orders"].MaxRetryDelay = Duration(time.Second) }, "orders", "max_retry_delay", []string{"shorter than retry_delay 5s", "raise max_retry_delay"}, false},
+		{"negative timeout", func(c *Config) { c.Datasets["orders"].Timeout = Duration(-time.Minute) }, "orders", "timeout", []string{"leave timeout out"}, false},
+		{"sub-millisecond timeout", func(c *Config) { c.Datasets["orders"].Timeout = Duration(time.Microsecond) }, "orders", "timeout", []string{"milliseconds"}, false},
+		{"negative max_concurrency", func(c *Config) { c.Datasets["orders"].MaxConcurrency = -2 }, "orders", "max_concurrency", []string{"use 0 for no per-dataset limit"}, false},
+
+		// then:.
+		{"then unknown dataset", func(c *Config) { c.Datasets["events"].Then = []string{"daily_revenu"} }, "events", "then", []string{`"daily_revenu" is not a dataset`, `did you mean "daily_revenue"?`}, false},
+		{"then itself", func(c *Config) { c.Datasets["orders"].Then = []string{"orders"} }, "orders", "then", []string{"names the dataset itself", "remove it"}, false},
+		{"then twice", func(c *Config) { c.Datasets["events"].Then = []string{"daily_revenue", "daily_revenue"} }, "events", "then", []string{"listed twice"}, false},
+		{"then partition_type differs", func(c *Config) { c.Datasets["orders"].Then = []string{"hourly"} }, "orders", "then", []string{`"hourly" has partition_type timestamp but "orders" has date`, "same partition_type"}, false},
+		{"then cycle of two", func(c *Config) { c.Datasets["daily_revenue"].Then = []string{"events"} }, "daily_revenue", "then", []string{"cycle daily_revenue -> events -> daily_revenue", "remove one of these then: entries"}, false},
+		{"then cycle of three", func(c *Config) {
+			c.Datasets["orders"].Then = []string{"customers"}
+			c.Datasets["customers"].Then = []string{"daily_revenue"}
+			c.Datasets["daily_revenue"].Then = []string{"orders"}
+		}, "customers", "then", []string{"cycle customers -> daily_revenue -> orders -> customers"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := parseSpec(t)
+			tt.mutate(c)
+			err := c.Validate()
+			require.Error(t, err)
+			problems := err.(Problems)
+			if !tt.more {
+				require.Len(t, problems, 1, "%v", problems)
+			}
+			var found *Problem
+			for i, p := range problems {
+				if p.Dataset == tt.dataset && p.Field == tt.field {
+					found = &problems[i]
+					break
+				}
+			}
+			require.NotNil(t, found, "no problem for dataset %q field %q in:\n%v", tt.dataset, tt.field, problems)
+			for _, w := range tt.want {
+				require.Contains(t, found.Message, w)
+			}
+			if tt.dataset != "" {
+				require.True(t, strings.HasPrefix(found.String(), `dataset "`+tt.dataset+`": `+tt.field+": "), found.String())
+			}
+		})
+	}
+}
+
+func TestValidateCycleReportedOnce(t *testing.T) {
+	t.Parallel()
+	c := parseSpec(t)
+	c.Datasets["orders"].Then = []string{"daily_revenue"}
+	c.Datasets["daily_revenue"].Then = []string{"orders", "events"}
+	c.Datasets["events"].Then = []string{"daily_revenue"}
+	err := c.Validate()
+	require.Error(t, err)
+	require.Equal(t, 1, strings.Count(err.Error(), "cycle"), err.Error())
+	require.Contains(t, err.Error(), `dataset "daily_revenue": then: cycle daily_revenue -> events -> daily_revenue`)
+}
