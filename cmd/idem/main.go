@@ -1,0 +1,30 @@
+// Command idem makes data-pipeline tasks idempotent: it consumes "partition
+// ready" events from NATS JetStream and loads PostgreSQL with an idempotent
+// strategy. The commands live in internal/cli; this file only decides the exit
+// code.
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/idem-data/idem/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	var usage *cli.UsageError
+	switch {
+	case err == nil:
+		os.Exit(0)
+	case errors.As(err, &usage):
+		os.Exit(2)
+	default:
+		os.Exit(1)
+	}
+}

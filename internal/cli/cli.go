@@ -1,0 +1,104 @@
+// Package cli holds idem's commands. Run parses arguments and writes to the
+// given writers, so every command is testable without a process; cmd/idem only
+// turns the returned error into an exit code (UsageError: 2, other errors: 1).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
+var Version = "dev"
+
+// UsageError means the command line itself was wrong (exit code 2).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// ErrReported means the command already printed why it failed (exit code 1).
+var ErrReported = errors.New("failed")
+
+// env is what commands share: writers, the environment and global flags.
+type env struct {
+	out, errOut io.Writer
+	getenv      func(string) string
+	configPath  string
+}
+
+// Run runs the idem command line args.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return run(ctx, args, stdout, stderr, os.Getenv)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	e := &env{out: stdout, errOut: stderr, getenv: getenv}
+	root := &cobra.Command{
+		Use:   "idem",
+		Short: "Idempotent partition loads from NATS JetStream into PostgreSQL",
+		Long: `idem consumes "partition ready" events from NATS JetStream and loads each
+partition into PostgreSQL with an idempotent strategy (delete_insert, merge,
+append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	defPath := "idem.yaml"
+	if p := getenv("IDEM_CONFIG"); p != "" {
+		defPath = p
+	}
+	root.PersistentFlags().StringVarP(&e.configPath, "config", "c", defPath, "config file (env IDEM_CONFIG)")
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetArgs(args)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
+	root.AddCommand(versionCmd(e), migrateCmd(e), validateCmd(e))
+	for _, c := range root.Commands() {
+		c.Args = wrapArgs(c.Args)
+	}
+	err := root.ExecuteContext(ctx)
+	if err == nil || errors.Is(err, ErrReported) {
+		return err
+	}
+	var usage *UsageError
+	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
+		fmt.Fprintf(stderr, "idem: %v\nRun 'idem --help' for usage.\n", err)
+		if usage == nil {
+			return &UsageError{err}
+		}
+		return err
+	}
+	fmt.Fprintf(stderr, "idem: %v\n", err)
+	return err
+}
+
+// wrapArgs turns cobra's argument-count errors into usage errors.
+func wrapArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	if check == nil {
+		check = cobra.NoArgs
+	}
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &UsageError{err}
+		}
+		return nil
+	}
+}
+
+func versionCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the idem version",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(e.out, "idem %s (%s, %s/%s)\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
+)
+
+// loadConfig reads and completes the config file; validation is the caller's.
+func (e *env) loadConfig() (*config.Config, error) {
+	cfg, err := config.Load(e.configPath, e.getenv)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("config file %s not found: pass --config or set IDEM_CONFIG", e.configPath)
+	}
+	return cfg, err
+}
+
+// databaseURL is the Postgres URL from the config, or the environment alone
+// when there is no config file (idem migrate needs nothing else).
+func (e *env) databaseURL() (string, error) {
+	cfg, err := config.Load(e.configPath, e.getenv)
+	switch {
+	case err == nil && cfg.Postgres.URL != "":
+		return cfg.Postgres.URL, nil
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		if u := e.getenv("IDEM_DATABASE_URL"); u != "" {
+			return u, nil
+		}
+		return "", errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
+	default:
+		return "", err
+	}
+}
+
+// connect opens a pool and checks the server answers within 10 s.
+func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, handlers.Classify(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// datasets builds the handler's datasets from a validated config.
+func datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
+	out := make(map[string]*handlers.Dataset, len(cfg.Datasets))
+	for name, d := range cfg.Datasets {
+		ts, tn := d.TargetTable()
+		vs, vn := d.ViewName()
+		spec := strategies.Spec{
+			Dataset:         name,
+			Target:          strategies.Table{Schema: ts, Name: tn},
+			Source:          d.Source,
+			PartitionColumn: d.PartitionColumn,
+			Key:             d.Key,
+			VersionColumn:   d.VersionColumn,
+			View:            strategies.Table{Schema: vs, Name: vn},
+			RunIDColumn:     d.RunIDColumn,
+			LoadSeqColumn:   d.LoadSeqColumn,
+			AllowEmpty:      d.AllowEmpty,
+		}
+		st, err := strategies.New(string(d.Strategy), spec)
+		if err != nil {
+			return nil, fmt.Errorf("dataset %q: %w", name, err)
+		}
+		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std()}
+	}
+	return out, nil
+}
+
+// samplePartition is a partition key of the dataset's type, used to plan a
+// load in `idem validate` without reading the clock.
+func samplePartition(t schemas.PartitionType) string {
+	switch t {
+	case schemas.PartitionHour:
+		return "2000-01-01T00:00:00Z"
+	case schemas.PartitionText:
+		return "idem-validate"
+	}
+	return "2000-01-01"
+}
