@@ -153,3 +153,14 @@ func TestValidateAgainstDatabase(t *testing.T) {
 	require.ErrorIs(t, r.e, ErrReported)
 	require.Contains(t, r.err, "cannot reach PostgreSQL")
 }
+
+func TestDevScenario(t *testing.T) {
+	db := pgtest.NewDB(t)
+	r := runCLI(t, map[string]string{"IDEM_DATABASE_URL": db.URL}, "dev")
+	require.NoError(t, r.e, r.err)
+	for _, want := range []string{"skipped", "25 deleted", "not a calendar date", "empty_source", "holds 25 rows", "shows 12 events"} {
+		require.Contains(t, r.out, want)
+	}
+	require.EqualValues(t, 25, db.Int(t, "SELECT count(*) FROM analytics.fact_orders"))
+	require.EqualValues(t, 1, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'skipped'"))
+}
