@@ -59,7 +59,7 @@ append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
 	root.SetErr(stderr)
 	root.SetArgs(args)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(versionCmd(e), migrateCmd(e), validateCmd(e), devCmd(e))
+	root.AddCommand(versionCmd(e), migrateCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e))
 	for _, c := range root.Commands() {
 		c.Args = wrapArgs(c.Args)
 	}

@@ -156,9 +156,10 @@ func TestValidateAgainstDatabase(t *testing.T) {
 
 func TestDevScenario(t *testing.T) {
 	db := pgtest.NewDB(t)
-	r := runCLI(t, map[string]string{"IDEM_DATABASE_URL": db.URL}, "dev")
+	r := runCLI(t, map[string]string{"IDEM_DATABASE_URL": db.URL}, "dev", "--once")
 	require.NoError(t, r.e, r.err)
-	for _, want := range []string{"skipped", "25 deleted", "not a calendar date", "empty_source", "holds 25 rows", "shows 12 events"} {
+	for _, want := range []string{"skipped", "25 deleted", "not a calendar date", "dead letter on idem.dlq.orders, kind fatal, after 1 delivery",
+		"empty_source", "holds 25 rows", "shows 12 events", "stopped cleanly"} {
 		require.Contains(t, r.out, want)
 	}
 	require.EqualValues(t, 25, db.Int(t, "SELECT count(*) FROM analytics.fact_orders"))

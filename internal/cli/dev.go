@@ -3,19 +3,27 @@ package cli
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/internal/natsconn"
 )
 
 //go:embed devdata/idem.dev.yaml
@@ -25,117 +33,251 @@ var devConfig []byte
 var devSchema string
 
 func devCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var once bool
+	c := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the demo pipeline on a throwaway PostgreSQL (or IDEM_DATABASE_URL)",
-		Long: `Start a throwaway PostgreSQL from the local binaries (or use IDEM_DATABASE_URL),
-create the idem schema and demo tables, and play a short scenario through the
-same handler 'idem serve' uses: a load per strategy, a duplicate delivery, a
-replay with a new run_id, and a poison event. Prints the audit rows.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.dev(cmd.Context())
-		},
+		Short: "Run idem on an embedded default: in-process NATS, a throwaway PostgreSQL, demo datasets",
+		Long: `Start an in-process NATS server with JetStream and a throwaway PostgreSQL from
+the local binaries (or use IDEM_DATABASE_URL), create the demo tables, and run
+'idem serve' on them. A short scenario plays first: a load per strategy, a
+duplicate delivery, a replay with a new run_id and two poison messages; the
+audit rows and the dead letters are printed. Then it keeps serving, and prints
+the 'nats pub' line to try, until Ctrl-C. Everything is removed on exit.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return e.dev(cmd.Context(), once) },
 	}
+	c.Flags().BoolVar(&once, "once", false, "play the scenario and exit instead of serving until Ctrl-C")
+	return c
 }
 
-type devEnv struct {
-	pool    *pgxpool.Pool
-	cfg     *config.Config
-	handler *handlers.Handler
-	close   func()
-}
-
-// startDev brings up the database side of the demo.
-func (e *env) startDev(ctx context.Context) (*devEnv, error) {
-	d := &devEnv{close: func() {}}
-	url := e.getenv("IDEM_DATABASE_URL")
-	if url == "" {
-		fmt.Fprintln(e.out, "starting a throwaway PostgreSQL...")
-		srv, err := localpg.Start(ctx, localpg.Options{})
-		if err != nil {
-			return nil, err
+func (e *env) dev(ctx context.Context, once bool) error {
+	cleanup := []func(){}
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
 		}
-		d.close = func() { _ = srv.Close() }
-		url = srv.URL("postgres")
-		fmt.Fprintf(e.out, "PostgreSQL on 127.0.0.1:%d (removed on exit)\n", srv.Port)
-	}
-	pool, err := connect(ctx, url)
-	if err != nil {
-		d.close()
-		return nil, err
-	}
-	d.pool = pool
-	closeDB := d.close
-	d.close = func() { pool.Close(); closeDB() }
-	if _, err := audit.Migrate(ctx, pool); err != nil {
-		d.close()
-		return nil, err
-	}
-	if _, err := pool.Exec(ctx, devSchema); err != nil {
-		d.close()
-		return nil, fmt.Errorf("demo tables: %w", err)
-	}
-	cfg, err := config.Parse(devConfig, nil)
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		d.close()
-		return nil, fmt.Errorf("demo config: %w", err)
-	}
-	d.cfg = cfg
-	dss, err := datasets(cfg)
-	if err != nil {
-		d.close()
-		return nil, err
-	}
-	d.handler = &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: zerolog.Nop()}
-	for name, err := range d.handler.Prepare(ctx) {
-		d.close()
-		return nil, fmt.Errorf("dataset %s: %w", name, err)
-	}
-	return d, nil
-}
-
-func (e *env) dev(ctx context.Context) error {
-	d, err := e.startDev(ctx)
+	}()
+	tmp, err := os.MkdirTemp("", "idem-dev-")
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	cleanup = append(cleanup, func() { _ = os.RemoveAll(tmp) })
+	// Closed last: NATS callbacks may still log while the rest shuts down.
+	logFile, err := os.Create(tmp + "/idem.log")
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() { logFile.Close() })
 
-	step := func(title, subject, body string) {
-		fmt.Fprintf(e.out, "\n> %s\n  %s %s\n", title, subject, body)
-		out, err := d.handler.HandleMessage(ctx, subject, []byte(body), handlers.Meta{Attempt: 1})
-		switch {
-		case err != nil && handlers.IsFatal(err):
-			fmt.Fprintf(e.out, "  fatal, would go to the dead-letter stream: %v\n", err)
-		case err != nil:
-			fmt.Fprintf(e.out, "  transient, would be retried: %v\n", err)
-		default:
-			fmt.Fprintf(e.out, "  %s: %d inserted, %d updated, %s deleted (route %s)\n", out.Status,
-				out.Rows.Inserted, out.Rows.Updated, deletedText(out.Rows.Deleted), orDash(out.Rows.Route))
+	port := 4222 // the nats CLI's default, when free
+	if l, err := net.Listen("tcp", "127.0.0.1:4222"); err == nil {
+		l.Close()
+	} else {
+		port = 0
+	}
+	ns, err := embeddednats.Start(embeddednats.Options{Port: port, StoreDir: tmp})
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, ns.Stop)
+	fmt.Fprintf(e.out, "NATS with JetStream on %s (in-process)\n", ns.URL())
+
+	url := e.getenv("IDEM_DATABASE_URL")
+	if url == "" {
+		srv, err := localpg.Start(ctx, localpg.Options{})
+		if err != nil {
+			return err
+		}
+		cleanup = append(cleanup, func() { _ = srv.Close() })
+		url = srv.URL("postgres")
+		fmt.Fprintf(e.out, "PostgreSQL on 127.0.0.1:%d (throwaway)\n", srv.Port)
+	}
+	pool, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, pool.Close)
+	if _, err := audit.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, devSchema); err != nil {
+		return fmt.Errorf("demo tables: %w", err)
+	}
+
+	cfg, err := config.Parse(devConfig, nil)
+	if err != nil {
+		return err
+	}
+	cfg.NATS.URL = ns.URL()
+	cfg.NATS.AckWait = config.Duration(5 * time.Second)
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	for _, d := range cfg.Datasets {
+		d.RetryDelay = config.Duration(time.Second)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("demo config: %w", err)
+	}
+
+	log := zerolog.New(logFile).With().Timestamp().Logger()
+	nc, err := natsconn.Connect(ctx, cfg.NATS, "idem dev", log)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, nc.Close)
+
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(sctx, serveDeps{cfg: cfg, pool: pool, nc: nc, log: log, grace: 5 * time.Second,
+			ready: func(addr string) { ready <- addr }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		stop()
+		return fmt.Errorf("idem serve: %w", err)
+	}
+	fmt.Fprintf(e.out, "idem serve running: metrics on http://%s/metrics, log in %s\n", addr, logFile.Name())
+
+	if err := e.devScenario(ctx, nc, pool, cfg); err != nil {
+		stop()
+		<-done
+		return err
+	}
+	if !once {
+		fmt.Fprintf(e.out, "\nStill serving. Try, from another terminal:\n\n"+
+			"  nats --server %s pub idem.ready.orders '{\"dataset\":\"orders\",\"partition\":\"2026-11-27\",\"run_id\":\"manual__1\"}'\n\n"+
+			"then see the audit row with psql %q -c 'TABLE idem.partition_status'\nCtrl-C to stop.\n", ns.URL(), url)
+		select {
+		case <-ctx.Done():
+		case err := <-done:
+			return err
 		}
 	}
-	step("load orders for 2026-11-28", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`)
-	step("the same event delivered again: no work, recorded as skipped", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`)
-	step("a manual replay with a new run_id: the partition is replaced, not doubled", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"manual__replay"}`)
-	step("merge customers updated on 2026-11-28", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`)
-	step("merge them again: unchanged rows are not rewritten", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"manual__again"}`)
-	step("append events of 2026-11-27", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r2"}`)
-	step("append them again under an older-looking run_id: the view still shows one row per event", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r1"}`)
-	step("a poison event: 2026-02-30 is not a date", "idem.ready.orders", `{"dataset":"orders","partition":"2026-02-30","run_id":"bad"}`)
-	step("a partition with no source rows is refused, never a silent wipe", "idem.ready.orders", `{"dataset":"orders","partition":"2027-01-01","run_id":"empty"}`)
-
-	var n int64
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM analytics.fact_orders").Scan(&n); err == nil {
-		fmt.Fprintf(e.out, "\nanalytics.fact_orders holds %d rows (25 per loaded day, never doubled)\n", n)
+	stop()
+	if err := <-done; err != nil {
+		return err
 	}
-	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM raw.latest_events").Scan(&n); err == nil {
+	fmt.Fprintln(e.out, "stopped cleanly")
+	return nil
+}
+
+// devScenario publishes the demo events through JetStream exactly as a
+// scheduler would, and waits for each one's fate in the audit table or the
+// dead-letter stream.
+func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool, cfg *config.Config) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	dlq, err := js.Stream(ctx, cfg.NATS.DLQStream)
+	if err != nil {
+		return err
+	}
+	type step struct {
+		title, subject, body string
+		want                 string // audit status of (dataset, run_id), or "dlq"
+	}
+	steps := []step{
+		{"load orders for 2026-11-28", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSuccess},
+		{"the same event delivered again: no work, recorded as skipped", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSkipped},
+		{"a manual replay with a new run_id: the partition is replaced, not doubled", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"manual__replay"}`, audit.StatusSuccess},
+		{"merge customers updated on 2026-11-28", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSuccess},
+		{"merge them again under a new run_id: unchanged rows are not rewritten", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"manual__again"}`, audit.StatusSuccess},
+		{"append events of 2026-11-27", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r2"}`, audit.StatusSuccess},
+		{"append again under an older-looking run_id: the view still shows one row per event", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r1"}`, audit.StatusSuccess},
+		{"poison: 2026-02-30 is not a date", "idem.ready.orders", `{"dataset":"orders","partition":"2026-02-30","run_id":"bad"}`, "dlq"},
+		{"poison: not even JSON", "idem.ready.orders", `{"dataset": "orders", oops`, "dlq"},
+		{"a partition with no source rows is refused, never a silent wipe", "idem.ready.orders", `{"dataset":"orders","partition":"2027-01-01","run_id":"empty"}`, "dlq"},
+	}
+	dead := 0
+	for _, s := range steps {
+		fmt.Fprintf(e.out, "\n> %s\n  publish %s %s\n", s.title, s.subject, s.body)
+		// A plain publish, as `nats pub` does; JetStream stores it on the events stream.
+		if _, err := js.Publish(ctx, s.subject, []byte(s.body)); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var got string
+		if s.want == "dlq" {
+			dead++
+			got, err = waitDeadLetter(wctx, dlq, dead)
+		} else {
+			got, err = waitAudit(wctx, pool, s.body, s.want)
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.title, err)
+		}
+		fmt.Fprintf(e.out, "  %s\n", got)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM analytics.fact_orders").Scan(&n); err == nil {
+		fmt.Fprintf(e.out, "\nanalytics.fact_orders holds %d rows (25 for the one day loaded, never doubled)\n", n)
+	}
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM raw.latest_events").Scan(&n); err == nil {
 		fmt.Fprintf(e.out, "raw.latest_events shows %d events (raw.events keeps every appended copy)\n", n)
 	}
 	fmt.Fprintln(e.out, "\nidem.pipeline_audit:")
-	return printAudit(ctx, e.out, d.pool)
+	return printAudit(ctx, e.out, pool)
+}
+
+// waitAudit waits for the newest audit row of the event's run to reach want.
+func waitAudit(ctx context.Context, pool *pgxpool.Pool, body, want string) (string, error) {
+	runID := between(body, `"run_id":"`, `"`)
+	dataset := between(body, `"dataset":"`, `"`)
+	for {
+		var status, rows string
+		err := pool.QueryRow(ctx, `SELECT status, coalesce(rows_inserted::text || ' inserted, ' || rows_updated::text || ' updated, ' ||
+		         coalesce(rows_deleted::text, 'all (truncate)') || ' deleted', '')
+		    FROM idem.pipeline_audit WHERE task_id = $1 AND run_id = $2 AND status <> 'started'
+		   ORDER BY id DESC LIMIT 1`, dataset, runID).Scan(&status, &rows)
+		if err == nil && status == want {
+			if rows == "" {
+				return status, nil
+			}
+			return status + ": " + rows, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no audit row %q for run %s (last: %q, %v)", want, runID, status, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// waitDeadLetter waits for the n-th dead letter and describes it.
+func waitDeadLetter(ctx context.Context, dlq jetstream.Stream, n int) (string, error) {
+	for {
+		info, err := dlq.Info(ctx)
+		if err == nil && info.State.Msgs >= uint64(n) {
+			m, err := dlq.GetMsg(ctx, info.State.LastSeq)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("dead letter on %s, kind %s, after %s delivery: %s", m.Subject,
+				m.Header.Get(consumer.HeaderErrorKind), m.Header.Get(consumer.HeaderDeliveries), m.Header.Get(consumer.HeaderError)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", errors.New("no dead letter arrived")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func between(s, start, end string) string {
+	i := strings.Index(s, start)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(start):]
+	if j := strings.Index(s, end); j >= 0 {
+		return s[:j]
+	}
+	return s
 }
 
 func printAudit(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
@@ -160,18 +302,4 @@ func printAudit(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
 		return err
 	}
 	return tw.Flush()
-}
-
-func deletedText(n int64) string {
-	if n < 0 {
-		return "all (truncate)"
-	}
-	return fmt.Sprint(n)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

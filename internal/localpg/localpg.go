@@ -121,6 +121,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		"log_min_messages = warning",
 		"log_min_error_statement = panic",
 		"max_prepared_transactions = 0",
+		// Notice a client that died mid-query (a SIGKILLed idem) within a
+		// second, instead of running its statement to the end with its locks.
+		"client_connection_check_interval = 1000",
 	}
 	if !opts.Durable {
 		conf = append(conf, "fsync = off", "synchronous_commit = off", "full_page_writes = off")

@@ -1,0 +1,275 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/schemas"
+)
+
+// Defaults applied by WithDefaults to fields left zero.
+const (
+	// DefaultMaxDeliveries is a dataset's delivery budget: one delivery and
+	// three retries, as internal/config's default retries.
+	DefaultMaxDeliveries = 4
+	// DefaultRetryDelay is the first backoff delay after a transient failure.
+	DefaultRetryDelay = 10 * time.Second
+	// DefaultMaxRetryDelay caps the exponential backoff.
+	DefaultMaxRetryDelay = 30 * time.Minute
+	// DefaultFetchWait is how long one pull request waits for messages. A
+	// pull asks for as many messages as there are free slots then; slots
+	// freed while it is open wait for the next pull.
+	DefaultFetchWait = 2 * time.Second
+	// DefaultShutdownGrace is how long in-flight handlers may run after a stop
+	// before their context is cancelled with ErrShutdown.
+	DefaultShutdownGrace = 25 * time.Second
+	// DefaultShutdownNakDelay is the redelivery delay of a message interrupted
+	// by a stop: short, so another replica picks it up soon.
+	DefaultShutdownNakDelay = time.Second
+	// DefaultAckTimeout bounds one exchange with the server that must be
+	// confirmed: the DoubleAck of a success and the PubAck of a dead letter.
+	DefaultAckTimeout = 10 * time.Second
+)
+
+// Retry is a dataset's delivery budget and backoff.
+type Retry struct {
+	// MaxDeliveries is how many times a message may be delivered (retries+1).
+	// The delivery that reaches it is the last: a transient failure there is
+	// dead-lettered as exhausted. Default DefaultMaxDeliveries.
+	MaxDeliveries int
+	// Delay is the first backoff delay. Default DefaultRetryDelay.
+	Delay time.Duration
+	// MaxDelay caps the backoff. Default DefaultMaxRetryDelay.
+	MaxDelay time.Duration
+}
+
+// Dataset is what the consumer needs to know of one configured dataset.
+// Datasets are keyed by name in Config.Datasets.
+type Dataset struct {
+	// PartitionType is how the event's partition is parsed; "" is date.
+	PartitionType schemas.PartitionType
+	// MaxConcurrency bounds this dataset's handlers running at once in this
+	// process; 0 means only Config.MaxInFlight applies.
+	MaxConcurrency int
+	// Retry is the delivery budget and backoff.
+	Retry Retry
+}
+
+// Config configures a Consumer and a Reconciler. Names and prefixes have no
+// defaults here: cmd passes the values of internal/config, which has them.
+type Config struct {
+	// Stream is the events stream, e.g. IDEM_EVENTS. Required.
+	Stream string
+	// DLQStream is the dead-letter stream, e.g. IDEM_DLQ. Required: dead
+	// letters are published expecting it, so a misrouted subject fails
+	// loudly instead of landing in some other stream.
+	DLQStream string
+	// AdvisoryStream captures the max-deliveries advisories of Consumer for
+	// the Reconciler. Default Stream+"_ADVISORIES".
+	AdvisoryStream string
+	// Consumer is the durable pull consumer on Stream, e.g. idem. Required.
+	Consumer string
+	// SubjectPrefix prefixes event subjects: <prefix>.<dataset>. Required.
+	SubjectPrefix string
+	// DLQSubjectPrefix prefixes dead letters: <prefix>.<dataset> or
+	// <prefix>._invalid. Required.
+	DLQSubjectPrefix string
+	// AckWait is the consumer's ack wait; heartbeats are sent every AckWait/3.
+	// Required.
+	AckWait time.Duration
+	// MaxInFlight bounds the messages this process holds at once, running or
+	// waiting for their dataset's turn. Required.
+	MaxInFlight int
+	// Datasets are the configured datasets by name. An event for any other
+	// dataset is invalid and dead-lettered to <DLQSubjectPrefix>._invalid.
+	Datasets map[string]Dataset
+
+	// FetchWait is how long one pull request waits. Default DefaultFetchWait.
+	FetchWait time.Duration
+	// ShutdownGrace is how long in-flight handlers may finish after a stop
+	// caused by Run's context. Default DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+	// ShutdownNakDelay is the redelivery delay after a stop interrupted a
+	// message. Default DefaultShutdownNakDelay.
+	ShutdownNakDelay time.Duration
+	// AckTimeout bounds a DoubleAck or a dead letter's PubAck. Default
+	// DefaultAckTimeout.
+	AckTimeout time.Duration
+
+	// Log receives every line; each line about a message carries dataset,
+	// partition, run_id, attempt and stream_seq. The zero Logger discards
+	// everything.
+	Log zerolog.Logger
+	// Hooks receive metric events; nil hooks are skipped.
+	Hooks Hooks
+	// Rand draws the backoff jitter, uniform in [0,1). Default
+	// math/rand/v2.Float64.
+	Rand func() float64
+	// Now stamps Idem-Failed-At. Default time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every zero field that has a default filled.
+func (c Config) WithDefaults() Config {
+	if c.AdvisoryStream == "" && c.Stream != "" {
+		c.AdvisoryStream = c.Stream + "_ADVISORIES"
+	}
+	setDuration(&c.FetchWait, DefaultFetchWait)
+	setDuration(&c.ShutdownGrace, DefaultShutdownGrace)
+	setDuration(&c.ShutdownNakDelay, DefaultShutdownNakDelay)
+	setDuration(&c.AckTimeout, DefaultAckTimeout)
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	ds := make(map[string]Dataset, len(c.Datasets))
+	for name, d := range c.Datasets {
+		if d.Retry.MaxDeliveries == 0 {
+			d.Retry.MaxDeliveries = DefaultMaxDeliveries
+		}
+		setDuration(&d.Retry.Delay, DefaultRetryDelay)
+		setDuration(&d.Retry.MaxDelay, DefaultMaxRetryDelay)
+		ds[name] = d
+	}
+	c.Datasets = ds
+	return c
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+// Validate reports every problem of c (after WithDefaults), each naming the
+// field and the fix.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("consumer: "+format, args...)) }
+	for _, f := range []struct{ name, value, example string }{
+		{"Stream", c.Stream, "IDEM_EVENTS"},
+		{"DLQStream", c.DLQStream, "IDEM_DLQ"},
+		{"AdvisoryStream", c.AdvisoryStream, "IDEM_EVENTS_ADVISORIES"},
+		{"Consumer", c.Consumer, "idem"},
+	} {
+		if msg := nameProblem(f.value); msg != "" {
+			add("%s %q %s; e.g. %s", f.name, f.value, msg, f.example)
+		}
+	}
+	for _, f := range []struct{ name, value, example string }{
+		{"SubjectPrefix", c.SubjectPrefix, "idem.ready"},
+		{"DLQSubjectPrefix", c.DLQSubjectPrefix, "idem.dlq"},
+	} {
+		if !validPrefix(f.value) {
+			add("%s %q is not a subject prefix; write dot-separated tokens without wildcards or white space, e.g. %s", f.name, f.value, f.example)
+		}
+	}
+	if validPrefix(c.SubjectPrefix) && validPrefix(c.DLQSubjectPrefix) && prefixesOverlap(c.SubjectPrefix, c.DLQSubjectPrefix) {
+		add("SubjectPrefix %q and DLQSubjectPrefix %q overlap; dead letters would be consumed as events", c.SubjectPrefix, c.DLQSubjectPrefix)
+	}
+	if c.AckWait <= 0 {
+		add("AckWait %s must be positive, e.g. 30s", c.AckWait)
+	}
+	if c.MaxInFlight < 1 {
+		add("MaxInFlight %d must be at least 1", c.MaxInFlight)
+	}
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"FetchWait", c.FetchWait}, {"ShutdownGrace", c.ShutdownGrace}, {"ShutdownNakDelay", c.ShutdownNakDelay}, {"AckTimeout", c.AckTimeout}} {
+		if d.value < 0 {
+			add("%s %s must not be negative", d.name, d.value)
+		}
+	}
+	for _, name := range sortedKeys(c.Datasets) {
+		d := c.Datasets[name]
+		if !schemas.ValidDataset(name) {
+			add("dataset %q is not a valid dataset name (^[a-z][a-z0-9_]{0,62}$)", name)
+		}
+		if d.Retry.MaxDeliveries < 1 {
+			add("dataset %s: Retry.MaxDeliveries %d must be at least 1", name, d.Retry.MaxDeliveries)
+		}
+		if d.Retry.Delay < 0 || d.Retry.MaxDelay < d.Retry.Delay {
+			add("dataset %s: Retry.Delay %s and Retry.MaxDelay %s must satisfy 0 <= Delay <= MaxDelay", name, d.Retry.Delay, d.Retry.MaxDelay)
+		}
+		if d.MaxConcurrency < 0 {
+			add("dataset %s: MaxConcurrency %d must be 0 (no limit) or more", name, d.MaxConcurrency)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Streams is the server side of c: what EnsureStreams creates. MaxDeliver is
+// the largest dataset budget, so JetStream's own cap never cuts a dataset's
+// budget short; datasets with smaller budgets are cut by Decide.
+func (c Config) Streams() StreamsConfig {
+	c = c.WithDefaults()
+	maxDeliver := 0
+	for _, d := range c.Datasets {
+		maxDeliver = max(maxDeliver, d.Retry.MaxDeliveries)
+	}
+	if maxDeliver == 0 {
+		maxDeliver = DefaultMaxDeliveries
+	}
+	return StreamsConfig{
+		Stream:           c.Stream,
+		SubjectPrefix:    c.SubjectPrefix,
+		DLQStream:        c.DLQStream,
+		DLQSubjectPrefix: c.DLQSubjectPrefix,
+		AdvisoryStream:   c.AdvisoryStream,
+		Consumer:         c.Consumer,
+		AckWait:          c.AckWait,
+		MaxDeliver:       maxDeliver,
+		MaxAckPending:    max(DefaultMaxAckPending, c.MaxInFlight),
+	}
+}
+
+// lookup tells schemas.Decode the configured datasets' partition types.
+func (c *Config) lookup(dataset string) (schemas.PartitionType, bool) {
+	d, ok := c.Datasets[dataset]
+	return d.PartitionType, ok
+}
+
+// nameProblem checks a stream or consumer name against what NATS accepts.
+func nameProblem(name string) string {
+	if name == "" {
+		return "is required"
+	}
+	if strings.ContainsAny(name, ".*>/\\") || strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return `contains white space, ".", "*", ">", "/" or "\"`
+	}
+	return ""
+}
+
+func validPrefix(p string) bool {
+	if p == "" {
+		return false
+	}
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return false
+		}
+	}
+	return true
+}
+
+func prefixesOverlap(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+".") || strings.HasPrefix(b, a+".")
+}

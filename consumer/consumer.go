@@ -1,0 +1,294 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Handler handles one message. It returns nil once the work is committed or
+// found already done, an error whose Fatal() reports true when no retry can
+// help, and any other error to be retried after a backoff.
+//
+// ctx carries Run's context values and the message's logger
+// (zerolog.Ctx(ctx)); it is cancelled with cause ErrShutdown when a stop's
+// grace period runs out. A panic is recovered as a *PanicError.
+type Handler func(ctx context.Context, m *Message) error
+
+// Consumer fetches events from the durable pull consumer, runs the Handler on
+// each, and carries out the fate Decide gives it. Build it with New; Run it
+// once.
+type Consumer struct {
+	js     jetstream.JetStream
+	cfg    Config
+	handle Handler
+	log    zerolog.Logger
+	dl     *deadLetterer
+
+	// slots holds one token per message fetched and not yet settled, so a
+	// fetch never asks for more messages than there are free workers.
+	slots chan struct{}
+	// turns bounds, per dataset with a MaxConcurrency, the handlers running.
+	turns map[string]chan struct{}
+	held  atomic.Int64
+	wg    sync.WaitGroup
+
+	started atomic.Bool
+	// stopCtx is cancelled by the first stop; stopping is its Done channel.
+	// It also cancels the pull in progress, so that the server, which checks
+	// a pull's interest before each delivery, sends nothing more.
+	stopCtx  context.Context
+	stopNow  context.CancelFunc
+	stopping <-chan struct{}
+	stopOnce sync.Once
+	stopMu   sync.Mutex
+	graceEnd time.Time
+}
+
+// New checks cfg (after WithDefaults) and returns a Consumer. js comes from
+// cmd, which owns the connection: build it with nats.MaxReconnects(-1) and
+// reconnect/disconnect handlers that log, and drain it after Run returns.
+func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
+	if js == nil || h == nil {
+		return nil, errors.New("consumer: New needs a JetStream and a Handler")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer{
+		js:     js,
+		cfg:    cfg,
+		handle: h,
+		log:    cfg.Log,
+		dl:     newDeadLetterer(js, cfg),
+		slots:  make(chan struct{}, cfg.MaxInFlight),
+		turns:  map[string]chan struct{}{},
+	}
+	c.stopCtx, c.stopNow = context.WithCancel(context.Background())
+	c.stopping = c.stopCtx.Done()
+	for name, d := range cfg.Datasets {
+		if d.MaxConcurrency > 0 {
+			c.turns[name] = make(chan struct{}, d.MaxConcurrency)
+		}
+	}
+	return c, nil
+}
+
+func newDeadLetterer(js jetstream.JetStream, cfg Config) *deadLetterer {
+	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout}
+}
+
+// Run consumes until stopped, by Stop or by ctx's cancellation (which
+// stops with Config.ShutdownGrace), then returns nil once every message
+// fetched has been acked, nak'ed or dead-lettered. It returns an error only
+// when the connection is closed for good.
+//
+// The consumer must exist: EnsureStreams creates it. While it is missing
+// (deleted by hand, or not yet loaded by a restarting server), Run logs and
+// retries rather than recreating it, which would replay the whole stream.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("consumer: Run called twice")
+	}
+	// Handlers keep ctx's values but not its cancellation: a stop gives them
+	// the grace period first.
+	hard, cancelHard := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHard(ErrShutdown)
+
+	settled := make(chan struct{})
+	supervised := make(chan struct{})
+	go func() {
+		defer close(supervised)
+		select {
+		case <-ctx.Done():
+			c.stop(c.cfg.ShutdownGrace, context.Cause(ctx))
+		case <-c.stopping:
+		}
+		t := time.NewTimer(time.Until(c.graceDeadline()))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			if n := c.held.Load(); n > 0 {
+				c.log.Warn().Int64("in_flight", n).Msg("grace period over: cancelling handlers, their messages will be nak'ed")
+			}
+			cancelHard(ErrShutdown)
+		case <-settled:
+		}
+	}()
+
+	c.log.Info().Str("stream", c.cfg.Stream).Str("consumer", c.cfg.Consumer).Int("max_in_flight", c.cfg.MaxInFlight).Msg("consuming")
+	err := c.fetchLoop(hard)
+	if err != nil {
+		c.stop(c.cfg.ShutdownGrace, err)
+	}
+	c.wg.Wait()
+	close(settled)
+	<-supervised
+	c.log.Info().Msg("consumer stopped: every fetched message is settled")
+	return err
+}
+
+// Stop stops fetching and lets in-flight handlers finish for up to grace;
+// then their context is cancelled with ErrShutdown and their messages are
+// nak'ed. Messages waiting for their dataset's turn are nak'ed at once. It
+// returns at once; Run returns when all is settled. Only the first stop
+// counts.
+func (c *Consumer) Stop(grace time.Duration) { c.stop(grace, ErrShutdown) }
+
+func (c *Consumer) stop(grace time.Duration, cause error) {
+	c.stopOnce.Do(func() {
+		c.stopMu.Lock()
+		c.graceEnd = time.Now().Add(grace)
+		c.stopMu.Unlock()
+		c.log.Info().AnErr("cause", cause).Dur("grace", grace).Int64("in_flight", c.held.Load()).Msg("stopping: no more fetches")
+		c.stopNow()
+	})
+}
+
+func (c *Consumer) graceDeadline() time.Time {
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
+	return c.graceEnd
+}
+
+func (c *Consumer) isStopping() bool {
+	select {
+	case <-c.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// fetchLoop pulls as many messages as there are free slots, hands each to
+// its own goroutine, and ends when stopping. A stop cancels the pull in
+// progress at once: left open, it would take back the very messages the
+// stop naks and burn their deliveries. What it already brought is nak'ed.
+func (c *Consumer) fetchLoop(hard context.Context) error {
+	var cons jetstream.Consumer
+	pause := time.Duration(0)
+	failed := func(err error, msg string) bool {
+		pause = min(max(2*pause, 100*time.Millisecond), 10*time.Second)
+		c.log.Warn().Err(err).Dur("retry_in", pause).Msg(msg)
+		return c.sleep(pause)
+	}
+	for !c.isStopping() {
+		if cons == nil {
+			var err error
+			cons, err = c.lookup(hard)
+			if errors.Is(err, nats.ErrConnectionClosed) {
+				return fmt.Errorf("consumer: %w", err)
+			}
+			if err != nil {
+				if !failed(err, "consumer not available; run `idem streams` if it was deleted") {
+					return nil
+				}
+				continue
+			}
+		}
+		n := c.reserve()
+		if n == 0 {
+			return nil
+		}
+		fctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.FetchWait)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			c.release(n)
+		} else {
+			got := 0
+			for msg := range batch.Messages() {
+				got++
+				c.dispatch(hard, msg)
+			}
+			c.release(n - got)
+			err = batch.Error()
+		}
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) ||
+			errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			pause = 0
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return fmt.Errorf("consumer: %w", err)
+		default:
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+				errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+				cons = nil
+			}
+			if !failed(err, "fetch failed") {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) lookup(ctx context.Context) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+	defer cancel()
+	return c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+}
+
+// sleep waits d or until stopping; it reports whether to go on.
+func (c *Consumer) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.stopping:
+		return false
+	}
+}
+
+// reserve takes at least one free slot (waiting for it) and then every other
+// free one; 0 means stopping.
+func (c *Consumer) reserve() int {
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.stopping:
+		return 0
+	}
+	if c.isStopping() {
+		c.release(1)
+		return 0
+	}
+	n := 1
+	for n < c.cfg.MaxInFlight {
+		select {
+		case c.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (c *Consumer) release(n int) {
+	for range n {
+		<-c.slots
+	}
+}
+
+// dispatch hands msg, which holds one reserved slot, to its own goroutine.
+func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg) {
+	c.wg.Add(1)
+	c.cfg.Hooks.inFlight(int(c.held.Add(1)))
+	go func() {
+		defer func() {
+			c.release(1)
+			c.cfg.Hooks.inFlight(int(c.held.Add(-1)))
+			c.wg.Done()
+		}()
+		c.process(hard, msg)
+	}()
+}

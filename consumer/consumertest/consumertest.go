@@ -1,0 +1,63 @@
+// Package consumertest runs a real, in-process NATS server with JetStream for
+// tests: no Docker, no child process, a fresh store per test. It must never
+// be imported by non-test code.
+package consumertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RunServer starts a JetStream-enabled nats-server on a random loopback port
+// with its store in a temporary directory, and shuts it down when the test
+// ends.
+func RunServer(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     true,
+		NoSigs:    true,
+	})
+	if err != nil {
+		t.Fatalf("consumertest: new nats-server: %v", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("consumertest: nats-server not ready within 10s")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Connect opens a connection to s that is closed when the test ends. It
+// reconnects forever, as idem's own connections do.
+func Connect(t testing.TB, s *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatalf("consumertest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream connects to s and returns its JetStream context.
+func JetStream(t testing.TB, s *server.Server) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Connect(t, s))
+	if err != nil {
+		t.Fatalf("consumertest: jetstream: %v", err)
+	}
+	return js
+}

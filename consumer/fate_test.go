@@ -1,0 +1,113 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fatalError marks an error as fatal the way handlers and schemas do: by
+// behaviour, not by type.
+type fatalError struct{ msg string }
+
+func (e *fatalError) Error() string { return e.msg }
+func (e *fatalError) Fatal() bool   { return true }
+
+// notFatal has a Fatal method that says no: it must retry.
+type notFatal struct{}
+
+func (notFatal) Error() string { return "says not fatal" }
+func (notFatal) Fatal() bool   { return false }
+
+func TestDecide(t *testing.T) {
+	retry := Retry{MaxDeliveries: 3, Delay: time.Second, MaxDelay: time.Minute}
+	transient := errors.New("connection reset")
+	fatal := fmt.Errorf("load: %w", &fatalError{"undefined_object: relation missing"})
+	const shutdownDelay = 500 * time.Millisecond
+
+	tests := []struct {
+		name    string
+		err     error
+		cause   error
+		attempt int
+		want    Fate
+	}{
+		{name: "success acks", attempt: 1, want: Fate{Action: Ack}},
+		{name: "success on the last attempt acks", attempt: 3, want: Fate{Action: Ack}},
+		{name: "success after shutdown began still acks: it committed", cause: ErrShutdown, attempt: 1, want: Fate{Action: Ack}},
+		{name: "shutdown cause naks shortly", err: context.Canceled, cause: ErrShutdown, attempt: 1,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
+		{name: "shutdown on the last attempt naks, not exhausted", err: context.Canceled, cause: ErrShutdown, attempt: 3,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
+		{name: "shutdown wins over a fatal error it caused", err: fatal, cause: ErrShutdown, attempt: 1,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
+		{name: "not run because of shutdown", err: ErrShutdown, cause: ErrShutdown, attempt: 2,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
+		{name: "handler returns the shutdown cause", err: fmt.Errorf("load: %w", ErrShutdown), attempt: 1,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
+		{name: "other cancellation cause is no shutdown", err: transient, cause: errors.New("handler timeout"), attempt: 1,
+			want: Fate{Action: Nak, Delay: time.Second}},
+		{name: "fatal dead-letters after one delivery", err: fatal, attempt: 1,
+			want: Fate{Action: DeadLetter, Kind: KindFatal, Delay: time.Second}},
+		{name: "fatal on the last attempt is fatal, not exhausted", err: fatal, attempt: 3,
+			want: Fate{Action: DeadLetter, Kind: KindFatal, Delay: 4 * time.Second}},
+		{name: "Fatal() false is transient", err: notFatal{}, attempt: 1,
+			want: Fate{Action: Nak, Delay: time.Second}},
+		{name: "transient with attempts left naks with backoff", err: transient, attempt: 1,
+			want: Fate{Action: Nak, Delay: time.Second}},
+		{name: "transient backoff doubles", err: transient, attempt: 2,
+			want: Fate{Action: Nak, Delay: 2 * time.Second}},
+		{name: "transient on the last attempt is exhausted", err: transient, attempt: 3,
+			want: Fate{Action: DeadLetter, Kind: KindExhausted, Delay: 4 * time.Second}},
+		{name: "past the budget is exhausted too", err: transient, attempt: 4,
+			want: Fate{Action: DeadLetter, Kind: KindExhausted, Delay: 8 * time.Second}},
+		{name: "panic with attempts left retries", err: &PanicError{Value: "boom"}, attempt: 2,
+			want: Fate{Action: Nak, Delay: 2 * time.Second}},
+		{name: "panic on the last attempt is crashed", err: &PanicError{Value: "boom"}, attempt: 3,
+			want: Fate{Action: DeadLetter, Kind: KindCrashed, Delay: 4 * time.Second}},
+		{name: "delivered past the budget without a verdict is crashed", err: &unfinishedError{attempt: 4, max: 3}, attempt: 4,
+			want: Fate{Action: DeadLetter, Kind: KindCrashed, Delay: 8 * time.Second}},
+		{name: "invalid body (fatal decode error) dead-letters", err: &fatalError{"invalid event: body: is empty"}, attempt: 1,
+			want: Fate{Action: DeadLetter, Kind: KindFatal, Delay: time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Decide(Input{Err: tt.err, Cause: tt.cause, Attempt: tt.attempt, Retry: retry, Jitter: 0, ShutdownDelay: shutdownDelay})
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestFateOutcome(t *testing.T) {
+	require.Equal(t, OutcomeAcked, Fate{Action: Ack}.Outcome())
+	require.Equal(t, OutcomeRetried, Fate{Action: Nak}.Outcome())
+	require.Equal(t, OutcomeInterrupted, Fate{Action: Nak, Shutdown: true}.Outcome())
+	require.Equal(t, OutcomeDeadLettered, Fate{Action: DeadLetter, Kind: KindFatal}.Outcome())
+	require.Equal(t, "dead_letter(exhausted)", Fate{Action: DeadLetter, Kind: KindExhausted}.String())
+	require.Equal(t, "nak(1s)", Fate{Action: Nak, Delay: time.Second}.String())
+}
+
+func TestBackoff(t *testing.T) {
+	r := Retry{MaxDeliveries: 20, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}
+	for attempt := 1; attempt <= 20; attempt++ {
+		for _, j := range []float64{0, 0.25, 0.5, 0.999999} {
+			d := r.Backoff(attempt, j)
+			require.GreaterOrEqual(t, d, r.Delay, "attempt %d jitter %v", attempt, j)
+			require.LessOrEqual(t, d, r.MaxDelay, "attempt %d jitter %v", attempt, j)
+		}
+		require.LessOrEqual(t, r.Backoff(attempt, 0), r.Backoff(attempt+1, 0), "never shrinks")
+	}
+	require.Equal(t, 10*time.Second, r.Backoff(1, 0))
+	require.Equal(t, 20*time.Second, r.Backoff(1, 1))
+	require.Equal(t, 20*time.Second, r.Backoff(2, 0))
+	require.Equal(t, 30*time.Minute, r.Backoff(9, 0.7), "capped, no jitter past the cap")
+	require.Equal(t, 30*time.Minute, r.Backoff(1<<30, 0.5), "no overflow")
+	require.Equal(t, 10*time.Second, r.Backoff(0, 0), "attempt 0 counts as 1")
+	require.Equal(t, 10*time.Second, r.Backoff(1, -3), "jitter clamped")
+	require.Equal(t, time.Duration(0), Retry{}.Backoff(3, 0.5), "no delay configured: immediate")
+	require.Equal(t, 5*time.Second, Retry{Delay: 5 * time.Second, MaxDelay: time.Second}.Backoff(4, 0.5), "MaxDelay below Delay is Delay")
+}

@@ -1,0 +1,130 @@
+package consumer
+
+import (
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/schemas"
+)
+
+// Message is one decoded, validated delivery handed to a Handler.
+type Message struct {
+	// Subject is the subject the event was published to.
+	Subject string
+	// Data is the body, as published.
+	Data []byte
+	// Headers is a copy of the headers, every value of a repeated key kept.
+	Headers nats.Header
+	// NumDelivered counts deliveries of this message, from 1: the attempt.
+	NumDelivered int
+	// Stream and StreamSeq locate the message in the events stream.
+	Stream    string
+	StreamSeq uint64
+	// Published is when the events stream stored the message.
+	Published time.Time
+	// Dataset is a configured dataset's name, the subject's last token.
+	Dataset string
+	// Event is the decoded body, validated against the dataset's partition
+	// type.
+	Event schemas.Event
+}
+
+// invalidRetry paces the redelivery of a message of no configured dataset
+// whose dead letter could not be published.
+var invalidRetry = Retry{MaxDeliveries: 1, Delay: time.Second, MaxDelay: time.Minute}
+
+// delivery is one fetched message on its way to a fate.
+type delivery struct {
+	msg  jetstream.Msg
+	meta *jetstream.MsgMetadata
+	// m is the handler's view; m.Event is zero when decodeErr is set.
+	m *Message
+	// dataset is a configured dataset or "" when the message has none.
+	dataset string
+	// token is the subject's last token when it is a valid dataset name,
+	// configured or not: the Idem-Dataset header of a dead letter.
+	token     string
+	retry     Retry
+	decodeErr error
+	log       zerolog.Logger
+}
+
+// newDelivery reads a fetched message: metadata, routing and body. It never
+// fails on the body (an invalid body is a fatal decodeErr), only on
+// metadata, which every message from a pull consumer has.
+func (c *Consumer) newDelivery(msg jetstream.Msg) (*delivery, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	d := &delivery{
+		msg:  msg,
+		meta: meta,
+		m: &Message{
+			Subject:      msg.Subject(),
+			Data:         msg.Data(),
+			Headers:      cloneHeader(msg.Headers()),
+			NumDelivered: int(meta.NumDelivered),
+			Stream:       meta.Stream,
+			StreamSeq:    meta.Sequence.Stream,
+			Published:    meta.Timestamp,
+		},
+	}
+	d.token = subjectDataset(c.cfg.SubjectPrefix, msg.Subject())
+	d.retry = invalidRetry
+	if ds, ok := c.cfg.Datasets[d.token]; ok {
+		d.dataset, d.retry = d.token, ds.Retry
+		d.m.Dataset = d.token
+	}
+	d.m.Event, d.decodeErr = schemas.Decode(msg.Subject(), msg.Data(), c.cfg.lookup)
+	d.log = messageLogger(c.log, d.token, d.m.Event, d.m.NumDelivered, d.m.StreamSeq, d.m.Subject, d.decodeErr == nil)
+	return d, nil
+}
+
+// label is the dataset for metrics: configured, or InvalidDataset.
+func (d *delivery) label() string {
+	if d.dataset == "" {
+		return InvalidDataset
+	}
+	return d.dataset
+}
+
+// messageLogger carries SPEC's keys on every line about a message: dataset,
+// partition, run_id (when the body decoded), attempt and stream_seq.
+func messageLogger(base zerolog.Logger, dataset string, ev schemas.Event, attempt int, seq uint64, subject string, decoded bool) zerolog.Logger {
+	lc := base.With()
+	if dataset != "" {
+		lc = lc.Str("dataset", dataset)
+	}
+	if decoded {
+		lc = lc.Str("partition", ev.Key.Key).Str("run_id", ev.RunID)
+	} else {
+		lc = lc.Str("subject", subject)
+	}
+	return lc.Int("attempt", attempt).Uint64("stream_seq", seq).Logger()
+}
+
+// subjectDataset is the subject's token after prefix when it is a valid
+// dataset name, else "".
+func subjectDataset(prefix, subject string) string {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok || !schemas.ValidDataset(rest) {
+		return ""
+	}
+	return rest
+}
+
+func cloneHeader(h nats.Header) nats.Header {
+	if h == nil {
+		return nil
+	}
+	out := make(nats.Header, len(h))
+	for k, vs := range h {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}

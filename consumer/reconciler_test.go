@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// crash takes the next message like a process that dies before acking it:
+// fetched, never acked, so JetStream redelivers it after AckWait.
+func (e *env) crash(wantDelivery uint64) {
+	e.t.Helper()
+	cons, err := e.js.Consumer(context.Background(), testStream, e.cfg.Consumer)
+	require.NoError(e.t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(3*e.cfg.AckWait))
+	require.NoError(e.t, err)
+	var got jetstream.Msg
+	for m := range batch.Messages() {
+		got = m
+	}
+	require.NotNil(e.t, got, "delivery %d", wantDelivery)
+	meta, err := got.Metadata()
+	require.NoError(e.t, err)
+	require.Equal(e.t, wantDelivery, meta.NumDelivered)
+}
+
+func TestCrashedProcessIsDeadLetteredOnceByTwoReconcilers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) {
+		c.AckWait = time.Second
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Datasets["customers"] = Dataset{Retry: Retry{MaxDeliveries: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+	})
+	e.reconciler()
+	e.reconciler()
+	body := event("orders", "2026-11-28", "r1")
+	seq := e.publish("idem.ready.orders", body, nil)
+	e.crash(1)
+	e.crash(2) // the last delivery JetStream allows
+
+	// The restarted process. JetStream raises the advisory when the last
+	// delivery's ack wait expires while some client has a pull waiting
+	// (nats-server 2.15.2 raises none while no one pulls), and serving
+	// replicas always have one.
+	var got calls
+	e.start(func(_ context.Context, m *Message) error { got.add(m); return nil })
+	dl := e.deadLetters(1)[0]
+	require.Equal(t, "idem.dlq.orders", dl.Subject)
+	require.Equal(t, body, dl.Data)
+	require.Equal(t, "crashed", dl.Header.Get(HeaderErrorKind))
+	require.Equal(t, "2", dl.Header.Get(HeaderDeliveries))
+	require.Equal(t, fmt.Sprint(seq), dl.Header.Get(HeaderOriginalSeq))
+	require.Equal(t, "2026-11-28", dl.Header.Get(HeaderPartition))
+	require.Equal(t, "r1", dl.Header.Get(HeaderRunID))
+	require.Contains(t, dl.Header.Get(HeaderError), "after 2 deliveries")
+
+	// The same advisory again, twice at once, one per reconciler (an ack
+	// lost after the dead letter was stored looks like this): JetStream
+	// drops the copies by their Nats-Msg-Id.
+	adv := fmt.Sprintf(`{"type":%q,"stream":%q,"consumer":%q,"stream_seq":%d,"deliveries":2}`,
+		maxDeliverAdvisoryType, testStream, e.cfg.Consumer, seq)
+	for range 2 {
+		_, err := e.js.Publish(context.Background(), MaxDeliveriesSubject(testStream, e.cfg.Consumer), []byte(adv))
+		require.NoError(t, err)
+	}
+	advisories := e.cfg.WithDefaults().AdvisoryStream
+	require.Eventually(t, func() bool { return e.streamMsgs(advisories) == 0 }, waitFor, tick, "every advisory handled and acked")
+	require.Equal(t, uint64(1), e.streamMsgs(testDLQ), "dead-lettered exactly once")
+	require.Eventually(t, func() bool { return e.hook.deadLetter("orders/crashed") == 1 }, waitFor, tick)
+	require.Equal(t, uint64(1), e.streamMsgs(testStream), "the original stays in the stream (limits retention)")
+	require.Equal(t, 1, e.hook.deadLetter("orders/crashed"), "counted once")
+
+	// The poison message is out of the way: the others are served.
+	next := e.publish("idem.ready.customers", event("customers", "2026-11-28", "r1"), nil)
+	e.settled(next)
+	msgs, _ := got.snapshot()
+	require.Len(t, msgs, 1)
+	require.Equal(t, "customers", msgs[0].Dataset, "the crashed message is never run again")
+}
+
+func TestDeliveryPastTheDatasetBudgetIsCrashed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) {
+		c.AckWait = time.Second
+		// customers gives the consumer a MaxDeliver of 3; orders allows 1.
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Datasets["customers"] = Dataset{Retry: Retry{MaxDeliveries: 3, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+	})
+	seq := e.publish("idem.ready.orders", event("orders", "2026-11-28", "r1"), nil)
+	e.crash(1) // orders' only delivery dies
+
+	var got calls
+	e.start(func(_ context.Context, m *Message) error { got.add(m); return nil })
+	dl := e.deadLetters(1)[0]
+	e.settled(seq)
+	require.Zero(t, got.count(), "not run again past its budget")
+	require.Equal(t, "crashed", dl.Header.Get(HeaderErrorKind))
+	require.Equal(t, "2", dl.Header.Get(HeaderDeliveries))
+	require.Contains(t, dl.Header.Get(HeaderError), "delivery 2 is past the dataset's 1 allowed deliveries")
+}

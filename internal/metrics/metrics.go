@@ -1,0 +1,103 @@
+// Package metrics defines idem's Prometheus metrics (every name prefixed
+// idem_) on a registry of its own, and adapts them to the consumer's hooks.
+// It holds no global state: `idem serve` builds one and serves it on /metrics.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idem-data/idem/consumer"
+)
+
+// Metrics are the collectors of one process.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Events       *prometheus.CounterVec   // dataset, outcome
+	LoadDuration *prometheus.HistogramVec // dataset, status
+	RowsWritten  *prometheus.CounterVec   // dataset
+	DeadLetters  *prometheus.CounterVec   // dataset, kind
+	Duplicates   *prometheus.CounterVec   // dataset
+	Redeliveries *prometheus.CounterVec   // dataset
+	Heartbeats   *prometheus.CounterVec   // dataset
+	InFlight     prometheus.Gauge
+	BuildInfo    *prometheus.GaugeVec // version
+}
+
+// New registers every collector, plus the Go and process collectors.
+func New(version string) *Metrics {
+	r := prometheus.NewRegistry()
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	m := &Metrics{
+		Registry: r,
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_events_total", Help: "Deliveries handled, by dataset and outcome (success, skipped, retry, dead_letter, shutdown, ...).",
+		}, []string{"dataset", "outcome"}),
+		LoadDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "idem_load_duration_seconds", Help: "Time from the handler's start to its end, by dataset and status.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900},
+		}, []string{"dataset", "status"}),
+		RowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_rows_written_total", Help: "Rows inserted or updated by successful loads.",
+		}, []string{"dataset"}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_dead_letters_total", Help: "Dead letters acknowledged by the DLQ stream, by kind (fatal, exhausted, crashed).",
+		}, []string{"dataset", "kind"}),
+		Duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_duplicates_skipped_total", Help: "Events whose run had already succeeded: acknowledged without work.",
+		}, []string{"dataset"}),
+		Redeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_redeliveries_total", Help: "Deliveries with a delivery count above 1.",
+		}, []string{"dataset"}),
+		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_heartbeats_total", Help: "InProgress heartbeats sent for long loads.",
+		}, []string{"dataset"}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_loads_in_flight", Help: "Messages this process holds: loading or waiting for their dataset's turn.",
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idem_build_info", Help: "Always 1; the version label tells the build.",
+		}, []string{"version"}),
+	}
+	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.BuildInfo,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	m.BuildInfo.WithLabelValues(version).Set(1)
+	return m
+}
+
+// Hooks adapts the metrics to the consumer.
+func (m *Metrics) Hooks() consumer.Hooks {
+	return consumer.Hooks{
+		Event: func(dataset string, o consumer.Outcome, _ time.Duration) {
+			m.Events.WithLabelValues(dataset, string(o)).Inc()
+		},
+		DeadLetter: func(dataset string, k consumer.Kind) { m.DeadLetters.WithLabelValues(dataset, string(k)).Inc() },
+		Redelivery: func(dataset string) { m.Redeliveries.WithLabelValues(dataset).Inc() },
+		InFlight:   func(n int) { m.InFlight.Set(float64(n)) },
+		Heartbeat:  func(dataset string) { m.Heartbeats.WithLabelValues(dataset).Inc() },
+	}
+}
+
+// Load records one handled load.
+func (m *Metrics) Load(dataset, status string, d time.Duration, rows int64) {
+	m.LoadDuration.WithLabelValues(dataset, status).Observe(d.Seconds())
+	switch status {
+	case "success":
+		m.RowsWritten.WithLabelValues(dataset).Add(float64(rows))
+	case "skipped":
+		m.Duplicates.WithLabelValues(dataset).Inc()
+	}
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
