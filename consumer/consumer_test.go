@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/consumer/consumertest"
 )
 
 func TestSuccessAcksOnce(t *testing.T) {
@@ -411,4 +413,26 @@ func TestDeadLetterPublishFailureKeepsTheMessage(t *testing.T) {
 	e.settled(seq)
 	require.Equal(t, "fatal", dl.Header.Get(HeaderErrorKind))
 	require.True(t, strings.HasPrefix(dl.Subject, "idem.dlq."))
+}
+
+func TestConsumerSurvivesAServerRestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	var got calls
+	e.start(func(_ context.Context, m *Message) error { got.add(m); return nil })
+	e.settled(e.publish("idem.ready.orders", event("orders", "2026-11-01", "r1"), nil))
+
+	e.srv = consumertest.Restart(t, e.srv)
+	var seq uint64
+	require.Eventually(t, func() bool { // the test's own client reconnects too
+		ack, err := e.js.Publish(context.Background(), "idem.ready.orders", event("orders", "2026-11-02", "r1"))
+		if err == nil {
+			seq = ack.Sequence
+		}
+		return err == nil
+	}, waitFor, 100*time.Millisecond)
+	e.settled(seq)
+	require.Equal(t, 2, got.count())
+	require.Contains(t, e.logs.String(), "nats: disconnected")
+	require.Contains(t, e.logs.String(), "nats: reconnected")
 }

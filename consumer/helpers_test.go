@@ -79,8 +79,13 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 // returns Run's error.
 func (e *env) start(h Handler) (c *Consumer, stop func(grace time.Duration) error) {
 	e.t.Helper()
-	js := consumertest.JetStream(e.t, e.srv)
-	c, err := New(js, e.cfg, h)
+	// Connected as cmd connects: reconnect forever, state changes logged.
+	nc, err := nats.Connect(e.srv.ClientURL(), ConnOptions(e.cfg.Log)...)
+	require.NoError(e.t, err)
+	e.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(e.t, err)
+	c, err = New(js, e.cfg, h)
 	require.NoError(e.t, err)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(context.Background()) }()

@@ -4,6 +4,8 @@
 package consumertest
 
 import (
+	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,11 +19,28 @@ import (
 // ends.
 func RunServer(t testing.TB) *server.Server {
 	t.Helper()
+	return run(t, -1, t.TempDir())
+}
+
+// Restart shuts s down and starts a server on the same port with the same
+// store, as an operator's restart does: streams, consumers and their state
+// survive, clients see a disconnection and reconnect.
+func Restart(t testing.TB, s *server.Server) *server.Server {
+	t.Helper()
+	port := s.Addr().(*net.TCPAddr).Port
+	dir := filepath.Dir(s.StoreDir()) // StoreDir adds "jetstream"
+	s.Shutdown()
+	s.WaitForShutdown()
+	return run(t, port, dir)
+}
+
+func run(t testing.TB, port int, storeDir string) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		Host:      "127.0.0.1",
-		Port:      -1,
+		Port:      port,
 		JetStream: true,
-		StoreDir:  t.TempDir(),
+		StoreDir:  storeDir,
 		NoLog:     true,
 		NoSigs:    true,
 	})

@@ -168,9 +168,11 @@ func (s syncBuf) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
-func (w *world) serve(env ...string) *proc {
+func (w *world) serve(env ...string) *proc { return w.serveGrace("10s", env...) }
+
+func (w *world) serveGrace(grace string, env ...string) *proc {
 	w.t.Helper()
-	cmd := exec.Command(idemBin, "serve", "--config", w.cfg, "--grace", "10s")
+	cmd := exec.Command(idemBin, "serve", "--config", w.cfg, "--grace", grace)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
 	cmd.Stdout = syncBuf{p.mu, p.log}
@@ -194,6 +196,17 @@ func (p *proc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.log.String()
+}
+
+// httpAddr is where the process serves /metrics, from its start-up log line.
+func (p *proc) httpAddr() string {
+	out := p.output()
+	i := strings.Index(out, `"http":"`)
+	if i < 0 {
+		return ""
+	}
+	rest := out[i+len(`"http":"`):]
+	return rest[:strings.Index(rest, `"`)]
 }
 
 func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
