@@ -108,8 +108,8 @@ type Config struct {
 	Log zerolog.Logger
 	// Hooks receive metric events; nil hooks are skipped.
 	Hooks Hooks
-	// Rand draws the backoff jitter, uniform in [0,1). Default
-	// math/rand/v2.Float64.
+	// Rand draws the backoff jitter, uniform in [0,1); it must be safe for
+	// concurrent use. Default math/rand/v2.Float64.
 	Rand func() float64
 	// Now stamps Idem-Failed-At. Default time.Now.
 	Now func() time.Time
@@ -172,6 +172,9 @@ func (c Config) Validate() error {
 		if msg := nameProblem(f.value); msg != "" {
 			add("%s %q %s; e.g. %s", f.name, f.value, msg, f.example)
 		}
+	}
+	if c.Stream != "" && (c.Stream == c.DLQStream || c.Stream == c.AdvisoryStream || c.DLQStream == c.AdvisoryStream) {
+		add("Stream %q, DLQStream %q and AdvisoryStream %q must be three different streams", c.Stream, c.DLQStream, c.AdvisoryStream)
 	}
 	for _, f := range []struct{ name, value, example string }{
 		{"SubjectPrefix", c.SubjectPrefix, "idem.ready"},

@@ -175,5 +175,5 @@ type unfinishedError struct{ attempt, max int }
 
 func (e *unfinishedError) Error() string {
 	return fmt.Sprintf("delivery %d is past the dataset's %d allowed deliveries: the last allowed delivery ended without a verdict "+
-		"(the process died or lost the message)", e.attempt, e.max)
+		"(the process died, lost the message, was stopped, or could not publish its dead letter)", e.attempt, e.max)
 }

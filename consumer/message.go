@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"strings"
 	"time"
 
@@ -66,7 +67,7 @@ func (c *Consumer) newDelivery(msg jetstream.Msg) (*delivery, error) {
 		meta: meta,
 		m: &Message{
 			Subject:      msg.Subject(),
-			Data:         msg.Data(),
+			Data:         bytes.Clone(msg.Data()), // the dead letter needs the original intact
 			Headers:      cloneHeader(msg.Headers()),
 			NumDelivered: int(meta.NumDelivered),
 			Stream:       meta.Stream,

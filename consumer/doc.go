@@ -1,0 +1,174 @@
+// Package consumer is idem's JetStream side: it fetches "partition ready"
+// events from the durable pull consumer, hands each to a Handler, and turns
+// the handler's result into the message's fate: ack, nak with a delay, or
+// dead letter then term. It also creates the streams and consumers
+// (EnsureStreams) and dead-letters messages whose process died on every
+// delivery (Reconciler).
+//
+// It must never know what a handler does: no Postgres, and no import of
+// handlers, strategies or audit. What it needs to know about a message comes
+// from schemas (the dataset, for routing and limits, and whether the body is
+// valid at all); what it needs to know about a failure comes from the
+// error's behaviour. It never builds a connection either: cmd does, with
+// ConnOptions, and drains it after Run returns.
+//
+// # A message's way through
+//
+//  1. Fetch asks for as many messages as there are free slots
+//     (Config.MaxInFlight), so no message waits in a buffer while its ack
+//     clock runs.
+//  2. The message is read: JetStream metadata (stream sequence,
+//     NumDelivered), its dataset from the subject's last token, and the body
+//     through schemas.Decode with the configured datasets' partition types.
+//  3. Heartbeats start (see below).
+//  4. If the dataset has a MaxConcurrency, the message waits for a turn.
+//  5. The Handler runs, panics recovered as *PanicError.
+//  6. Heartbeats stop; Decide gives the fate; the fate is carried out.
+//
+// An invalid body, or a message delivered past its dataset's budget, skips
+// steps 4 and 5: the handler never sees it.
+//
+// # How a message's fate crosses the boundary
+//
+// A Handler says one thing: nil, or an error. Three behaviours are read from
+// it, none of them a type this package imports:
+//
+//   - nil: the work is committed, or was found already done (a duplicate).
+//   - an error for which errors.As finds an interface{ Fatal() bool }
+//     reporting true: retrying cannot help (handlers.FatalError,
+//     schemas.InvalidEventError).
+//   - the handler context's cause, context.Cause(ctx): ErrShutdown means the
+//     consumer interrupted it, whatever the handler made of the
+//     cancellation.
+//
+// Everything else is transient. The consumer adds what a handler cannot
+// know: the attempt (JetStream's NumDelivered) against the dataset's budget
+// (Retry.MaxDeliveries), and whether the handler ran at all. Decide is the
+// one function that maps this to a Fate, pure and table-tested:
+//
+//	handler returned nil                      -> Ack: DoubleAck, confirmed by the server
+//	cause is ErrShutdown                      -> Nak after ShutdownNakDelay; not a failure
+//	Fatal() reports true (invalid body too)   -> DeadLetter "fatal", after one delivery
+//	delivered past the dataset's budget       -> DeadLetter "crashed", handler not called
+//	last allowed delivery, handler panicked   -> DeadLetter "crashed"
+//	last allowed delivery, transient error    -> DeadLetter "exhausted"
+//	transient error, deliveries left          -> Nak after Retry.Backoff(attempt)
+//
+// Carrying a fate out: Ack is DoubleAck, the only ack the server confirms.
+// Nak is always NakWithDelay: a plain Nak ignores every backoff and
+// redelivers at once. DeadLetter publishes the copy, waits for JetStream's
+// PubAck, and only then sends TermWithReason; if the publish fails the
+// message is nak'ed with the backoff delay instead and stays pending. A
+// message is never in neither place.
+//
+// Watermill's router is not used for this: its message model knows ack and
+// nack, with no delay, no reason, no term and no in-progress, so the fate
+// would have to be smuggled across it. Its publishers and outbox remain fine
+// for cmd.
+//
+// # Dead letters
+//
+// A dead letter goes to <DLQSubjectPrefix>.<dataset> when the subject names
+// a configured dataset (even if the body is invalid), and to
+// <DLQSubjectPrefix>._invalid otherwise. It carries the original body
+// unchanged, the original headers with every value of a repeated key, and
+// Idem-Error (one line, at most 1 KiB), Idem-Error-Kind (fatal, exhausted,
+// crashed), Idem-Original-Subject, Idem-Original-Stream, Idem-Original-Seq,
+// Idem-Deliveries, Idem-Failed-At (RFC 3339, UTC), and Idem-Dataset,
+// Idem-Partition, Idem-Run-Id where known. Original headers named Nats-* or
+// Idem-* are kept as Idem-Original-<name>: a Nats-Expected-* or Nats-TTL
+// meant for the events stream must not make the dead-letter stream refuse
+// or expire the copy, and a publisher's Idem-Partition must not pass for
+// ours. A copy too big for max_payload or the stream's max_msg_size goes
+// without its body, with Idem-Body-Omitted saying where the original is.
+//
+// # One dead letter per message, and the window that relies on
+//
+// Every path that dead-letters message <seq> of stream <stream> publishes
+// with Nats-Msg-Id dlq:<stream>:<seq> (DeadLetterMsgID), and JetStream
+// drops a publish whose id it has seen within the dead-letter stream's
+// duplicate window (StreamConfig.Duplicates; DefaultDuplicates, 2 minutes,
+// on the streams EnsureStreams creates). The second attempts it absorbs
+// come soon after the first: a Term lost after the PubAck brings the
+// message back after AckWait (30s by default); an advisory whose ack was
+// lost comes back after the reconciler's ack wait (30s); several replicas
+// see no advisory twice, as the advisory consumer is a shared work queue.
+// The window must therefore stay longer than AckWait and 30s. Beyond it a
+// second dead letter of the same message is possible, never a lost one;
+// replaying both is harmless because loads are idempotent.
+//
+// # Crashes and the reconciler
+//
+// The consumer's MaxDeliver is the largest dataset budget, so JetStream's
+// own cap never cuts a dataset short; a dataset with a smaller budget is cut
+// by Decide, which dead-letters a delivery past the budget as crashed
+// without running it. When a process dies on a message's last allowed
+// delivery, JetStream stops delivering it, keeps it in the stream and only
+// says so in the advisory $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>.
+// Advisories are core NATS messages, lost when no one listens, which is
+// exactly when a poison message has taken every replica down; so
+// EnsureStreams captures them in a work-queue stream (AdvisoryStream) and
+// the Reconciler consumes it: it reads the message by stream sequence
+// (Stream.GetMsg) and dead-letters it as crashed. A message removed from the
+// stream meanwhile is logged and forgotten. JetStream (nats-server 2.15.2)
+// raises the advisory when the last delivery's ack wait expires while some
+// client has a pull request waiting on the consumer; a serving replica
+// always has one.
+//
+// Every nak counts as a delivery for JetStream. A message interrupted by a
+// stop, or whose dead letter could not be published, on its last allowed
+// delivery is therefore not run again: it ends in the dead-letter stream as
+// crashed, never lost.
+//
+// # Heartbeats
+//
+// From the moment a message is read until its handler returns (including
+// its wait for a dataset turn), InProgress is sent every AckWait/3, so a
+// load longer than the ack wait is never delivered to a second worker. The
+// heartbeat goroutine has stopped before the fate's ack is sent. If the
+// process dies, heartbeats stop and JetStream redelivers after AckWait.
+//
+// # Concurrency
+//
+// A message holds one of MaxInFlight slots from fetch to fate, so memory and
+// ack-pending messages stay bounded. A dataset at its MaxConcurrency makes
+// its next message wait, heartbeating, while messages of other datasets
+// already fetched run at once. The wait holds a slot: a backlog of one
+// dataset larger than MaxInFlight can fill a process with waiting messages,
+// as JetStream hands out messages in stream order. Per-dataset limits
+// protect Postgres; they do not make datasets fair.
+//
+// # Stopping
+//
+// Stop(grace), or the cancellation of Run's context (with
+// Config.ShutdownGrace), stops fetching at once: the pull in progress is
+// cancelled, so the server sends nothing more. Messages that have not
+// started their handler are nak'ed after ShutdownNakDelay for another
+// replica. Handlers running get the grace period; then their context is
+// cancelled with cause ErrShutdown and their messages are nak'ed. Run
+// returns nil once every fetched message has its fate.
+//
+// # Logs and metrics
+//
+// Every log line about a message carries dataset, partition, run_id (when
+// the body decoded; subject otherwise), attempt and stream_seq; the handler
+// finds that logger with zerolog.Ctx(ctx). Hooks report events by outcome
+// with the handler's duration, dead letters by kind, redeliveries, messages
+// in flight and heartbeats; cmd plugs Prometheus into them. Dataset labels
+// are configured names or InvalidDataset, so their number stays bounded.
+//
+// # Wiring, in cmd
+//
+//	nc, err := nats.Connect(url, append(authOptions, consumer.ConnOptions(log)...)...)
+//	js, err := jetstream.New(nc)
+//	cfg := consumer.Config{Stream: ..., Datasets: ..., Log: log, Hooks: hooks}
+//	err = consumer.EnsureStreams(ctx, js, cfg.Streams())
+//	c, err := consumer.New(js, cfg, func(ctx context.Context, m *consumer.Message) error {
+//		_, err := h.Handle(ctx, m.Event, handlers.Meta{Attempt: m.NumDelivered, StreamSeq: m.StreamSeq})
+//		return err
+//	})
+//	r, err := consumer.NewReconciler(js, cfg)
+//	go r.Run(ctx)
+//	err = c.Run(ctx) // returns after SIGTERM's grace period, every message settled
+//	nc.Drain()
+package consumer
