@@ -33,8 +33,8 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/config/
 	$(GO) test -run='^$$' -fuzz='^FuzzLexer$$' -fuzztime=$(FUZZTIME) ./internal/sqlcheck/
 
-demo: postgres ## the main job on an embedded default: nothing to start by hand
-	$(GO) run ./cmd/idem dev
+demo: postgres build ## the main job on an embedded default: nothing to start by hand (Ctrl-C stops it)
+	@./bin/idem dev
 
 clean: ## remove build output
 	rm -rf bin
