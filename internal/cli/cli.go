@@ -59,16 +59,24 @@ append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
 	root.SetErr(stderr)
 	root.SetArgs(args)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(versionCmd(e), migrateCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e))
-	for _, c := range root.Commands() {
-		c.Args = wrapArgs(c.Args)
+	root.AddCommand(versionCmd(e), migrateCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e),
+		publishCmd(e), backfillCmd(e), dlqCmd(e), auditCmd(e))
+	var wrap func(c *cobra.Command)
+	wrap = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Runnable() {
+				sub.Args = wrapArgs(sub.Args)
+			}
+			wrap(sub)
+		}
 	}
+	wrap(root)
 	err := root.ExecuteContext(ctx)
 	if err == nil || errors.Is(err, ErrReported) {
 		return err
 	}
 	var usage *UsageError
-	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
+	if errors.As(err, &usage) || isCobraUsage(err) {
 		fmt.Fprintf(stderr, "idem: %v\nRun 'idem --help' for usage.\n", err)
 		if usage == nil {
 			return &UsageError{err}
@@ -101,4 +109,15 @@ func versionCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// isCobraUsage recognises cobra's own command-line errors, which it returns as
+// plain errors.
+func isCobraUsage(err error) bool {
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "invalid argument", "flag needs an argument"} {
+		if strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	return false
 }

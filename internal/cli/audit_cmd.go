@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/config"
+)
+
+// dateRange parses --from and --to (inclusive, YYYY-MM-DD).
+func dateRange(from, to string) (time.Time, time.Time, error) {
+	f, err := time.Parse(time.DateOnly, from)
+	if err != nil {
+		return f, f, &UsageError{fmt.Errorf("--from %q: want YYYY-MM-DD", from)}
+	}
+	t, err := time.Parse(time.DateOnly, to)
+	if err != nil {
+		return f, t, &UsageError{fmt.Errorf("--to %q: want YYYY-MM-DD", to)}
+	}
+	if t.Before(f) {
+		return f, t, &UsageError{fmt.Errorf("--to %s is before --from %s", to, from)}
+	}
+	if t.Sub(f) > 100*366*24*time.Hour {
+		return f, t, &UsageError{fmt.Errorf("--from %s --to %s spans more than 100 years", from, to)}
+	}
+	return f, t, nil
+}
+
+// datasetArg checks DATASET names a configured dataset.
+func datasetArg(cfg *config.Config, name string) error {
+	if _, ok := cfg.Datasets[name]; !ok {
+		return &UsageError{fmt.Errorf("dataset %q is not in %v", name, cfg.DatasetNames())}
+	}
+	return nil
+}
+
+func auditCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "audit",
+		Short: "Partition status and missing partitions, from the audit table",
+	}
+	var from, to string
+	var asJSON bool
+	flags := func(c *cobra.Command) {
+		c.Flags().StringVar(&from, "from", "", "first partition, YYYY-MM-DD (required)")
+		c.Flags().StringVar(&to, "to", "", "last partition, YYYY-MM-DD, inclusive (required)")
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+		_ = c.MarkFlagRequired("from")
+		_ = c.MarkFlagRequired("to")
+	}
+	status := &cobra.Command{
+		Use:   "status DATASET --from D --to D",
+		Short: "One line per partition: status, run_id, rows, attempts, finished_at, error",
+		Long: `One line per day from --from to --to: the latest attempt's status (success,
+failed, started: running or died, or missing: never attempted), its run_id,
+rows written, how many attempts there were, when it finished and its error.
+Exit code 1 when any partition in the range is not success.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := e.validConfig()
+			if err != nil {
+				return err
+			}
+			if err := datasetArg(cfg, args[0]); err != nil {
+				return err
+			}
+			f, t, err := dateRange(from, to)
+			if err != nil {
+				return err
+			}
+			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			st, err := audit.StatusRange(cmd.Context(), pool, cfg.Pipeline, args[0], f, t)
+			if err != nil {
+				return err
+			}
+			notOK := 0
+			for _, s := range st {
+				if s.Status != audit.StatusSuccess {
+					notOK++
+				}
+			}
+			if asJSON {
+				if err := printJSON(e.out, st); err != nil {
+					return err
+				}
+			} else {
+				tb := &table{headers: []string{"PARTITION", "STATUS", "RUN_ID", "ROWS", "ATTEMPTS", "FINISHED_AT", "ERROR"}}
+				for _, s := range st {
+					rows, fin := "-", "-"
+					if s.RowCount != nil {
+						rows = fmt.Sprint(*s.RowCount)
+					}
+					if s.FinishedAt != nil {
+						fin = s.FinishedAt.UTC().Format(time.RFC3339)
+					}
+					tb.add(s.Partition, s.Status, orDash(s.RunID), rows, fmt.Sprint(s.Attempts), fin, truncateCell(s.Error, 80))
+				}
+				if err := tb.print(e.out, isTerminal(e.out)); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.out, "%d partition(s), %d not loaded\n", len(st), notOK)
+			}
+			if notOK > 0 {
+				return ErrReported
+			}
+			return nil
+		},
+	}
+	flags(status)
+	missing := &cobra.Command{
+		Use:   "missing DATASET --from D --to D",
+		Short: "Partitions with no successful load (exit 1 if any)",
+		Long: `List the days from --from to --to with no successful load of DATASET, from the
+audit table (the same answer as SELECT * FROM idem.missing_partitions(...)).
+Exit code 1 when any is missing, 0 when none is.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := e.validConfig()
+			if err != nil {
+				return err
+			}
+			if err := datasetArg(cfg, args[0]); err != nil {
+				return err
+			}
+			f, t, err := dateRange(from, to)
+			if err != nil {
+				return err
+			}
+			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			days, err := audit.Missing(cmd.Context(), pool, cfg.Pipeline, args[0], f, t)
+			if err != nil {
+				return err
+			}
+			list := make([]string, len(days))
+			for i, d := range days {
+				list[i] = d.Format(time.DateOnly)
+			}
+			if asJSON {
+				if err := printJSON(e.out, map[string]any{"dataset": args[0], "from": from, "to": to, "missing": list}); err != nil {
+					return err
+				}
+			} else {
+				for _, d := range list {
+					fmt.Fprintln(e.out, d)
+				}
+				fmt.Fprintf(e.out, "%d of %d partition(s) missing for %s from %s to %s\n", len(list), int(t.Sub(f).Hours()/24)+1, args[0], from, to)
+			}
+			if len(list) > 0 {
+				return ErrReported
+			}
+			return nil
+		},
+	}
+	flags(missing)
+	c.AddCommand(status, missing)
+	return c
+}
+
+func truncateCell(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return orDash(s)
+	}
+	return string(r[:n-1]) + "…"
+}
