@@ -50,6 +50,18 @@ type Attempt struct {
 	Attempt     int        // delivery number, from 1
 	StreamSeq   uint64     // 0 when the event did not come from JetStream
 	Force       bool
+	// TriggeredBy names the upstream run that caused this one
+	// ("<dataset>:<partition>:<run_id>"), empty for scheduler events.
+	TriggeredBy string
+	// Attributes are the event's free-form attributes, recorded as given.
+	Attributes map[string]string
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // Rows are the counts a strategy reports. Deleted is -1 when unknown (a
@@ -74,10 +86,11 @@ func Start(ctx context.Context, db Querier, a Attempt) (int64, error) {
 	var id int64
 	err := db.QueryRow(ctx, `
 		INSERT INTO idem.pipeline_audit
-		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq)
-		VALUES ($1, $2, $3, $4, $5, 'started', $6, $7, $8)
+		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq, triggered_by, attributes)
+		VALUES ($1, $2, $3, $4, $5, 'started', $6, $7, $8, $9, $10)
 		RETURNING id`,
 		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes),
 	).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("audit: start: %w", err)
@@ -143,9 +156,10 @@ func Skip(ctx context.Context, db Querier, id int64) error {
 func RecordSkipped(ctx context.Context, db Querier, a Attempt) error {
 	_, err := db.Exec(ctx, `
 		INSERT INTO idem.pipeline_audit
-		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq, finished_at)
-		VALUES ($1, $2, $3, $4, $5, 'skipped', $6, $7, $8, clock_timestamp())`,
-		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq))
+		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq, finished_at, triggered_by, attributes)
+		VALUES ($1, $2, $3, $4, $5, 'skipped', $6, $7, $8, clock_timestamp(), $9, $10)`,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes))
 	if err != nil {
 		return fmt.Errorf("audit: record skipped: %w", err)
 	}
@@ -189,6 +203,13 @@ func RecordSuccess(ctx context.Context, db Querier, k RunKey, auditID int64, for
 		return ErrAlreadySucceeded
 	}
 	return nil
+}
+
+func nullAttrs(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 func truncate(s string, n int) string {

@@ -19,6 +19,10 @@ type PartitionStatus struct {
 	Error      string     `json:"error,omitempty"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// TriggeredBy is the upstream run ("<dataset>:<partition>:<run_id>") whose
+	// success queued this partition's latest attempt; empty when a scheduler
+	// or an operator published it.
+	TriggeredBy string `json:"triggered_by,omitempty"`
 }
 
 // StatusRange returns one entry per day from..to (inclusive), in order;
@@ -29,7 +33,7 @@ func StatusRange(ctx context.Context, db Querier, pipeline, dataset string, from
 		       coalesce(s.status, 'missing'), coalesce(s.run_id, ''), coalesce(s.attempt, 0),
 		       (SELECT count(*) FROM idem.pipeline_audit a
 		         WHERE a.dag_id = $1 AND a.task_id = $2 AND a.logical_date = d::date AND a.status <> 'skipped'),
-		       s.row_count, coalesce(s.error, ''), s.started_at, s.finished_at
+		       s.row_count, coalesce(s.error, ''), s.started_at, s.finished_at, coalesce(s.triggered_by, '')
 		  FROM generate_series($3::date, $4::date, interval '1 day') AS d
 		  LEFT JOIN LATERAL (
 		       SELECT * FROM idem.partition_status p
@@ -41,7 +45,7 @@ func StatusRange(ctx context.Context, db Querier, pipeline, dataset string, from
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionStatus, error) {
 		var p PartitionStatus
-		err := r.Scan(&p.Partition, &p.Status, &p.RunID, &p.Attempt, &p.Attempts, &p.RowCount, &p.Error, &p.StartedAt, &p.FinishedAt)
+		err := r.Scan(&p.Partition, &p.Status, &p.RunID, &p.Attempt, &p.Attempts, &p.RowCount, &p.Error, &p.StartedAt, &p.FinishedAt, &p.TriggeredBy)
 		return p, err
 	})
 }

@@ -31,6 +31,9 @@ type Dataset struct {
 	Strategy      strategies.Strategy
 	// Timeout bounds each statement of the load (SET LOCAL statement_timeout); 0: none.
 	Timeout time.Duration
+	// Then names the downstream datasets a success of this one triggers, for
+	// the same partition and run_id, through the outbox.
+	Then []string
 
 	prepareMu sync.Mutex
 	prepared  bool
@@ -42,7 +45,16 @@ type Handler struct {
 	Pipeline string // audit dag_id
 	Datasets map[string]*Dataset
 	Log      zerolog.Logger
+	// SubjectPrefix of downstream events in the outbox; default "idem.ready".
+	SubjectPrefix string
+	// Enqueued, when set, is called after a commit that queued downstream
+	// events, so the relay publishes them without waiting for its next poll.
+	Enqueued func()
 }
+
+// TriggeredByAttribute is the event attribute that names the upstream run
+// of a downstream event: "<dataset>:<partition>:<run_id>".
+const TriggeredByAttribute = "triggered_by"
 
 // Meta is what the delivery knows about an event.
 type Meta struct {
@@ -95,10 +107,12 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		return Outcome{}, Fatal("unknown_dataset", fmt.Errorf("dataset %q is not configured", ev.Dataset))
 	}
 	a := audit.Attempt{
-		RunKey:    audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
-		Attempt:   max(m.Attempt, 1),
-		StreamSeq: m.StreamSeq,
-		Force:     ev.Force,
+		RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
+		Attempt:     max(m.Attempt, 1),
+		StreamSeq:   m.StreamSeq,
+		Force:       ev.Force,
+		TriggeredBy: ev.Attributes[TriggeredByAttribute],
+		Attributes:  ev.Attributes,
 	}
 	if d, ok := ev.Key.LogicalDate(); ok {
 		a.LogicalDate = &d
@@ -186,10 +200,16 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 		if err := audit.Succeed(ctx, tx, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}); err != nil {
 			return err
 		}
-		return audit.RecordSuccess(ctx, tx, a.RunKey, id, a.Force)
+		if err := audit.RecordSuccess(ctx, tx, a.RunKey, id, a.Force); err != nil {
+			return err
+		}
+		return h.enqueueDownstream(ctx, tx, ds, a, id)
 	})
 	if skipped && err == nil {
 		out.Status = audit.StatusSkipped
+	}
+	if err == nil && !skipped && len(ds.Then) > 0 && h.Enqueued != nil {
+		h.Enqueued()
 	}
 	if errors.Is(err, audit.ErrAlreadySucceeded) {
 		// Unreachable while the lock and the check above hold; if it happens the
@@ -213,6 +233,38 @@ func (h *Handler) Prepare(ctx context.Context) map[string]error {
 		}
 	}
 	return failed
+}
+
+// enqueueDownstream writes one event per downstream dataset into the outbox,
+// inside the load's transaction: the downstream runs if and only if this load
+// committed. The downstream inherits the partition and the run_id, so one
+// pipeline run keeps one run_id end to end; its Nats-Msg-Id is
+// <downstream>:<partition>:<run_id>, except for a forced rerun, which gets the
+// upstream attempt's id appended so JetStream's duplicate window does not
+// swallow it.
+func (h *Handler) enqueueDownstream(ctx context.Context, tx pgx.Tx, ds *Dataset, a audit.Attempt, auditID int64) error {
+	prefix := h.SubjectPrefix
+	if prefix == "" {
+		prefix = "idem.ready"
+	}
+	for _, down := range ds.Then {
+		ev := schemas.PartitionReady{
+			Dataset: down, Partition: a.Partition, RunID: a.RunID, Force: a.Force,
+			Attributes: map[string]string{TriggeredByAttribute: a.Dataset + ":" + a.Partition + ":" + a.RunID},
+		}
+		body, err := ev.Marshal()
+		if err != nil {
+			return Fatal("invalid_event", fmt.Errorf("downstream event for %s: %w", down, err))
+		}
+		msgID := ev.MsgID()
+		if a.Force {
+			msgID += fmt.Sprintf(":%d", auditID)
+		}
+		if err := audit.Enqueue(ctx, tx, audit.OutboxEvent{Subject: prefix + "." + down, MsgID: msgID, Body: body, AuditID: auditID}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepare runs the strategy's one-time setup (append_dedupe's view) in its own

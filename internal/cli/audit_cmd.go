@@ -56,7 +56,8 @@ func auditCmd(e *env) *cobra.Command {
 		Short: "One line per partition: status, run_id, rows, attempts, finished_at, error",
 		Long: `One line per day from --from to --to: the latest attempt's status (success,
 failed, started: running or died, or missing: never attempted), its run_id,
-rows written, how many attempts there were, when it finished and its error.
+rows written, how many attempts there were, when it finished, which upstream
+run triggered it (then:) and its error.
 Exit code 1 when any partition in the range is not success.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,7 +92,7 @@ Exit code 1 when any partition in the range is not success.`,
 					return err
 				}
 			} else {
-				tb := &table{headers: []string{"PARTITION", "STATUS", "RUN_ID", "ROWS", "ATTEMPTS", "FINISHED_AT", "ERROR"}}
+				tb := &table{headers: []string{"PARTITION", "STATUS", "RUN_ID", "ROWS", "ATTEMPTS", "FINISHED_AT", "TRIGGERED_BY", "ERROR"}}
 				for _, s := range st {
 					rows, fin := "-", "-"
 					if s.RowCount != nil {
@@ -100,7 +101,7 @@ Exit code 1 when any partition in the range is not success.`,
 					if s.FinishedAt != nil {
 						fin = s.FinishedAt.UTC().Format(time.RFC3339)
 					}
-					tb.add(s.Partition, s.Status, orDash(s.RunID), rows, fmt.Sprint(s.Attempts), fin, truncateCell(s.Error, 80))
+					tb.add(s.Partition, s.Status, orDash(s.RunID), rows, fmt.Sprint(s.Attempts), fin, orDash(s.TriggeredBy), truncateCell(s.Error, 80))
 				}
 				if err := tb.print(e.out, isTerminal(e.out)); err != nil {
 					return err

@@ -182,8 +182,10 @@ func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool
 	}
 	steps := []step{
 		{"load orders for 2026-11-28", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSuccess},
+		{"orders' success triggered daily_revenue through the outbox (same partition and run_id)", "", `{"dataset":"daily_revenue","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSuccess},
 		{"the same event delivered again: no work, recorded as skipped", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSkipped},
 		{"a manual replay with a new run_id: the partition is replaced, not doubled", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-28","run_id":"manual__replay"}`, audit.StatusSuccess},
+		{"and daily_revenue ran once more, for the replay's run_id", "", `{"dataset":"daily_revenue","partition":"2026-11-28","run_id":"manual__replay"}`, audit.StatusSuccess},
 		{"merge customers updated on 2026-11-28", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`, audit.StatusSuccess},
 		{"merge them again under a new run_id: unchanged rows are not rewritten", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"manual__again"}`, audit.StatusSuccess},
 		{"append events of 2026-11-27", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r2"}`, audit.StatusSuccess},
@@ -194,10 +196,14 @@ func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool
 	}
 	dead := 0
 	for _, s := range steps {
-		fmt.Fprintf(e.out, "\n> %s\n  publish %s %s\n", s.title, s.subject, s.body)
-		// A plain publish, as `nats pub` does; JetStream stores it on the events stream.
-		if _, err := js.Publish(ctx, s.subject, []byte(s.body)); err != nil {
-			return fmt.Errorf("publish: %w", err)
+		if s.subject == "" { // an event idem publishes itself: only wait for it
+			fmt.Fprintf(e.out, "\n> %s\n", s.title)
+		} else {
+			fmt.Fprintf(e.out, "\n> %s\n  publish %s %s\n", s.title, s.subject, s.body)
+			// A plain publish, as `nats pub` does; JetStream stores it on the events stream.
+			if _, err := js.Publish(ctx, s.subject, []byte(s.body)); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var got string
@@ -282,21 +288,21 @@ func between(s, start, end string) string {
 
 func printAudit(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
 	rows, err := pool.Query(ctx, `SELECT id, task_id, partition_key, run_id, status, attempt,
-	       coalesce(row_count::text, '-'), coalesce(left(error, 70), '') FROM idem.pipeline_audit ORDER BY id`)
+	       coalesce(row_count::text, '-'), coalesce(triggered_by, '-'), coalesce(left(error, 60), '') FROM idem.pipeline_audit ORDER BY id`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tDATASET\tPARTITION\tRUN_ID\tSTATUS\tATTEMPT\tROWS\tERROR")
+	fmt.Fprintln(tw, "ID\tDATASET\tPARTITION\tRUN_ID\tSTATUS\tATTEMPT\tROWS\tTRIGGERED_BY\tERROR")
 	for rows.Next() {
 		var id int64
-		var ds, part, run, status, rc, msg string
+		var ds, part, run, status, rc, by, msg string
 		var attempt int
-		if err := rows.Scan(&id, &ds, &part, &run, &status, &attempt, &rc, &msg); err != nil {
+		if err := rows.Scan(&id, &ds, &part, &run, &status, &attempt, &rc, &by, &msg); err != nil {
 			return err
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", id, ds, part, run, status, attempt, rc, strings.ReplaceAll(msg, "\n", " "))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", id, ds, part, run, status, attempt, rc, by, strings.ReplaceAll(msg, "\n", " "))
 	}
 	if err := rows.Err(); err != nil {
 		return err

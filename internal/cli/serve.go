@@ -22,6 +22,7 @@ import (
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/natsconn"
+	"github.com/idem-data/idem/internal/relay"
 )
 
 func serveCmd(e *env) *cobra.Command {
@@ -92,7 +93,7 @@ func serve(ctx context.Context, d serveDeps) error {
 	if err != nil {
 		return err
 	}
-	h := &handlers.Handler{DB: d.pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log}
+	h := &handlers.Handler{DB: d.pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, SubjectPrefix: cfg.NATS.SubjectPrefix}
 	checkDatasets(ctx, d.pool, h, log)
 
 	js, err := jetstream.New(d.nc)
@@ -100,6 +101,9 @@ func serve(ctx context.Context, d serveDeps) error {
 		return err
 	}
 	m := metrics.New(Version)
+	outbox := relay.New(d.pool, js, cfg.NATS.Stream, log)
+	outbox.Published = func(n int) { m.OutboxPublished.Add(float64(n)) }
+	h.Enqueued = outbox.Wake
 	ccfg := consumerConfig(cfg, log, m.Hooks())
 	ccfg.ShutdownGrace = d.grace
 	if err := consumer.EnsureStreams(ctx, js, ccfg.Streams()); err != nil {
@@ -129,16 +133,20 @@ func serve(ctx context.Context, d serveDeps) error {
 	}
 
 	var wg sync.WaitGroup
-	recCtx, stopRec := context.WithCancel(ctx)
-	wg.Add(1)
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := rec.Run(recCtx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := rec.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error().Err(err).Msg("dead-letter reconciler stopped")
 		}
 	}()
+	go func() {
+		defer wg.Done()
+		_ = outbox.Run(bgCtx) // makes a last pass when stopped
+	}()
 	err = c.Run(ctx)
-	stopRec()
+	stopBackground()
 	wg.Wait()
 	if derr := d.nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
 		log.Warn().Err(derr).Msg("nats drain")

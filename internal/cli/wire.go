@@ -83,7 +83,7 @@ func datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dataset %q: %w", name, err)
 		}
-		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std()}
+		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then}
 	}
 	return out, nil
 }

@@ -26,7 +26,9 @@ type Metrics struct {
 	Redeliveries *prometheus.CounterVec   // dataset
 	Heartbeats   *prometheus.CounterVec   // dataset
 	InFlight     prometheus.Gauge
-	BuildInfo    *prometheus.GaugeVec // version
+	// OutboxPublished counts downstream events the relay published.
+	OutboxPublished prometheus.Counter
+	BuildInfo       *prometheus.GaugeVec // version
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -60,12 +62,15 @@ func New(version string) *Metrics {
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_loads_in_flight", Help: "Messages this process holds: loading or waiting for their dataset's turn.",
 		}),
+		OutboxPublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_outbox_published_total", Help: "Downstream events (then:) published from the outbox.",
+		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idem_build_info", Help: "Always 1; the version label tells the build.",
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

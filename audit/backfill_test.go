@@ -1,0 +1,117 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/audit"
+)
+
+// handlersLockSQL is the lock handlers take around a load (handlers.lockSQL),
+// with the key handlers build: LatestAttempts must recognise it.
+const handlersLockSQL = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+
+func TestLatestAttemptsAndRunAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	key := func(p, run string) audit.Attempt {
+		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: p, RunID: run}, LogicalDate: day(p), Attempt: 1}
+	}
+	succeed := func(a audit.Attempt) {
+		id, err := audit.Start(ctx, db.Pool, a)
+		require.NoError(t, err)
+		require.NoError(t, audit.Succeed(ctx, db.Pool, id, audit.Rows{Inserted: 10}))
+		require.NoError(t, audit.RecordSuccess(ctx, db.Pool, a.RunKey, id, false))
+	}
+	// 01: loaded, then a duplicate skipped (which says nothing new).
+	succeed(key("2026-01-01", "r1"))
+	require.NoError(t, audit.RecordSkipped(ctx, db.Pool, key("2026-01-01", "r1")))
+	// 02: loaded by r1, then failed fatally under r2.
+	succeed(key("2026-01-02", "r1"))
+	id, err := audit.Start(ctx, db.Pool, key("2026-01-02", "r2"))
+	require.NoError(t, err)
+	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("empty_source: no rows"), "fatal"))
+	// 03: started, and its load holds the partition lock.
+	_, err = audit.Start(ctx, db.Pool, key("2026-01-03", "r2"))
+	require.NoError(t, err)
+	// 04: started an hour ago, nobody holds its lock: its process died.
+	id, err = audit.Start(ctx, db.Pool, key("2026-01-04", "r2"))
+	require.NoError(t, err)
+	db.Exec(t, "UPDATE idem.pipeline_audit SET started_at = started_at - interval '1 hour' WHERE id = $1", id)
+	// 05: never attempted.
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, handlersLockSQL, "shop\x1forders\x1f2026-01-03")
+	require.NoError(t, err)
+
+	parts := []string{"2026-01-05", "2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"}
+	got, err := audit.LatestAttempts(ctx, db.Pool, "shop", "orders", parts)
+	require.NoError(t, err)
+	require.Len(t, got, 5)
+	for i, p := range parts {
+		require.Equal(t, p, got[i].Partition, "in the order asked")
+	}
+	require.Equal(t, audit.StatusMissing, got[0].Status)
+	require.Equal(t, audit.StatusStarted, got[1].Status)
+	require.False(t, got[1].Locked)
+	require.InDelta(t, time.Hour.Seconds(), got[1].Age.Seconds(), 60)
+	require.Equal(t, audit.StatusStarted, got[2].Status)
+	require.True(t, got[2].Locked, "the load's lock is seen")
+	require.Less(t, got[2].Age, time.Minute)
+	require.Equal(t, audit.LatestAttempt{Partition: "2026-01-02", Status: audit.StatusFailed, RunID: "r2", Attempt: 1,
+		ErrorKind: "fatal", Error: "empty_source: no rows", Age: got[3].Age}, got[3])
+	require.Equal(t, audit.StatusSuccess, got[4].Status)
+	require.Equal(t, "r1", got[4].RunID)
+
+	runs, err := audit.RunAttempts(ctx, db.Pool, "shop", "orders", "r2", parts)
+	require.NoError(t, err)
+	require.Equal(t, []string{"", "started", "started", "failed", ""},
+		[]string{runs[0].Status, runs[1].Status, runs[2].Status, runs[3].Status, runs[4].Status})
+	require.Equal(t, "fatal", runs[3].ErrorKind)
+	require.False(t, runs[4].Succeeded, "r1 succeeded there, not r2")
+	runs, err = audit.RunAttempts(ctx, db.Pool, "shop", "orders", "r1", parts[3:])
+	require.NoError(t, err)
+	require.True(t, runs[0].Succeeded)
+	require.True(t, runs[1].Succeeded)
+	require.Equal(t, audit.StatusSuccess, runs[1].Status)
+	require.EqualValues(t, 10, *runs[1].RowCount)
+}
+
+// Lock keys are bigints, negative half the time; pg_locks splits them in two
+// unsigned halves, which LatestAttempts must put back together.
+func TestLatestAttemptsSeesEveryLockKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var parts []string
+	for h := range 24 {
+		p := fmt.Sprintf("2026-01-01T%02d:00:00Z", h)
+		parts = append(parts, p)
+		_, err := tx.Exec(ctx, handlersLockSQL, "shop\x1fhourly\x1f"+p)
+		require.NoError(t, err)
+	}
+	var negative int64
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM unnest($1::text[]) p WHERE hashtextextended('shop' || chr(31) || 'hourly' || chr(31) || p, 0) < 0", parts).Scan(&negative))
+	require.Positive(t, negative, "some keys are negative")
+	got, err := audit.LatestAttempts(ctx, db.Pool, "shop", "hourly", append(parts, "2026-01-02T00:00:00Z"))
+	require.NoError(t, err)
+	for _, l := range got[:24] {
+		require.True(t, l.Locked, l.Partition)
+		require.Equal(t, audit.StatusMissing, l.Status)
+	}
+	require.False(t, got[24].Locked)
+	got, err = audit.LatestAttempts(ctx, db.Pool, "shop", "other", parts[:1])
+	require.NoError(t, err)
+	require.False(t, got[0].Locked, "another dataset's lock")
+}
