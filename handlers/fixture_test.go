@@ -156,3 +156,5 @@ func (e *env) expected(partitions ...string) string {
 func (e *env) auditCount(status string) int64 {
 	return e.db.Int(e.t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = $1", status)
 }
+
+func handlersMeta() handlers.Meta { return handlers.Meta{Attempt: 1} }

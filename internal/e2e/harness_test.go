@@ -86,6 +86,7 @@ type opts struct {
 	timeout   string
 	inFlight  int
 	extraYAML string
+	then      string // orders' then: list, e.g. "[b]"
 }
 
 func newWorld(t *testing.T, o opts) *world {
@@ -116,6 +117,9 @@ func newWorld(t *testing.T, o opts) *world {
 	timeout := ""
 	if o.timeout != "" {
 		timeout = "\n    timeout: " + o.timeout
+	}
+	if o.then != "" {
+		timeout += "\n    then: " + o.then
 	}
 	cfg := fmt.Sprintf(`pipeline: e2e
 nats:

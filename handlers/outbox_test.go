@@ -1,0 +1,57 @@
+package handlers_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/strategies"
+)
+
+func TestDownstreamEventsAreQueuedInTheLoadTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("delete_insert"))
+	e.ds.Then = []string{"daily", "weekly"}
+	woken := 0
+	e.h.Enqueued = func() { woken++ }
+	e.stage("2026-11-28", 1, 5, 0, 1)
+
+	e.mustLoad("2026-11-28", "r1", false)
+	require.Equal(t, 1, woken)
+	require.EqualValues(t, 2, e.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL"))
+	require.EqualValues(t, 1, e.db.Int(t, `SELECT count(*) FROM idem.outbox
+		WHERE subject = 'idem.ready.daily' AND msg_id = 'daily:2026-11-28:r1'
+		  AND convert_from(body, 'UTF8')::jsonb = '{"dataset":"daily","partition":"2026-11-28","run_id":"r1","attributes":{"triggered_by":"ds:2026-11-28:r1"}}'::jsonb`))
+
+	// A redelivery does no work and queues nothing.
+	e.mustLoad("2026-11-28", "r1", false)
+	require.EqualValues(t, 2, e.db.Int(t, "SELECT count(*) FROM idem.outbox"))
+	require.Equal(t, 1, woken)
+
+	// A failed load queues nothing: the outbox rows roll back with it.
+	e.db.Exec(t, "DELETE FROM staging.src")
+	_, err := e.load("2026-11-28", "r2", false)
+	require.ErrorIs(t, err, strategies.ErrEmptySource)
+	require.EqualValues(t, 2, e.db.Int(t, "SELECT count(*) FROM idem.outbox"))
+
+	// A forced rerun of the same run gets a distinct Nats-Msg-Id, or JetStream's
+	// duplicate window would swallow the downstream rerun.
+	e.stage("2026-11-28", 1, 5, 1, 2)
+	e.mustLoad("2026-11-28", "r1", true)
+	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(*) FROM idem.outbox"))
+	require.EqualValues(t, 2, e.db.Int(t, `SELECT count(*) FROM idem.outbox o JOIN idem.pipeline_audit a ON a.id = o.audit_id
+		WHERE o.msg_id LIKE '%:2026-11-28:r1:' || a.id AND a.force AND convert_from(o.body, 'UTF8')::jsonb ->> 'force' = 'true'`))
+}
+
+func TestTriggeredByIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("merge"))
+	e.stage("2026-11-28", 1, 3, 0, 1)
+	body := `{"dataset":"ds","partition":"2026-11-28","run_id":"r1","attributes":{"triggered_by":"orders:2026-11-28:r1","team":"finance"}}`
+	_, err := e.h.HandleMessage(t.Context(), "idem.ready.ds", []byte(body), handlersMeta())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, e.db.Int(t, `SELECT count(*) FROM idem.pipeline_audit
+		WHERE triggered_by = 'orders:2026-11-28:r1' AND attributes ->> 'team' = 'finance' AND status = $1`, audit.StatusSuccess))
+	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(*) FROM idem.partition_status WHERE triggered_by = 'orders:2026-11-28:r1'"))
+}
