@@ -166,13 +166,14 @@ func RecordSkipped(ctx context.Context, db Querier, a Attempt) error {
 	return nil
 }
 
+const succeededSQL = `
+		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
+		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`
+
 // Succeeded reports whether the ledger holds a success for k.
 func Succeeded(ctx context.Context, db Querier, k RunKey) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, `
-		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
-		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`,
-		k.Pipeline, k.Dataset, k.Partition, k.RunID).Scan(&ok)
+	err := db.QueryRow(ctx, succeededSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("audit: ledger lookup: %w", err)
 	}
@@ -183,19 +184,22 @@ func Succeeded(ctx context.Context, db Querier, k RunKey) (bool, error) {
 // a success for the run and force is false.
 var ErrAlreadySucceeded = errors.New("audit: run already succeeded")
 
-// RecordSuccess writes the ledger entry for k, pointing at audit row auditID.
-// The primary key makes two concurrent successes of one run impossible; with
-// force a rerun replaces the entry and counts the load.
-func RecordSuccess(ctx context.Context, db Querier, k RunKey, auditID int64, force bool) error {
-	sql := `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
-	        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`
+func recordSuccessSQL(force bool) string {
 	if force {
-		sql = `INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
+		return `INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
 		       VALUES ($1, $2, $3, $4, $5)
 		       ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
 		       SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
 	}
-	tag, err := db.Exec(ctx, sql, k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID)
+	return `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
+	        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`
+}
+
+// RecordSuccess writes the ledger entry for k, pointing at audit row auditID.
+// The primary key makes two concurrent successes of one run impossible; with
+// force a rerun replaces the entry and counts the load.
+func RecordSuccess(ctx context.Context, db Querier, k RunKey, auditID int64, force bool) error {
+	tag, err := db.Exec(ctx, recordSuccessSQL(force), k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID)
 	if err != nil {
 		return fmt.Errorf("audit: ledger: %w", err)
 	}
@@ -221,4 +225,68 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// Begin records the start of an attempt in one statement: the `started` row,
+// or, when the ledger already holds a success for the run and force is false,
+// a finished `skipped` row. It reports which.
+func Begin(ctx context.Context, db Querier, a Attempt) (id int64, skipped bool, err error) {
+	err = db.QueryRow(ctx, `
+		WITH done AS (
+		     SELECT NOT $7 AND EXISTS (SELECT 1 FROM idem.run_ledger
+		             WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5) AS yes)
+		INSERT INTO idem.pipeline_audit
+		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
+		        triggered_by, attributes, finished_at)
+		SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, $6, $7, $8, $9, $10,
+		       CASE WHEN done.yes THEN clock_timestamp() END
+		  FROM done
+		RETURNING id, status = 'skipped'`,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes),
+	).Scan(&id, &skipped)
+	if err != nil {
+		return 0, false, fmt.Errorf("audit: begin: %w", err)
+	}
+	return id, skipped, nil
+}
+
+// QueueSucceed queues Succeed on b; the callback reports ErrNotStarted.
+func QueueSucceed(b *pgx.Batch, id int64, rows Rows) {
+	var deleted *int64
+	if rows.Deleted >= 0 {
+		deleted = &rows.Deleted
+	}
+	b.Queue(`
+		UPDATE idem.pipeline_audit
+		   SET status = 'success', row_count = $2, rows_inserted = $3, rows_updated = $4,
+		       rows_deleted = $5, finished_at = clock_timestamp()
+		 WHERE id = $1 AND status = 'started'`,
+		id, rows.Written(), rows.Inserted, rows.Updated, deleted).Exec(func(ct pgconn.CommandTag) error {
+		if ct.RowsAffected() != 1 {
+			return ErrNotStarted
+		}
+		return nil
+	})
+}
+
+// QueueRecordSuccess queues RecordSuccess on b; the callback reports
+// ErrAlreadySucceeded.
+func QueueRecordSuccess(b *pgx.Batch, k RunKey, auditID int64, force bool) {
+	b.Queue(recordSuccessSQL(force), k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID).Exec(func(ct pgconn.CommandTag) error {
+		if ct.RowsAffected() == 0 {
+			return ErrAlreadySucceeded
+		}
+		return nil
+	})
+}
+
+// QueueSucceeded queues the ledger lookup on b, storing the answer in done.
+func QueueSucceeded(b *pgx.Batch, k RunKey, done *bool) {
+	b.Queue(succeededSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+}
+
+// QueueEnqueue queues Enqueue on b.
+func QueueEnqueue(b *pgx.Batch, e OutboxEvent) {
+	b.Queue(enqueueSQL, e.Subject, e.MsgID, e.Body, e.AuditID)
 }

@@ -15,12 +15,14 @@ type OutboxEvent struct {
 	AuditID int64 // the upstream attempt that caused it
 }
 
+const enqueueSQL = `
+		INSERT INTO idem.outbox (subject, msg_id, body, audit_id) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (msg_id) DO NOTHING`
+
 // Enqueue writes e to idem.outbox inside the caller's transaction. An event
 // with the same MsgID already queued is left alone: it is the same event.
 func Enqueue(ctx context.Context, db Querier, e OutboxEvent) error {
-	_, err := db.Exec(ctx, `
-		INSERT INTO idem.outbox (subject, msg_id, body, audit_id) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (msg_id) DO NOTHING`, e.Subject, e.MsgID, e.Body, e.AuditID)
+	_, err := db.Exec(ctx, enqueueSQL, e.Subject, e.MsgID, e.Body, e.AuditID)
 	if err != nil {
 		return fmt.Errorf("audit: outbox: %w", err)
 	}

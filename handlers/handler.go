@@ -120,26 +120,18 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
 		Int("attempt", a.Attempt).Uint64("stream_seq", m.StreamSeq).Logger()
 
-	if !ev.Force {
-		done, err := audit.Succeeded(ctx, h.DB, a.RunKey)
-		if err != nil {
-			return Outcome{}, Classify(err)
-		}
-		if done {
-			if err := audit.RecordSkipped(ctx, h.DB, a); err != nil {
-				return Outcome{}, Classify(err)
-			}
-			log.Info().Msg("run already succeeded: skipped")
-			return Outcome{Status: audit.StatusSkipped}, nil
-		}
-	}
 	if err := h.prepare(ctx, ds); err != nil {
 		return Outcome{}, Classify(err)
 	}
-
-	id, err := audit.Start(ctx, h.DB, a)
+	// One statement: the ledger check and the `started` row (or a `skipped`
+	// row when the run already succeeded).
+	id, skipped, err := audit.Begin(ctx, h.DB, a)
 	if err != nil {
 		return Outcome{}, Classify(err)
+	}
+	if skipped {
+		log.Info().Msg("run already succeeded: skipped")
+		return Outcome{Status: audit.StatusSkipped, AuditID: id}, nil
 	}
 	out, err := h.load(ctx, ds, a, id)
 	if err != nil {
@@ -173,37 +165,44 @@ const lockSQL = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
 	skipped := false
+	p := strategies.Params{Partition: a.Partition, RunID: a.RunID}
 	err := pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockSQL, a.Pipeline+"\x1f"+a.Dataset+"\x1f"+a.Partition); err != nil {
+		// Round trip 1: settings, the partition lock, the ledger check under
+		// the lock (its own statement, so its snapshot follows the lock), and
+		// the strategy's catalog reads.
+		b := &pgx.Batch{}
+		// The pool may commit bookkeeping asynchronously; a load never.
+		b.Queue("SET LOCAL synchronous_commit = on")
+		if ds.Timeout > 0 {
+			b.Queue("SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(ds.Timeout.Milliseconds()))
+		}
+		b.Queue(lockSQL, a.Pipeline+"\x1f"+a.Dataset+"\x1f"+a.Partition)
+		var done bool
+		if !a.Force {
+			audit.QueueSucceeded(b, a.RunKey, &done)
+		}
+		plan := ds.Strategy.Describe(b, p)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		if !a.Force {
-			done, err := audit.Succeeded(ctx, tx, a.RunKey)
-			if err != nil {
-				return err
-			}
-			if done {
-				skipped = true
-				return audit.Skip(ctx, tx, id)
-			}
+		if done {
+			skipped = true
+			return audit.Skip(ctx, tx, id)
 		}
-		if ds.Timeout > 0 {
-			if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(ds.Timeout.Milliseconds())); err != nil {
-				return err
-			}
-		}
-		res, err := ds.Strategy.Load(ctx, tx, strategies.Params{Partition: a.Partition, RunID: a.RunID})
+		// Round trip 2: the load itself.
+		res, err := ds.Strategy.Execute(ctx, tx, plan, p)
 		if err != nil {
 			return err
 		}
 		out.Rows = res
-		if err := audit.Succeed(ctx, tx, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}); err != nil {
+		// Round trip 3: the audit row, the ledger, the downstream events.
+		b = &pgx.Batch{}
+		audit.QueueSucceed(b, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
+		audit.QueueRecordSuccess(b, a.RunKey, id, a.Force)
+		if err := h.queueDownstream(b, ds, a, id); err != nil {
 			return err
 		}
-		if err := audit.RecordSuccess(ctx, tx, a.RunKey, id, a.Force); err != nil {
-			return err
-		}
-		return h.enqueueDownstream(ctx, tx, ds, a, id)
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if skipped && err == nil {
 		out.Status = audit.StatusSkipped
@@ -221,28 +220,14 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 	return out, err
 }
 
-// Prepare runs every dataset's one-time setup (append_dedupe's view) now, so
-// readers find the views before the first event. It returns the datasets that
-// failed, by name: a broken dataset must not stop the others, and its events
-// will fail with the same reason.
-func (h *Handler) Prepare(ctx context.Context) map[string]error {
-	failed := map[string]error{}
-	for name, ds := range h.Datasets {
-		if err := h.prepare(ctx, ds); err != nil {
-			failed[name] = Classify(err)
-		}
-	}
-	return failed
-}
-
-// enqueueDownstream writes one event per downstream dataset into the outbox,
+// queueDownstream queues one event per downstream dataset into the outbox,
 // inside the load's transaction: the downstream runs if and only if this load
 // committed. The downstream inherits the partition and the run_id, so one
 // pipeline run keeps one run_id end to end; its Nats-Msg-Id is
 // <downstream>:<partition>:<run_id>, except for a forced rerun, which gets the
 // upstream attempt's id appended so JetStream's duplicate window does not
 // swallow it.
-func (h *Handler) enqueueDownstream(ctx context.Context, tx pgx.Tx, ds *Dataset, a audit.Attempt, auditID int64) error {
+func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, auditID int64) error {
 	prefix := h.SubjectPrefix
 	if prefix == "" {
 		prefix = "idem.ready"
@@ -260,11 +245,23 @@ func (h *Handler) enqueueDownstream(ctx context.Context, tx pgx.Tx, ds *Dataset,
 		if a.Force {
 			msgID += fmt.Sprintf(":%d", auditID)
 		}
-		if err := audit.Enqueue(ctx, tx, audit.OutboxEvent{Subject: prefix + "." + down, MsgID: msgID, Body: body, AuditID: auditID}); err != nil {
-			return err
-		}
+		audit.QueueEnqueue(b, audit.OutboxEvent{Subject: prefix + "." + down, MsgID: msgID, Body: body, AuditID: auditID})
 	}
 	return nil
+}
+
+// Prepare runs every dataset's one-time setup (append_dedupe's view) now, so
+// readers find the views before the first event. It returns the datasets that
+// failed, by name: a broken dataset must not stop the others, and its events
+// will fail with the same reason.
+func (h *Handler) Prepare(ctx context.Context) map[string]error {
+	failed := map[string]error{}
+	for name, ds := range h.Datasets {
+		if err := h.prepare(ctx, ds); err != nil {
+			failed[name] = Classify(err)
+		}
+	}
+	return failed
 }
 
 // prepare runs the strategy's one-time setup (append_dedupe's view) in its own

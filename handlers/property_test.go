@@ -80,7 +80,7 @@ func TestPropertyRandomHistories(t *testing.T) {
 			partitions := []string{"2026-11-27", "2026-11-28"}
 			rapid.Check(t, func(rt *rapid.T) {
 				ctx := context.Background()
-				e.db.Exec(t, "TRUNCATE staging.src, "+f.raw+", idem.run_ledger, idem.pipeline_audit")
+				e.db.Exec(t, "TRUNCATE staging.src, "+f.raw+", idem.outbox, idem.run_ledger, idem.pipeline_audit")
 				m := &model{strategy: f.strategy, visible: map[int64]row{}, succeeded: map[string]bool{}}
 				runs := 0
 				steps := rapid.IntRange(5, 30).Draw(rt, "steps")
@@ -140,7 +140,7 @@ func killedAttempt(t *rapid.T, e *env, partition, runID string) {
 	require.NoError(t, err)
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
-	_, _ = e.ds.Strategy.Load(ctx, tx, strategies.Params{Partition: partition, RunID: runID})
+	_, _ = strategies.Load(ctx, tx, e.ds.Strategy, strategies.Params{Partition: partition, RunID: runID})
 	e.db.Exec(e.t, "SELECT pg_terminate_backend($1)", conn.Conn().PgConn().PID())
 	require.Error(t, tx.Commit(ctx), "commit after the backend was killed must fail")
 	_ = handlers.IsFatal

@@ -34,27 +34,38 @@ func (s *AppendDedupe) dedupeKey() []string {
 	return s.spec.Key
 }
 
-func (s *AppendDedupe) describe(ctx context.Context, tx pgx.Tx) (*table, error) {
-	t, err := describeTable(ctx, tx, s.spec.Target)
+func (s *AppendDedupe) Describe(b *pgx.Batch, p Params) *Plan { return describe(b, s.spec, p, false) }
+
+// target checks the described target has what append_dedupe needs.
+func (s *AppendDedupe) target(dp *Plan) (*table, []string, error) {
+	t, src, err := dp.checked()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := requireColumns(t, "key column", s.dedupeKey()...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rc, _ := t.column(s.spec.RunIDColumn)
 	lc, _ := t.column(s.spec.LoadSeqColumn)
 	if rc.Type != "text" || lc.Type != "bigint" {
-		return nil, schemaErr("append_dedupe needs columns %s text and %s bigint on %s: ALTER TABLE %s ADD COLUMN %s text, ADD COLUMN %s bigint",
+		return nil, nil, schemaErr("append_dedupe needs columns %s text and %s bigint on %s: ALTER TABLE %s ADD COLUMN %s text, ADD COLUMN %s bigint",
 			s.spec.RunIDColumn, s.spec.LoadSeqColumn, t.Table, t.ident(), q(s.spec.RunIDColumn), q(s.spec.LoadSeqColumn))
 	}
-	return t, nil
+	return t, src, nil
 }
 
 // Prepare creates the index that serves the view and (re)creates the view over
 // the target's other columns.
 func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
-	t, err := s.describe(ctx, tx)
+	// The view only needs the target; an empty source describes fine.
+	spec := s.spec
+	spec.Source = "SELECT 1"
+	b := &pgx.Batch{}
+	dp := describe(b, spec, Params{}, false)
+	if err := send(ctx, tx, b); err != nil {
+		return err
+	}
+	t, _, err := s.target(dp)
 	if err != nil {
 		return err
 	}
@@ -92,12 +103,8 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 	return sp.Commit(ctx)
 }
 
-func (s *AppendDedupe) plan(ctx context.Context, tx pgx.Tx, p Params) (string, error) {
-	t, err := s.describe(ctx, tx)
-	if err != nil {
-		return "", err
-	}
-	src, err := sourceColumns(ctx, tx, s.spec.Source, p)
+func (s *AppendDedupe) plan(dp *Plan) (string, error) {
+	t, src, err := s.target(dp)
 	if err != nil {
 		return "", err
 	}
@@ -119,8 +126,8 @@ func (s *AppendDedupe) plan(ctx context.Context, tx pgx.Tx, p Params) (string, e
 		" ORDER BY " + quoteAll("s.", key) + ", s::text DESC", nil
 }
 
-func (s *AppendDedupe) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
-	stmt, err := s.plan(ctx, tx, p)
+func (s *AppendDedupe) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
+	stmt, err := s.plan(dp)
 	if err != nil {
 		return Result{}, err
 	}
@@ -136,7 +143,11 @@ func (s *AppendDedupe) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, e
 }
 
 func (s *AppendDedupe) Check(ctx context.Context, tx pgx.Tx, p Params) error {
-	stmt, err := s.plan(ctx, tx, p)
+	dp, err := described(ctx, tx, s, p)
+	if err != nil {
+		return err
+	}
+	stmt, err := s.plan(dp)
 	if err != nil {
 		return err
 	}

@@ -34,60 +34,99 @@ func (t *table) column(name string) (column, bool) {
 	return column{}, false
 }
 
-// describeTable reads the target's columns. A missing table is a fatal error
-// that names it.
-func describeTable(ctx context.Context, tx pgx.Tx, t Table) (*table, error) {
-	out := &table{Table: t}
-	var oid *uint32
-	var kind *string
-	err := tx.QueryRow(ctx, "SELECT to_regclass($1)::oid, (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1))", t.ident()).
-		Scan(&oid, &kind)
-	if err != nil {
-		return nil, err
-	}
-	if oid == nil {
-		return nil, &Error{Reason: "undefined_object", Msg: fmt.Sprintf("table %s does not exist; create it or fix target in the config", t)}
-	}
-	out.OID, out.Kind = *oid, *kind
-	if out.Kind != "r" && out.Kind != "p" {
-		return nil, schemaErr("%s is not a table (relkind %s)", t, out.Kind)
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT attname, format_type(atttypid, atttypmod), attnotnull, attgenerated <> ''
-		  FROM pg_attribute
-		 WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped
-		 ORDER BY attnum`, out.OID)
-	if err != nil {
-		return nil, err
-	}
-	out.Columns, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
-		var c column
-		err := r.Scan(&c.Name, &c.Type, &c.NotNull, &c.Generated)
-		return c, err
-	})
-	return out, err
+// Plan is what a load learned from the catalog: the target's columns, the
+// source's columns and, for a natively partitioned target, the children whose
+// bounds may hold exactly the partition. It is filled by the queries Describe
+// queued, in the same round trip as the caller's own statements.
+type Plan struct {
+	target   *table
+	source   []string
+	children []child
+	// the parent's partition key, when the target is partitioned by one column
+	partStrat, partKey, partKeyType string
+	partNatts                       int
+	missing                         bool
 }
 
-// sourceColumns runs the source with LIMIT 0 to learn the names of the columns
-// it returns, without reading any row.
-func sourceColumns(ctx context.Context, tx pgx.Tx, source string, p Params) ([]string, error) {
-	rows, err := tx.Query(ctx, "SELECT * FROM ("+source+"\n) AS s LIMIT 0", p.args())
-	if err != nil {
-		return nil, err
-	}
-	fields := rows.FieldDescriptions()
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	cols := make([]string, 0, len(fields))
-	for _, f := range fields {
-		if slices.Contains(cols, f.Name) {
-			return nil, schemaErr("the source returns column %q twice; name each column once", f.Name)
+type child struct{ schema, name, bound string }
+
+// describe queues the catalog reads of a load of p on b.
+func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
+	pl := &Plan{target: &table{Table: spec.Target}}
+	b.Queue(`
+		SELECT c.oid, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> ''
+		  FROM pg_class c
+		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		 WHERE c.oid = to_regclass($1)
+		 ORDER BY a.attnum`, spec.Target.ident()).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c column
+			if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated); err != nil {
+				return err
+			}
+			pl.target.Columns = append(pl.target.Columns, c)
 		}
-		cols = append(cols, f.Name)
+		pl.missing = len(pl.target.Columns) == 0
+		return rows.Err()
+	})
+	// LIMIT 0 plans the source and returns its columns without reading a row.
+	b.Queue("SELECT * FROM ("+spec.Source+"\n) AS s LIMIT 0", p.args()).Query(func(rows pgx.Rows) error {
+		for _, f := range rows.FieldDescriptions() {
+			pl.source = append(pl.source, f.Name)
+		}
+		for rows.Next() {
+		}
+		return rows.Err()
+	})
+	if withChildren {
+		// Only children whose printed bound mentions the partition can hold
+		// exactly it; filtering here keeps a 3-year daily table to one row.
+		b.Queue(`
+			SELECT pt.partstrat::text, pt.partnatts, ka.attname::text, format_type(ka.atttypid, ka.atttypmod),
+			       n.nspname::text, ch.relname::text, pg_get_expr(ch.relpartbound, ch.oid)
+			  FROM pg_partitioned_table pt
+			  JOIN pg_attribute ka ON ka.attrelid = pt.partrelid AND ka.attnum = pt.partattrs[0]
+			  JOIN pg_inherits i ON i.inhparent = pt.partrelid
+			  JOIN pg_class ch ON ch.oid = i.inhrelid AND ch.relkind = 'r'
+			  JOIN pg_namespace n ON n.oid = ch.relnamespace
+			 WHERE pt.partrelid = to_regclass($1)
+			   AND strpos(pg_get_expr(ch.relpartbound, ch.oid), $2) > 0`, spec.Target.ident(), p.Partition).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var c child
+				if err := rows.Scan(&pl.partStrat, &pl.partNatts, &pl.partKey, &pl.partKeyType, &c.schema, &c.name, &c.bound); err != nil {
+					return err
+				}
+				pl.children = append(pl.children, c)
+			}
+			return rows.Err()
+		})
 	}
-	return cols, nil
+	return pl
+}
+
+// checked returns the target and source columns, or the fatal error that
+// the catalog implies (a missing table, a source returning a column twice).
+func (pl *Plan) checked() (*table, []string, error) {
+	t := pl.target
+	if pl.missing {
+		return nil, nil, &Error{Reason: "undefined_object", Msg: fmt.Sprintf("table %s does not exist; create it or fix target in the config", t.Table)}
+	}
+	if t.Kind != "r" && t.Kind != "p" {
+		return nil, nil, schemaErr("%s is not a table (relkind %s)", t.Table, t.Kind)
+	}
+	seen := map[string]bool{}
+	for _, c := range pl.source {
+		if seen[c] {
+			return nil, nil, schemaErr("the source returns column %q twice; name each column once", c)
+		}
+		seen[c] = true
+	}
+	return t, pl.source, nil
+}
+
+// send runs a batch on tx and reads every result, running the callbacks.
+func send(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // insertColumns checks that every source column can be written to the target

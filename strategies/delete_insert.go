@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DeleteInsert replaces one partition: delete its rows, insert the source's.
@@ -29,17 +30,15 @@ type deleteInsertPlan struct {
 	truncate bool
 }
 
-func (s *DeleteInsert) plan(ctx context.Context, tx pgx.Tx, p Params) (*deleteInsertPlan, error) {
-	t, err := describeTable(ctx, tx, s.spec.Target)
+func (s *DeleteInsert) Describe(b *pgx.Batch, p Params) *Plan { return describe(b, s.spec, p, true) }
+
+func (s *DeleteInsert) plan(dp *Plan, p Params) (*deleteInsertPlan, error) {
+	t, src, err := dp.checked()
 	if err != nil {
 		return nil, err
 	}
 	pc := s.spec.PartitionColumn
 	if err := requireColumns(t, "partition_column", pc); err != nil {
-		return nil, err
-	}
-	src, err := sourceColumns(ctx, tx, s.spec.Source, p)
-	if err != nil {
 		return nil, err
 	}
 	cols, err := insertColumns(t, src)
@@ -61,11 +60,7 @@ func (s *DeleteInsert) plan(ctx context.Context, tx pgx.Tx, p Params) (*deleteIn
 	into := t.Table
 	pl := &deleteInsertPlan{route: "delete"}
 	if t.Kind == "p" {
-		child, err := exactChild(ctx, tx, t, pc, p.Partition)
-		if err != nil {
-			return nil, err
-		}
-		if child != nil {
+		if child := exactChild(dp, pc, p.Partition); child != nil {
 			into, pl.route, pl.truncate = *child, "truncate_child", true
 		}
 	}
@@ -79,28 +74,23 @@ func (s *DeleteInsert) plan(ctx context.Context, tx pgx.Tx, p Params) (*deleteIn
 	return pl, nil
 }
 
-func (s *DeleteInsert) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
-	pl, err := s.plan(ctx, tx, p)
+func (s *DeleteInsert) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
+	pl, err := s.plan(dp, p)
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Route: pl.route, Deleted: -1}
+	// Both statements in one round trip.
+	b := &pgx.Batch{}
 	if pl.truncate {
-		if _, err := tx.Exec(ctx, pl.del); err != nil {
-			return res, err
-		}
+		b.Queue(pl.del)
 	} else {
-		tag, err := tx.Exec(ctx, pl.del, p.args())
-		if err != nil {
-			return res, err
-		}
-		res.Deleted = tag.RowsAffected()
+		b.Queue(pl.del, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Deleted = ct.RowsAffected(); return nil })
 	}
-	tag, err := tx.Exec(ctx, pl.ins, p.args())
-	if err != nil {
+	b.Queue(pl.ins, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
+	if err := send(ctx, tx, b); err != nil {
 		return res, err
 	}
-	res.Inserted = tag.RowsAffected()
 	if res.Inserted == 0 && !s.spec.AllowEmpty {
 		return res, ErrEmptySource
 	}
@@ -108,7 +98,11 @@ func (s *DeleteInsert) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, e
 }
 
 func (s *DeleteInsert) Check(ctx context.Context, tx pgx.Tx, p Params) error {
-	pl, err := s.plan(ctx, tx, p)
+	dp, err := described(ctx, tx, s, p)
+	if err != nil {
+		return err
+	}
+	pl, err := s.plan(dp, p)
 	if err != nil {
 		return err
 	}
@@ -128,47 +122,17 @@ var (
 // value, or a RANGE child on a date column from that day to the next. Any other
 // layout (monthly ranges, several key columns, sub-partitions) takes the
 // DELETE route, which is always correct.
-func exactChild(ctx context.Context, tx pgx.Tx, t *table, pc, partition string) (*Table, error) {
-	var strat, keyCol, keyType string
-	var natts int
-	err := tx.QueryRow(ctx, `
-		SELECT pt.partstrat::text, pt.partnatts, a.attname::text, format_type(a.atttypid, a.atttypmod)
-		  FROM pg_partitioned_table pt
-		  JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = pt.partattrs[0]
-		 WHERE pt.partrelid = $1`, t.OID).Scan(&strat, &natts, &keyCol, &keyType)
-	if err == pgx.ErrNoRows {
-		return nil, nil // partitioned by an expression
+func exactChild(dp *Plan, pc, partition string) *Table {
+	if dp.partNatts != 1 || dp.partKey != pc || (dp.partStrat != "l" && dp.partStrat != "r") ||
+		(dp.partStrat == "r" && dp.partKeyType != "date") {
+		return nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	if natts != 1 || keyCol != pc || (strat != "l" && strat != "r") || (strat == "r" && keyType != "date") {
-		return nil, nil
-	}
-	rows, err := tx.Query(ctx, `
-		SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid)
-		  FROM pg_inherits i
-		  JOIN pg_class c ON c.oid = i.inhrelid
-		  JOIN pg_namespace n ON n.oid = c.relnamespace
-		 WHERE i.inhparent = $1 AND c.relkind = 'r'`, t.OID)
-	if err != nil {
-		return nil, err
-	}
-	type child struct{ schema, name, bound string }
-	children, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (child, error) {
-		var c child
-		err := r.Scan(&c.schema, &c.name, &c.bound)
-		return c, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range children {
-		if boundIsExactly(strat, c.bound, partition) {
-			return &Table{Schema: c.schema, Name: c.name}, nil
+	for _, c := range dp.children {
+		if boundIsExactly(dp.partStrat, c.bound, partition) {
+			return &Table{Schema: c.schema, Name: c.name}
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // boundIsExactly compares a child's bound, as pg_get_expr prints it, with the

@@ -2,11 +2,13 @@ package strategies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Merge upserts the source on the natural key with INSERT ... ON CONFLICT.
@@ -30,8 +32,10 @@ var _ Strategy = (*Merge)(nil)
 func (*Merge) Name() string                          { return "merge" }
 func (*Merge) Prepare(context.Context, pgx.Tx) error { return nil }
 
-func (s *Merge) plan(ctx context.Context, tx pgx.Tx, p Params) (string, error) {
-	t, err := describeTable(ctx, tx, s.spec.Target)
+func (s *Merge) Describe(b *pgx.Batch, p Params) *Plan { return describe(b, s.spec, p, false) }
+
+func (s *Merge) plan(dp *Plan) (string, error) {
+	t, src, err := dp.checked()
 	if err != nil {
 		return "", err
 	}
@@ -43,10 +47,6 @@ func (s *Merge) plan(ctx context.Context, tx pgx.Tx, p Params) (string, error) {
 			return "", err
 		}
 	}
-	src, err := sourceColumns(ctx, tx, s.spec.Source, p)
-	if err != nil {
-		return "", err
-	}
 	cols, err := insertColumns(t, src)
 	if err != nil {
 		return "", err
@@ -56,15 +56,19 @@ func (s *Merge) plan(ctx context.Context, tx pgx.Tx, p Params) (string, error) {
 			return "", schemaErr("the source does not return %q, which merge needs", k)
 		}
 	}
-	ok, err := hasUniqueIndex(ctx, tx, t, s.spec.Key)
-	if err != nil {
-		return "", err
-	}
-	if !ok {
-		return "", schemaErr("merge needs a unique index or primary key on exactly (%s) of %s: CREATE UNIQUE INDEX ON %s (%s)",
-			strings.Join(s.spec.Key, ", "), t.Table, t.ident(), quoteAll("", s.spec.Key))
-	}
 	return s.statement(cols), nil
+}
+
+// uniqueKeyErr explains a missing arbiter index; at load time Postgres
+// reports it (42P10), `idem validate` says what to create.
+func (s *Merge) uniqueKeyErr(ctx context.Context, tx pgx.Tx, dp *Plan) error {
+	ok, err := hasUniqueIndex(ctx, tx, dp.target, s.spec.Key)
+	if err != nil || ok {
+		return err
+	}
+	t := dp.target
+	return schemaErr("merge needs a unique index or primary key on exactly (%s) of %s: CREATE UNIQUE INDEX ON %s (%s)",
+		strings.Join(s.spec.Key, ", "), t.Table, t.ident(), quoteAll("", s.spec.Key))
 }
 
 func (s *Merge) statement(cols []string) string {
@@ -102,13 +106,19 @@ func (s *Merge) statement(cols []string) string {
 		"SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM w"
 }
 
-func (s *Merge) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
-	stmt, err := s.plan(ctx, tx, p)
+func (s *Merge) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
+	stmt, err := s.plan(dp)
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Route: "on_conflict"}
 	if err := tx.QueryRow(ctx, stmt, p.args()).Scan(&res.Inserted, &res.Updated); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P10" {
+			// No arbiter index: say which one to create.
+			return res, schemaErr("merge needs a unique index or primary key on exactly (%s) of %s: CREATE UNIQUE INDEX ON %s (%s)",
+				strings.Join(s.spec.Key, ", "), dp.target.Table, dp.target.ident(), quoteAll("", s.spec.Key))
+		}
 		return res, err
 	}
 	if res.Inserted+res.Updated == 0 && !s.spec.AllowEmpty {
@@ -125,8 +135,15 @@ func (s *Merge) Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
 }
 
 func (s *Merge) Check(ctx context.Context, tx pgx.Tx, p Params) error {
-	stmt, err := s.plan(ctx, tx, p)
+	dp, err := described(ctx, tx, s, p)
 	if err != nil {
+		return err
+	}
+	stmt, err := s.plan(dp)
+	if err != nil {
+		return err
+	}
+	if err := s.uniqueKeyErr(ctx, tx, dp); err != nil {
 		return err
 	}
 	return explain(ctx, tx, p, stmt)

@@ -72,12 +72,34 @@ type Strategy interface {
 	// Prepare creates what the strategy maintains besides the target (the
 	// dedupe view); run once per process, in its own transaction.
 	Prepare(ctx context.Context, tx pgx.Tx) error
-	// Load runs the load for p inside tx.
-	Load(ctx context.Context, tx pgx.Tx, p Params) (Result, error)
+	// Describe queues on b the catalog reads a load of p needs, so the caller
+	// can send them in the same round trip as its own statements; the Plan
+	// is ready once b's results are read.
+	Describe(b *pgx.Batch, p Params) *Plan
+	// Execute runs the load of p that pl describes, inside tx.
+	Execute(ctx context.Context, tx pgx.Tx, pl *Plan, p Params) (Result, error)
 	// Check plans every statement of a load with EXPLAIN (nothing runs) to find
 	// missing tables or columns and type mismatches before the first event.
 	// The caller rolls tx back.
 	Check(ctx context.Context, tx pgx.Tx, p Params) error
+}
+
+// Load describes and runs a load of p inside tx, for callers with nothing to
+// send in the same round trip as the catalog reads.
+func Load(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, error) {
+	b := &pgx.Batch{}
+	pl := s.Describe(b, p)
+	if err := send(ctx, tx, b); err != nil {
+		return Result{}, err
+	}
+	return s.Execute(ctx, tx, pl, p)
+}
+
+// described runs Describe alone, for Check.
+func described(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (*Plan, error) {
+	b := &pgx.Batch{}
+	pl := s.Describe(b, p)
+	return pl, send(ctx, tx, b)
 }
 
 // New returns the strategy called name for spec.

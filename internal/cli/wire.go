@@ -48,6 +48,14 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, handlers.Classify(err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
+	// Bookkeeping (the `started` row, failures, skips, outbox marks) commits
+	// without waiting for the WAL flush; every load transaction sets
+	// synchronous_commit back on, and its flush covers the earlier rows too.
+	// A server crash can therefore lose only the trace of an attempt that had
+	// not committed anything.
+	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
