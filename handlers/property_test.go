@@ -80,7 +80,7 @@ func TestPropertyRandomHistories(t *testing.T) {
 			partitions := []string{"2026-11-27", "2026-11-28"}
 			rapid.Check(t, func(rt *rapid.T) {
 				ctx := context.Background()
-				e.db.Exec(t, "TRUNCATE staging.src, "+f.raw+", idem.run_ledger, idem.pipeline_audit")
+				e.db.Exec(t, "TRUNCATE staging.src, "+f.raw+", idem.outbox, idem.run_ledger, idem.pipeline_audit")
 				m := &model{strategy: f.strategy, visible: map[int64]row{}, succeeded: map[string]bool{}}
 				runs := 0
 				steps := rapid.IntRange(5, 30).Draw(rt, "steps")
