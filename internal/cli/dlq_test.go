@@ -1,0 +1,513 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/consumer"
+)
+
+// handDeadLetter is a dead letter written the way the consumer writes them,
+// with fixed values, so listings are reproducible.
+type handDeadLetter struct {
+	dataset, partition, runID, kind, err, failedAt string
+	deliveries, replays                            int
+	origSubject, body                              string
+	extra                                          nats.Header
+}
+
+// putDeadLetter stores d in the dead-letter stream and returns its sequence.
+func (w *cliWorld) putDeadLetter(d handDeadLetter) uint64 {
+	w.t.Helper()
+	h := nats.Header{}
+	for k, vs := range d.extra {
+		h[k] = vs
+	}
+	set := func(k, v string) {
+		if v != "" {
+			h.Set(k, v)
+		}
+	}
+	set(consumer.HeaderError, d.err)
+	set(consumer.HeaderErrorKind, d.kind)
+	set(consumer.HeaderOriginalSubject, d.origSubject)
+	set(consumer.HeaderOriginalStream, "IDEM_EVENTS")
+	set(consumer.HeaderOriginalSeq, "7")
+	set(consumer.HeaderDeliveries, strconv.Itoa(d.deliveries))
+	set(consumer.HeaderFailedAt, d.failedAt)
+	set(consumer.HeaderDataset, d.dataset)
+	set(consumer.HeaderPartition, d.partition)
+	set(consumer.HeaderRunID, d.runID)
+	if d.replays > 0 {
+		set(consumer.HeaderOriginalPrefix+headerReplayCount, strconv.Itoa(d.replays))
+	}
+	token := d.dataset
+	if token == "" {
+		token = consumer.InvalidSubjectToken
+	}
+	ack, err := w.js.PublishMsg(context.Background(), &nats.Msg{Subject: "idem.dlq." + token, Header: h, Data: []byte(d.body)},
+		jetstream.WithExpectStream("IDEM_DLQ"))
+	require.NoError(w.t, err)
+	return ack.Sequence
+}
+
+func orderEvent(partition, runID string) string {
+	return fmt.Sprintf(`{"dataset":"orders","partition":%q,"run_id":%q}`, partition, runID)
+}
+
+// fourDeadLetters: one of each kind, an unreadable event, a dataset no
+// longer configured, and an error too long for the table.
+func (w *cliWorld) fourDeadLetters() {
+	w.t.Helper()
+	w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-27", runID: "scheduled__2026-11-27", kind: "fatal",
+		err:      "empty_source: the source query returned no rows for partition 2026-11-27 (allow_empty is false)",
+		failedAt: "2026-11-28T03:00:00.000Z", deliveries: 1, origSubject: "idem.ready.orders",
+		body: orderEvent("2026-11-27", "scheduled__2026-11-27"),
+		extra: nats.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			consumer.HeaderOriginalPrefix + "Nats-Msg-Id":                 {"orders:2026-11-27:scheduled__2026-11-27"},
+			consumer.HeaderOriginalPrefix + "Nats-Expected-Last-Sequence": {"1"},
+			consumer.HeaderOriginalPrefix + "Idem-Note":                   {"from the scheduler"},
+			"Nats-Msg-Id": {"dlq:IDEM_EVENTS:7"}}})
+	w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-28", runID: "scheduled__2026-11-28", kind: "exhausted",
+		err:      "transient: serialization_failure (40001): could not serialize access due to concurrent update; retried 4 times over 3m0s",
+		failedAt: "2026-11-28T04:10:00.000Z", deliveries: 4, replays: 1, origSubject: "idem.ready.orders",
+		body: orderEvent("2026-11-28", "scheduled__2026-11-28")})
+	w.putDeadLetter(handDeadLetter{kind: "fatal", err: "invalid event: body is not JSON",
+		failedAt: "2026-11-28T05:00:00.000Z", deliveries: 1, origSubject: "idem.ready.Orders", body: "not json"})
+	w.putDeadLetter(handDeadLetter{dataset: "customers", partition: "2026-11-28", runID: "manual__20261128T230000.000Z", kind: "crashed",
+		err: "the process stopped on every delivery", failedAt: "2026-11-29T01:00:00.000Z", deliveries: 3,
+		origSubject: "idem.ready.customers", body: `{"dataset":"customers","partition":"2026-11-28","run_id":"manual__20261128T230000.000Z"}`})
+}
+
+// deadLetters is `idem dlq ls --json` with args.
+func (w *cliWorld) deadLetters(args ...string) []deadLetterEntry {
+	w.t.Helper()
+	r := w.run(append([]string{"dlq", "ls", "--json"}, args...)...)
+	require.NoError(w.t, r.e, r.err)
+	var dls []deadLetterEntry
+	require.NoError(w.t, json.Unmarshal([]byte(r.out), &dls), r.out)
+	return dls
+}
+
+func dlqSeqs(dls []deadLetterEntry) []uint64 {
+	seqs := []uint64{}
+	for _, dl := range dls {
+		seqs = append(seqs, dl.Seq)
+	}
+	return seqs
+}
+
+// waitDeadLetter waits for a dead letter stored after seq after.
+func (w *cliWorld) waitDeadLetter(after uint64) deadLetterEntry {
+	w.t.Helper()
+	var got deadLetterEntry
+	require.Eventually(w.t, func() bool {
+		for _, dl := range w.deadLetters() {
+			if dl.Seq > after {
+				got = dl
+				return true
+			}
+		}
+		return false
+	}, 60*time.Second, 20*time.Millisecond, "no dead letter after seq %d", after)
+	return got
+}
+
+func dlqGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "dlq", name)
+	if os.Getenv("IDEM_UPDATE_GOLDEN") != "" {
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run with IDEM_UPDATE_GOLDEN=1 to write %s", path)
+	require.Equal(t, string(want), got)
+}
+
+func requireUsage(t *testing.T, r result, args ...string) {
+	t.Helper()
+	var usage *UsageError
+	require.True(t, errors.As(r.e, &usage), "%v: want a usage error, got %v", args, r.e)
+}
+
+// The scenario of issue 4: a dead letter caused by a schema mismatch,
+// replayed once the table is fixed, loads and leaves the DLQ.
+func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
+	w := newCLIWorld(t)
+	w.serve()
+
+	require.NoError(t, w.run("publish", "orders", "2027-01-01", "--run-id", "r-empty").e)
+	empty := w.waitDeadLetter(0)
+	w.db.Exec(t, "ALTER TABLE analytics.t DROP COLUMN note")
+	require.NoError(t, w.run("publish", "orders", "2026-03-01", "--run-id", "r-schema").e)
+	schema := w.waitDeadLetter(empty.Seq)
+
+	require.Equal(t, "r-empty", empty.RunID)
+	require.Equal(t, "fatal", empty.Kind)
+	require.Contains(t, empty.Error, "empty_source")
+	require.Equal(t, deadLetterEntry{Seq: schema.Seq, Subject: "idem.dlq.orders", Kind: "fatal", Dataset: "orders",
+		Partition: "2026-03-01", RunID: "r-schema", Deliveries: 1, Error: schema.Error, OriginalSubject: "idem.ready.orders",
+		OriginalStream: "IDEM_EVENTS", OriginalSeq: 2, StoredAt: schema.StoredAt, FailedAt: schema.FailedAt}, schema)
+	require.Contains(t, schema.Error, "schema_mismatch")
+	require.Contains(t, schema.Error, "note")
+	require.WithinDuration(t, time.Now(), schema.FailedAt, time.Minute)
+
+	r := w.run("dlq", "ls")
+	require.NoError(t, r.e)
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	require.Len(t, lines, 4, r.out)
+	require.Regexp(t, `^SEQ\s+FAILED_AT\s+DATASET\s+PARTITION\s+RUN_ID\s+KIND\s+DELIVERIES\s+REPLAYS\s+ERROR$`, lines[0])
+	require.Regexp(t, `^\d+\s+\S+Z\s+orders\s+2026-03-01\s+r-schema\s+fatal\s+1\s+0\s+\S`, lines[2])
+	require.Equal(t, "2 dead letter(s)", lines[3])
+
+	seq := strconv.FormatUint(schema.Seq, 10)
+	r = w.run("dlq", "show", seq)
+	require.NoError(t, r.e)
+	for _, want := range []string{
+		"dead letter " + seq + " of stream IDEM_DLQ",
+		"Idem-Error-Kind: fatal",
+		"Idem-Original-Subject: idem.ready.orders",
+		"Idem-Original-Nats-Msg-Id: orders:2026-03-01:r-schema",
+		"body (JSON, ",
+		"{\n  \"dataset\": \"orders\",\n  \"partition\": \"2026-03-01\",\n  \"run_id\": \"r-schema\"",
+	} {
+		require.Contains(t, r.out, want)
+	}
+
+	w.db.Exec(t, "ALTER TABLE analytics.t ADD COLUMN note text")
+	r = w.run("dlq", "replay", seq)
+	require.NoError(t, r.e, r.out)
+	require.Contains(t, r.out, "replayed "+seq+" orders 2026-03-01 run_id=r-schema to idem.ready.orders: stream IDEM_EVENTS seq 3 (replay 1)")
+	require.Contains(t, r.out, "replayed 1, skipped 0, failed 0 of 1 dead letter(s)")
+	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'r-schema' AND status = 'success'")
+	require.EqualValues(t, 10, w.count("SELECT count(*) FROM analytics.t WHERE event_date = '2026-03-01'"))
+
+	require.Equal(t, []uint64{empty.Seq}, dlqSeqs(w.deadLetters()), "the replayed dead letter is gone, the other stays")
+	r = w.run("dlq", "show", seq)
+	require.Error(t, r.e)
+	require.NotErrorIs(t, r.e, ErrReported)
+	var usage *UsageError
+	require.False(t, errors.As(r.e, &usage))
+	require.Contains(t, r.err, "no dead letter "+seq+" in stream IDEM_DLQ")
+}
+
+// The replay count goes through the consumer and back: a dead letter that
+// keeps failing is replayed maxReplays times, then refused without --force.
+func TestDLQReplayCountGuard(t *testing.T) {
+	w := newCLIWorld(t)
+	w.serve()
+	require.NoError(t, w.run("publish", "orders", "2027-01-01", "--run-id", "r-poison").e)
+
+	var dl deadLetterEntry
+	for i := range maxReplays {
+		dl = w.waitDeadLetter(dl.Seq)
+		require.Equal(t, i, dl.Replays)
+		r := w.run("dlq", "replay", fmt.Sprint(dl.Seq))
+		require.NoError(t, r.e, r.out)
+		require.Contains(t, r.out, fmt.Sprintf("(replay %d)", i+1))
+	}
+	dl = w.waitDeadLetter(dl.Seq)
+	require.Equal(t, maxReplays, dl.Replays)
+	seq := fmt.Sprint(dl.Seq)
+	r := w.run("dlq", "show", seq)
+	require.Contains(t, r.out, "Idem-Original-Idem-Replay-Count: 3")
+	require.Regexp(t, `Idem-Original-Idem-Replay-Of: \d+`, r.out)
+
+	events := w.streamMsgs("IDEM_EVENTS")
+	r = w.run("dlq", "replay", seq)
+	require.ErrorIs(t, r.e, ErrReported)
+	require.Contains(t, r.out, "skipped "+seq+" orders 2027-01-01 run_id=r-poison: already replayed 3 times")
+	require.Contains(t, r.out, "--force")
+	require.Contains(t, r.out, "replayed 0, skipped 1, failed 0 of 1 dead letter(s)")
+	require.Equal(t, events, w.streamMsgs("IDEM_EVENTS"), "a refused replay publishes nothing")
+	require.Equal(t, []uint64{dl.Seq}, dlqSeqs(w.deadLetters()), "and deletes nothing")
+
+	r = w.run("dlq", "replay", seq, "--force")
+	require.NoError(t, r.e, r.out)
+	require.Contains(t, r.out, "(replay 4)")
+	require.Equal(t, 4, w.waitDeadLetter(dl.Seq).Replays)
+	w.waitCount(5, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'r-poison' AND status = 'failed'")
+}
+
+func TestDLQLsFiltersJSONAndGolden(t *testing.T) {
+	w := newCLIWorld(t)
+	r := w.run("dlq", "ls")
+	require.NoError(t, r.e, "an empty DLQ is not a failure")
+	require.Equal(t, "0 dead letter(s)\n", r.out)
+	require.Equal(t, "[]\n", w.run("dlq", "ls", "--json").out)
+
+	w.fourDeadLetters()
+	r = w.run("dlq", "ls")
+	require.NoError(t, r.e)
+	dlqGolden(t, "ls.golden", r.out)
+
+	for _, c := range []struct {
+		args []string
+		want []uint64
+	}{
+		{nil, []uint64{1, 2, 3, 4}},
+		{[]string{"--dataset", "orders"}, []uint64{1, 2}},
+		{[]string{"--dataset", "_invalid"}, []uint64{3}},
+		{[]string{"--dataset", "nope"}, []uint64{}},
+		{[]string{"--kind", "fatal"}, []uint64{1, 3}},
+		{[]string{"--dataset", "orders", "--kind", "exhausted"}, []uint64{2}},
+		{[]string{"--since", "2026-11-28T04:00:00Z"}, []uint64{2, 3, 4}},
+		{[]string{"--since", "2026-11-29"}, []uint64{4}},
+		{[]string{"--since", "1h"}, []uint64{}},
+	} {
+		require.Equal(t, c.want, dlqSeqs(w.deadLetters(c.args...)), "%v", c.args)
+	}
+	recent := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "x",
+		failedAt: time.Now().Add(-10 * time.Minute).UTC().Format(time.RFC3339Nano), origSubject: "idem.ready.orders"})
+	require.Equal(t, []uint64{recent}, dlqSeqs(w.deadLetters("--since", "1h")))
+	require.Equal(t, []uint64{1, 2, 3, 4, recent}, dlqSeqs(w.deadLetters("--since", "72h")))
+
+	r = w.run("dlq", "ls", "--json", "--dataset", "orders")
+	var raw []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.out), &raw))
+	keys := []string{}
+	for k := range raw[0] {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	require.Equal(t, []string{"body_omitted", "dataset", "deliveries", "error", "failed_at", "kind", "original_seq", "original_stream",
+		"original_subject", "partition", "replays", "run_id", "seq", "stored_at", "subject"}, keys)
+	require.Equal(t, "2026-11-28T04:10:00Z", raw[1]["failed_at"])
+	require.EqualValues(t, 1, raw[1]["replays"])
+	require.EqualValues(t, 4, raw[1]["deliveries"])
+
+	for _, args := range [][]string{
+		{"dlq", "ls", "--kind", "bogus"},
+		{"dlq", "ls", "--since", "yesterday"},
+		{"dlq", "ls", "--since", "-1h"},
+		{"dlq", "ls", "--dataset", "orders.>"},
+		{"dlq", "ls", "extra"},
+	} {
+		requireUsage(t, w.run(args...), args...)
+	}
+}
+
+func TestDLQShow(t *testing.T) {
+	w := newCLIWorld(t)
+	w.fourDeadLetters()
+	omitted := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "too big", failedAt: "2026-11-28T06:00:00.000Z",
+		origSubject: "idem.ready.orders",
+		extra:       nats.Header{consumer.HeaderBodyOmitted: {"70000 bytes omitted: the dead letter would exceed the server's max_payload; the original is message 7 of stream IDEM_EVENTS"}}})
+
+	r := w.run("dlq", "show", "1")
+	require.NoError(t, r.e)
+	want := []string{
+		"dead letter 1 of stream IDEM_DLQ\n",
+		"  subject     idem.dlq.orders\n",
+		"  failed_at   2026-11-28T03:00:00Z\n",
+		"  kind        fatal\n",
+		"  error       empty_source: the source query returned no rows",
+		"  deliveries  1\n",
+		"  replays     0\n",
+		"  run_id      scheduled__2026-11-27\n",
+		"  original    idem.ready.orders (stream IDEM_EVENTS seq 7)\n",
+		"headers\n",
+		"  Idem-Deliveries: 1\n",
+		"  Idem-Original-Nats-Msg-Id: orders:2026-11-27:scheduled__2026-11-27\n",
+		"  Nats-Msg-Id: dlq:IDEM_EVENTS:7\n",
+		"  Traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n",
+		"body (JSON, 78 bytes)\n{\n  \"dataset\": \"orders\",\n  \"partition\": \"2026-11-27\",\n  \"run_id\": \"scheduled__2026-11-27\"\n}\n",
+	}
+	for _, s := range want {
+		require.Contains(t, r.out, s)
+	}
+
+	r = w.run("dlq", "show", "3")
+	require.NoError(t, r.e)
+	require.Contains(t, r.out, "  dataset     _invalid\n")
+	require.Contains(t, r.out, "  partition   -\n")
+	require.True(t, strings.HasSuffix(r.out, "body (not JSON, 8 bytes)\nnot json\n"), r.out)
+
+	r = w.run("dlq", "show", fmt.Sprint(omitted))
+	require.NoError(t, r.e)
+	require.Contains(t, r.out, "body omitted: 70000 bytes omitted: the dead letter would exceed the server's max_payload; the original is message 7 of stream IDEM_EVENTS\n")
+
+	r = w.run("dlq", "show", "1", "--json")
+	require.NoError(t, r.e)
+	var d struct {
+		Seq      uint64              `json:"seq"`
+		Stream   string              `json:"stream"`
+		Kind     string              `json:"kind"`
+		Headers  map[string][]string `json:"headers"`
+		Body     string              `json:"body"`
+		BodyJSON map[string]any      `json:"body_json"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.out), &d), r.out)
+	require.Equal(t, uint64(1), d.Seq)
+	require.Equal(t, "IDEM_DLQ", d.Stream)
+	require.Equal(t, "fatal", d.Kind)
+	require.Equal(t, []string{"from the scheduler"}, d.Headers["Idem-Original-Idem-Note"])
+	require.Equal(t, orderEvent("2026-11-27", "scheduled__2026-11-27"), d.Body)
+	require.Equal(t, "scheduled__2026-11-27", d.BodyJSON["run_id"])
+
+	r = w.run("dlq", "show", "3", "--json")
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.out), &raw))
+	require.Nil(t, raw["body_json"])
+	require.Equal(t, "not json", raw["body"])
+
+	r = w.run("dlq", "show", "99")
+	require.Error(t, r.e)
+	require.Contains(t, r.err, "no dead letter 99 in stream IDEM_DLQ")
+	var usage *UsageError
+	require.False(t, errors.As(r.e, &usage))
+	for _, args := range [][]string{{"dlq", "show"}, {"dlq", "show", "x"}, {"dlq", "show", "0"}, {"dlq", "show", "1", "2"}} {
+		requireUsage(t, w.run(args...), args...)
+	}
+}
+
+func TestDLQReplay(t *testing.T) {
+	w := newCLIWorld(t) // no consumer: replays stay in the events stream to be read back
+	w.fourDeadLetters()
+	guarded := w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-20", runID: "r-guard", kind: "fatal", err: "x",
+		failedAt: "2026-11-28T06:00:00.000Z", deliveries: 1, replays: 3, origSubject: "idem.ready.orders", body: orderEvent("2026-11-20", "r-guard")})
+	omitted := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "too big", failedAt: "2026-11-28T06:00:00.000Z",
+		origSubject: "idem.ready.orders", extra: nats.Header{consumer.HeaderBodyOmitted: {"70000 bytes omitted"}}})
+	nowhere := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "x", failedAt: "2026-11-28T06:00:00.000Z",
+		origSubject: "elsewhere.orders", body: "{}"})
+	loop := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "x", failedAt: "2026-11-28T06:00:00.000Z",
+		origSubject: "idem.dlq.orders", body: "{}"})
+	const dlqTotal = 8
+
+	for _, args := range [][]string{
+		{"dlq", "replay"},
+		{"dlq", "replay", "1", "--all"},
+		{"dlq", "replay", "1", "--dataset", "orders"},
+		{"dlq", "replay", "--all", "--kind", "bogus"},
+		{"dlq", "replay", "x"},
+		{"dlq", "replay", "1", "2"},
+	} {
+		requireUsage(t, w.run(args...), args...)
+	}
+	r := w.run("dlq", "replay", "99")
+	require.Error(t, r.e)
+	require.Contains(t, r.err, "no dead letter 99 in stream IDEM_DLQ")
+
+	// A dry run says what would happen and changes nothing.
+	r = w.run("dlq", "replay", "--all", "--dry-run")
+	require.NoError(t, r.e, r.out)
+	require.Contains(t, r.out, "would replay 1 orders 2026-11-27 run_id=scheduled__2026-11-27 to idem.ready.orders (replay 1)\n")
+	require.Contains(t, r.out, "would replay 2 orders 2026-11-28 run_id=scheduled__2026-11-28 to idem.ready.orders (replay 2)\n")
+	require.Contains(t, r.out, fmt.Sprintf("skipped %d orders 2026-11-20 run_id=r-guard: already replayed 3 times", guarded))
+	require.Contains(t, r.out, fmt.Sprintf("skipped %d orders - run_id=-: its body was not kept (70000 bytes omitted)", omitted))
+	require.Contains(t, r.out, "dry run: would replay 6, skip 2 of 8 dead letter(s); nothing was published or deleted\n")
+	require.EqualValues(t, 0, w.streamMsgs("IDEM_EVENTS"))
+	require.EqualValues(t, dlqTotal, w.streamMsgs("IDEM_DLQ"))
+
+	// --all with filters replays exactly what they select.
+	r = w.run("dlq", "replay", "--all", "--dataset", "orders", "--kind", "fatal", "--since", "2026-11-28T03:00:00Z", "--json")
+	require.ErrorIs(t, r.e, ErrReported, "the guarded, omitted and unroutable ones were not replayed")
+	var rep replayReport
+	require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
+	require.Equal(t, replayReport{Matched: 5, Replayed: 1, Skipped: 2, Failed: 2, Messages: rep.Messages}, rep)
+	actions := map[uint64]string{}
+	for _, m := range rep.Messages {
+		actions[m.Seq] = m.Action
+	}
+	require.Equal(t, map[uint64]string{1: "replayed", guarded: "skipped", omitted: "skipped", nowhere: "failed", loop: "failed"}, actions)
+	first := rep.Messages[0]
+	require.Equal(t, replayed{Seq: 1, Dataset: "orders", Partition: "2026-11-27", RunID: "scheduled__2026-11-27", Kind: "fatal",
+		Action: "replayed", Subject: "idem.ready.orders", ReplayCount: 1, Stream: "IDEM_EVENTS", StreamSeq: 1}, first)
+	require.Contains(t, rep.Messages[3].Reason, "the dead letter is kept")
+	require.EqualValues(t, 1, w.streamMsgs("IDEM_EVENTS"))
+	require.Equal(t, []uint64{2, 3, 4, guarded, omitted, nowhere, loop}, dlqSeqs(w.deadLetters()))
+
+	// The replay carries the original body and headers, never the original
+	// Nats-Msg-Id or a JetStream directive, and no dead-letter envelope.
+	events, err := w.js.Stream(context.Background(), "IDEM_EVENTS")
+	require.NoError(t, err)
+	m, err := events.GetMsg(context.Background(), 1)
+	require.NoError(t, err)
+	require.Equal(t, "idem.ready.orders", m.Subject)
+	require.Equal(t, orderEvent("2026-11-27", "scheduled__2026-11-27"), string(m.Data))
+	require.Equal(t, nats.Header{
+		"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		"Idem-Note":   {"from the scheduler"},
+		// idem's own publish directive, as on every event idem publishes
+		"Nats-Expected-Stream": {"IDEM_EVENTS"},
+		headerReplayOf:         {"1"},
+		headerReplayCount:      {"1"},
+	}, m.Header)
+
+	// The guard yields to --force; the count keeps rising.
+	r = w.run("dlq", "replay", fmt.Sprint(guarded), "--force")
+	require.NoError(t, r.e, r.out)
+	require.Contains(t, r.out, fmt.Sprintf("replayed %d orders 2026-11-20 run_id=r-guard to idem.ready.orders: stream IDEM_EVENTS seq 2 (replay 4)", guarded))
+	m, err = events.GetMsg(context.Background(), 2)
+	require.NoError(t, err)
+	require.Equal(t, "4", m.Header.Get(headerReplayCount))
+	require.Equal(t, fmt.Sprint(guarded), m.Header.Get(headerReplayOf))
+
+	// The rest, by the human output.
+	r = w.run("dlq", "replay", "--all", "--dataset", "customers")
+	require.NoError(t, r.e, r.out)
+	require.Equal(t, "replayed 4 customers 2026-11-28 run_id=manual__20261128T230000.000Z to idem.ready.customers: stream IDEM_EVENTS seq 3 (replay 1)\n"+
+		"replayed 1, skipped 0, failed 0 of 1 dead letter(s)\n", r.out)
+	r = w.run("dlq", "replay", "--all", "--dataset", "nope")
+	require.NoError(t, r.e)
+	require.Equal(t, "replayed 0, skipped 0, failed 0 of 0 dead letter(s)\n", r.out)
+	require.EqualValues(t, 3, w.streamMsgs("IDEM_EVENTS"))
+	require.Equal(t, []uint64{2, 3, omitted, nowhere, loop}, dlqSeqs(w.deadLetters()))
+}
+
+func TestDLQPurge(t *testing.T) {
+	w := newCLIWorld(t)
+	w.fourDeadLetters()
+
+	r := w.run("dlq", "purge")
+	requireUsage(t, r)
+	require.Contains(t, r.err, "purge would delete 4 dead letter(s) of IDEM_DLQ; add --yes")
+	r = w.run("dlq", "purge", "--dataset", "orders")
+	requireUsage(t, r)
+	require.Contains(t, r.err, "purge would delete 2 dead letter(s)")
+	requireUsage(t, w.run("dlq", "purge", "--kind", "bogus", "--yes"))
+	require.EqualValues(t, 4, w.streamMsgs("IDEM_DLQ"))
+
+	r = w.run("dlq", "purge", "--kind", "fatal", "--dry-run")
+	require.NoError(t, r.e)
+	require.Equal(t, "would delete 1 orders 2026-11-27 run_id=scheduled__2026-11-27 fatal\n"+
+		"would delete 3 _invalid - run_id=- fatal\n"+
+		"dry run: would delete 2 dead letter(s); nothing was deleted\n", r.out)
+	require.EqualValues(t, 4, w.streamMsgs("IDEM_DLQ"))
+
+	r = w.run("dlq", "purge", "--dataset", "orders", "--kind", "fatal", "--yes")
+	require.NoError(t, r.e)
+	require.Equal(t, "deleted 1 orders 2026-11-27 run_id=scheduled__2026-11-27 fatal\ndeleted 1 of 1 dead letter(s)\n", r.out)
+	require.Equal(t, []uint64{2, 3, 4}, dlqSeqs(w.deadLetters()))
+
+	r = w.run("dlq", "purge", "--since", "2026-11-28T04:30:00Z", "--yes", "--json")
+	require.NoError(t, r.e)
+	var rep struct {
+		DryRun  bool              `json:"dry_run"`
+		Deleted int               `json:"deleted"`
+		Matched []deadLetterEntry `json:"matched"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
+	require.Equal(t, 2, rep.Deleted)
+	require.Equal(t, []uint64{3, 4}, dlqSeqs(rep.Matched))
+	require.Equal(t, []uint64{2}, dlqSeqs(w.deadLetters()))
+
+	r = w.run("dlq", "purge", "--yes")
+	require.NoError(t, r.e)
+	require.Equal(t, "0 dead letter(s)\n", w.run("dlq", "ls").out)
+	require.NoError(t, w.run("dlq", "purge", "--yes").e, "purging an empty DLQ is fine")
+}
