@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/mattn/go-isatty"
 )
@@ -28,22 +28,48 @@ type table struct {
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
 
 // print writes the table aligned with two spaces between columns. With
-// colour, status words are coloured (success green, failed red, ...).
+// colour, status words are coloured after padding, so escape codes never
+// count toward a column's width.
 func (t *table) print(w io.Writer, colour bool) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(t.headers, "\t"))
+	clean := func(c string) string { return strings.NewReplacer("\n", " ", "\t", " ").Replace(c) }
+	widths := make([]int, len(t.headers))
+	grow := func(cells []string) {
+		for i, c := range cells {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(clean(c)))
+		}
+	}
+	grow(t.headers)
 	for _, r := range t.rows {
-		cells := make([]string, len(r))
-		for i, c := range r {
-			c = strings.NewReplacer("\n", " ", "\t", " ").Replace(c)
-			if colour {
+		grow(r)
+	}
+	line := func(cells []string, colourise bool) error {
+		var b strings.Builder
+		for i, c := range cells {
+			c = clean(c)
+			pad := ""
+			if i < len(cells)-1 {
+				pad = strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2)
+			}
+			if colourise {
 				c = colourStatus(c)
 			}
-			cells[i] = c
+			b.WriteString(c + pad)
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		_, err := fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+		return err
 	}
-	return tw.Flush()
+	if err := line(t.headers, false); err != nil {
+		return err
+	}
+	for _, r := range t.rows {
+		if err := line(r, colour); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 var statusColours = map[string]string{
@@ -53,9 +79,7 @@ var statusColours = map[string]string{
 	"skipped": "36",
 }
 
-// colourStatus colours a cell that is exactly a status word. tabwriter counts
-// the escape bytes, so coloured columns stay aligned only because every cell
-// of a status column is coloured the same way; other cells are left alone.
+// colourStatus colours a cell that is exactly a status word.
 func colourStatus(c string) string {
 	if code, ok := statusColours[c]; ok {
 		return "\x1b[" + code + "m" + c + "\x1b[0m"

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -58,40 +59,53 @@ type published struct {
 	MsgID     string `json:"msg_id"`
 }
 
-// publishEvent validates ev exactly as the consumer will (so a bad event is
-// refused here, not dead-lettered later), publishes it through JetStream with
-// Nats-Msg-Id <dataset>:<partition>:<run_id>, and waits for the PubAck.
-func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Config, ev schemas.PartitionReady, hdr nats.Header) (published, error) {
+// eventMsg builds the message for ev: validated exactly as the consumer will
+// validate it (so a bad event is refused here, not dead-lettered later), with
+// the canonical partition key (so 2026-11-28T13 and 2026-11-28T13:00:00Z are
+// one run) and Nats-Msg-Id <dataset>:<partition>:<run_id>.
+func eventMsg(cfg *config.Config, ev schemas.PartitionReady) (*nats.Msg, error) {
 	subject := cfg.NATS.SubjectPrefix + "." + ev.Dataset
 	body, err := ev.Marshal()
 	if err != nil {
-		return published{}, err
+		return nil, err
 	}
 	dec, err := schemas.Decode(subject, body, lookup(cfg))
 	if err != nil {
-		return published{}, err
+		return nil, err
 	}
-	// The canonical key, so 2026-11-28T13 and 2026-11-28T13:00:00Z are one run.
 	ev.Partition = dec.Key.Key
 	if body, err = ev.Marshal(); err != nil {
-		return published{}, err
+		return nil, err
 	}
 	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, ev.MsgID())
+	return msg, nil
+}
+
+// publishEvent publishes ev through JetStream and waits for the PubAck.
+func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Config, ev schemas.PartitionReady, hdr nats.Header) (published, error) {
+	msg, err := eventMsg(cfg, ev)
+	if err != nil {
+		return published{}, err
+	}
 	for k, vs := range hdr {
 		msg.Header[k] = vs
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, ev.MsgID())
+	var canon schemas.PartitionReady
+	if err := json.Unmarshal(msg.Data, &canon); err != nil {
+		return published{}, err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ack, err := js.PublishMsg(pctx, msg, jetstream.WithExpectStream(cfg.NATS.Stream))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return published{}, fmt.Errorf("no stream %s answers on %s: run 'idem streams' (or start 'idem serve') first: %w", cfg.NATS.Stream, subject, err)
+			return published{}, fmt.Errorf("no stream %s answers on %s: run 'idem streams' (or start 'idem serve') first: %w", cfg.NATS.Stream, msg.Subject, err)
 		}
-		return published{}, fmt.Errorf("publish %s: %w", subject, err)
+		return published{}, fmt.Errorf("publish %s: %w", msg.Subject, err)
 	}
-	return published{Dataset: ev.Dataset, Partition: ev.Partition, RunID: ev.RunID, Subject: subject,
-		Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate, MsgID: ev.MsgID()}, nil
+	return published{Dataset: canon.Dataset, Partition: canon.Partition, RunID: canon.RunID, Subject: msg.Subject,
+		Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate, MsgID: canon.MsgID()}, nil
 }
 
 // manualRunID is a unique, readable run id for a hand-made publish.
