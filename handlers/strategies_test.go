@@ -28,6 +28,8 @@ func TestMergeKeepsUnchangedRowsXmin(t *testing.T) {
 	out := e.mustLoad("2026-11-28", "r2", false)
 	require.Zero(t, out.Rows.Inserted+out.Rows.Updated, "an unchanged rerun wrote rows")
 	require.Equal(t, xmins, e.db.Checksum(t, "SELECT id, xmin::text FROM analytics.t"), "unchanged rows were rewritten")
+	// Not even locked: ON CONFLICT's row lock would set xmax and write WAL.
+	require.EqualValues(t, 0, e.db.Int(t, "SELECT count(*) FROM analytics.t WHERE xmax::text <> '0'"), "unchanged rows were locked")
 
 	// One row changes: only it gets a new version.
 	e.db.Exec(t, "UPDATE staging.src SET amount = amount + 1, version = 2 WHERE id = 5")
