@@ -13,13 +13,17 @@ import (
 
 // Merge upserts the source on the natural key with INSERT ... ON CONFLICT.
 //
-//   - Unchanged rows are not rewritten: the update's WHERE compares every
-//     loaded column, so a rerun writes no new row versions (xmin stays).
+//   - Unchanged rows are not touched: rows the target already holds with
+//     the same values (or in a newer version) are filtered out before the
+//     INSERT by one index probe each, so ON CONFLICT never even locks them;
+//     the update's WHERE repeats the comparison for rows changed concurrently.
 //   - With a version column, a row is only updated by an equal or newer
 //     version: a late replay of old data never wins.
-//   - Duplicate keys in the source (Postgres would raise 21000) are reduced to
-//     one row per key first: the newest version, then a deterministic
-//     tie-break on the row's text, so every rerun picks the same row.
+//   - Duplicate keys in the source (Postgres raises 21000) are reduced to one
+//     row per key: the newest version, then a deterministic tie-break on the
+//     row's text, so every rerun picks the same row. That costs a sort of the
+//     source, so it only happens after a first attempt, in a savepoint, hit
+//     21000.
 //
 // ON CONFLICT rather than MERGE: PostgreSQL's MERGE raises a unique violation
 // when a concurrent transaction inserts the same key, and its default plan
