@@ -377,8 +377,8 @@ func TestPanicIsRetriedThenDeadLetteredAsCrashed(t *testing.T) {
 	var got calls
 	e.start(func(_ context.Context, m *Message) error {
 		got.add(m)
-		var nilMap map[string]int
-		nilMap["boom"]++ // a real runtime panic
+		var empty []byte
+		_ = empty[len(m.Data)] // a real runtime panic: index out of range
 		return nil
 	})
 	seq := e.publish("idem.ready.orders", event("orders", "2026-11-28", "r1"), nil)
@@ -386,7 +386,7 @@ func TestPanicIsRetriedThenDeadLetteredAsCrashed(t *testing.T) {
 	e.settled(seq)
 	require.Equal(t, 2, got.count())
 	require.Equal(t, "crashed", dl.Header.Get(HeaderErrorKind))
-	require.Contains(t, dl.Header.Get(HeaderError), "handler panicked: assignment to entry in nil map")
+	require.Contains(t, dl.Header.Get(HeaderError), "handler panicked: runtime error: index out of range")
 	require.Equal(t, uint64(1), e.streamMsgs(testDLQ), "exactly once")
 	require.Contains(t, e.logs.String(), "goroutine", "the stack is logged")
 }
