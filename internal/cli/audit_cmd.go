@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/audit"
@@ -37,6 +38,27 @@ func datasetArg(cfg *config.Config, name string) error {
 	return nil
 }
 
+// auditQuery checks what every audit subcommand takes and connects.
+func (e *env) auditQuery(cmd *cobra.Command, dataset, from, to string) (*config.Config, time.Time, time.Time, *pgxpool.Pool, error) {
+	var zero time.Time
+	cfg, err := e.validConfig()
+	if err != nil {
+		return nil, zero, zero, nil, err
+	}
+	if err := datasetArg(cfg, dataset); err != nil {
+		return nil, zero, zero, nil, err
+	}
+	f, t, err := dateRange(from, to)
+	if err != nil {
+		return nil, zero, zero, nil, err
+	}
+	pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+	if err != nil {
+		return nil, zero, zero, nil, err
+	}
+	return cfg, f, t, pool, nil
+}
+
 func auditCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "audit",
@@ -61,18 +83,7 @@ run triggered it (then:) and its error.
 Exit code 1 when any partition in the range is not success.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := e.validConfig()
-			if err != nil {
-				return err
-			}
-			if err := datasetArg(cfg, args[0]); err != nil {
-				return err
-			}
-			f, t, err := dateRange(from, to)
-			if err != nil {
-				return err
-			}
-			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			cfg, f, t, pool, err := e.auditQuery(cmd, args[0], from, to)
 			if err != nil {
 				return err
 			}
@@ -123,18 +134,7 @@ audit table (the same answer as SELECT * FROM idem.missing_partitions(...)).
 Exit code 1 when any is missing, 0 when none is.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := e.validConfig()
-			if err != nil {
-				return err
-			}
-			if err := datasetArg(cfg, args[0]); err != nil {
-				return err
-			}
-			f, t, err := dateRange(from, to)
-			if err != nil {
-				return err
-			}
-			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			cfg, f, t, pool, err := e.auditQuery(cmd, args[0], from, to)
 			if err != nil {
 				return err
 			}
