@@ -35,6 +35,22 @@ type Options struct {
 	Settings []string
 	// Log receives the server's log file path once known; may be nil.
 	Log func(format string, args ...any)
+	// TLS, when set, turns ssl on with these PEM files, written into the data
+	// directory as server.crt, server.key and (when CA is set) root.crt,
+	// owned by the server's user with mode 0600 as PostgreSQL requires.
+	TLS *TLS
+	// HBA lines go before the pg_hba.conf that initdb wrote (trust for every
+	// local and loopback connection); the first line matching a connection
+	// decides, e.g. "hostssl all app 127.0.0.1/32 scram-sha-256".
+	HBA []string
+}
+
+// TLS holds PEM-encoded server TLS material.
+type TLS struct {
+	// Cert and Key are the server's certificate (chain) and private key.
+	Cert, Key []byte
+	// CA, when set, verifies client certificates (ssl_ca_file).
+	CA []byte
 }
 
 // Server is a running throwaway cluster.
@@ -128,7 +144,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if !opts.Durable {
 		conf = append(conf, "fsync = off", "synchronous_commit = off", "full_page_writes = off")
 	}
+	tlsConf, err := s.writeTLS(opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	conf = append(conf, tlsConf...)
 	conf = append(conf, opts.Settings...)
+	if err := s.prependHBA(opts.HBA); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return nil, err
@@ -209,6 +233,62 @@ func (s *Server) run(ctx context.Context, prog string, args ...string) ([]byte, 
 	cmd.SysProcAttr = detached()
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	return cmd.CombinedOutput()
+}
+
+// writeTLS puts the server's TLS files into the data directory and returns the
+// postgresql.conf lines that use them.
+func (s *Server) writeTLS(t *TLS) ([]string, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if len(t.Cert) == 0 || len(t.Key) == 0 {
+		return nil, errors.New("localpg: TLS needs both Cert and Key")
+	}
+	type file struct {
+		name string
+		data []byte
+	}
+	files := []file{{"server.crt", t.Cert}, {"server.key", t.Key}}
+	conf := []string{"ssl = on", "ssl_cert_file = 'server.crt'", "ssl_key_file = 'server.key'"}
+	if len(t.CA) > 0 {
+		files = append(files, file{"root.crt", t.CA})
+		conf = append(conf, "ssl_ca_file = 'root.crt'")
+	}
+	for _, f := range files {
+		if err := s.writeOwned(filepath.Join(s.DataDir, f.name), f.data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return conf, nil
+}
+
+// prependHBA puts lines before initdb's pg_hba.conf.
+func (s *Server) prependHBA(lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	p := filepath.Join(s.DataDir, "pg_hba.conf")
+	old, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	return s.writeOwned(p, []byte("# idem localpg\n"+strings.Join(lines, "\n")+"\n\n"+string(old)), 0o600)
+}
+
+// writeOwned writes a file the server process must own.
+func (s *Server) writeOwned(path string, data []byte, mode os.FileMode) error {
+	if err := os.WriteFile(path, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, mode); err != nil { // WriteFile keeps an existing file's mode
+		return err
+	}
+	if s.asUser != nil {
+		uid, _ := strconv.Atoi(s.asUser.Uid)
+		gid, _ := strconv.Atoi(s.asUser.Gid)
+		return os.Chown(path, uid, gid)
+	}
+	return nil
 }
 
 func chownTo(dir string, u *user.User) error {

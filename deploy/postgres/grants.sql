@@ -1,0 +1,68 @@
+-- Least privilege for idem's login role, idem_loader, on the tables of
+-- deploy/postgres/example-schema.sql. Run it as the role that owns them and
+-- that ran `idem migrate` (an administrator), after `idem migrate`, and again
+-- after each upgrade of idem (it is idempotent):
+--
+--   psql "$ADMIN_DATABASE_URL" -v loader_password="$IDEM_DB_PASSWORD" -f grants.sql
+--
+-- idem_loader is not a superuser, owns nothing but what the notes below say,
+-- cannot create or alter schema idem (so `idem serve` never migrates: the
+-- administrator does), and gets on each table only what its strategy runs.
+-- docs/SECURITY.md explains every line; internal/e2e/grants_test.go runs
+-- `idem serve` under exactly these grants.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idem_loader') THEN
+        CREATE ROLE idem_loader LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT;
+    END IF;
+END $$;
+\if :{?loader_password}
+ALTER ROLE idem_loader PASSWORD :'loader_password';
+\endif
+-- Timeouts as role settings, never a plain SET on a pooled connection.
+ALTER ROLE idem_loader SET idle_in_transaction_session_timeout = '10min';
+ALTER ROLE idem_loader SET lock_timeout = '1min';
+
+-- Schema idem (audit, ledger, outbox, load sequence): read and write its
+-- rows, never DELETE or TRUNCATE them, never change the schema.
+GRANT USAGE ON SCHEMA idem TO idem_loader;
+GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA idem TO idem_loader;
+REVOKE INSERT, UPDATE ON idem.schema_migrations FROM idem_loader;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA idem TO idem_loader;      -- nextval('idem.load_seq')
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idem TO idem_loader;    -- PUBLIC has it unless revoked
+
+-- Sources: read only.
+GRANT USAGE ON SCHEMA staging TO idem_loader;
+GRANT SELECT ON staging.orders, staging.customers, staging.events TO idem_loader;
+
+GRANT USAGE ON SCHEMA analytics TO idem_loader;
+
+-- delete_insert (orders -> analytics.fact_orders): DELETE the partition's
+-- rows (SELECT for its WHERE), INSERT the source's.
+GRANT SELECT, INSERT, DELETE ON analytics.fact_orders TO idem_loader;
+-- Its fast path for a child that holds exactly one day (TRUNCATE the child,
+-- INSERT into it) needs those rights on the child itself: granted here on
+-- every existing child; grant them on each new child where you create it. A
+-- child without them makes its days fail with permission_denied.
+DO $$
+DECLARE child regclass;
+BEGIN
+    FOR child IN SELECT inhrelid::regclass FROM pg_inherits
+                  WHERE inhparent = 'analytics.fact_orders'::regclass LOOP
+        EXECUTE format('GRANT INSERT, TRUNCATE ON %s TO idem_loader', child);
+    END LOOP;
+END $$;
+
+-- merge (customers -> analytics.dim_customers): INSERT ... ON CONFLICT DO
+-- UPDATE, whose WHERE and RETURNING read the row.
+GRANT SELECT, INSERT, UPDATE ON analytics.dim_customers TO idem_loader;
+
+-- append_dedupe (events -> raw.events, view raw.latest_events): idem
+-- creates the view, so CREATE on its schema; the view is then idem_loader's.
+-- idem also runs CREATE INDEX IF NOT EXISTS on the target at every start,
+-- and PostgreSQL demands ownership of a table for that even when the index
+-- exists: idem_loader must own the append_dedupe target (SELECT and INSERT
+-- would be enough for the loads themselves).
+GRANT USAGE, CREATE ON SCHEMA raw TO idem_loader;
+ALTER TABLE raw.events OWNER TO idem_loader;
