@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ const (
 	HeaderPartition        = "Idem-Partition" // when the body decoded
 	HeaderRunID            = "Idem-Run-Id"    // when the body decoded
 	HeaderBodyOmitted      = "Idem-Body-Omitted"
+	HeaderHeadersOmitted   = "Idem-Headers-Omitted"
 	HeaderOriginalPrefix   = "Idem-Original-" // renames the original's Nats-* and Idem-* headers
 	InvalidSubjectToken    = "_invalid"       // <DLQSubjectPrefix>._invalid
 	MaxHeaderValueBytes    = 1024
@@ -141,6 +143,7 @@ func (p *deadLetterer) publish(ctx context.Context, configuredDataset string, dl
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
 	m := dl.msg(p.subject(configuredDataset))
+	trimHeaders(m, dl)
 	if nc := p.js.Conn(); nc != nil {
 		if limit := nc.MaxPayload(); limit > 0 && int64(msgSize(m)) > limit {
 			omitBody(m, dl, "the dead letter would exceed the server's max_payload")
@@ -161,15 +164,50 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-func omitBody(m *nats.Msg, dl deadLetter, why string) {
-	m.Header.Set(HeaderBodyOmitted, headerValue(fmt.Sprintf("%d bytes omitted: %s; the original is message %d of stream %s",
-		len(m.Data), why, dl.seq, dl.stream), MaxHeaderValueBytes))
-	m.Data = nil
+// maxHeaderBlock is JetStream's limit on a message's header block (64 KiB,
+// error 10097), less room for the headers trimHeaders adds.
+const maxHeaderBlock = 65535 - 2048
+
+// trimHeaders drops the original's own headers, largest first, when they
+// would push the dead letter's header block over JetStream's limit: such a
+// dead letter could never be stored, so its original would never leave the
+// pending set. Idem-* headers are kept; the omission is said in a header.
+func trimHeaders(m *nats.Msg, dl deadLetter) {
+	if headerBlock(m) <= maxHeaderBlock {
+		return
+	}
+	type entry struct {
+		key  string
+		size int
+	}
+	var own []entry
+	for k, vs := range m.Header {
+		if hasPrefixFold(k, "Idem-") && !hasPrefixFold(k, HeaderOriginalPrefix) {
+			continue
+		}
+		size := 0
+		for _, v := range vs {
+			size += len(k) + len(v) + headerLineOverhead
+		}
+		own = append(own, entry{k, size})
+	}
+	sort.Slice(own, func(i, j int) bool { return own[i].size > own[j].size })
+	dropped, bytes := 0, 0
+	for _, e := range own {
+		if headerBlock(m) <= maxHeaderBlock {
+			break
+		}
+		delete(m.Header, e.key)
+		dropped++
+		bytes += e.size
+	}
+	m.Header.Set(HeaderHeadersOmitted, headerValue(fmt.Sprintf("%d original header(s), %d bytes, omitted: the dead letter would exceed JetStream's 64 KiB header limit; the original is message %d of stream %s",
+		dropped, bytes, dl.seq, dl.stream), MaxHeaderValueBytes))
 }
 
-// msgSize is what the server counts against max_payload: headers and body.
-func msgSize(m *nats.Msg) int {
-	n := headerPreambleOverhead + len(m.Data)
+// headerBlock is the size of m's header block as sent.
+func headerBlock(m *nats.Msg) int {
+	n := headerPreambleOverhead
 	for k, vs := range m.Header {
 		for _, v := range vs {
 			n += len(k) + len(v) + headerLineOverhead
@@ -177,6 +215,15 @@ func msgSize(m *nats.Msg) int {
 	}
 	return n
 }
+
+func omitBody(m *nats.Msg, dl deadLetter, why string) {
+	m.Header.Set(HeaderBodyOmitted, headerValue(fmt.Sprintf("%d bytes omitted: %s; the original is message %d of stream %s",
+		len(m.Data), why, dl.seq, dl.stream), MaxHeaderValueBytes))
+	m.Data = nil
+}
+
+// msgSize is what the server counts against max_payload: headers and body.
+func msgSize(m *nats.Msg) int { return headerBlock(m) + len(m.Data) }
 
 // headerValue makes s a safe header value: one line (control characters,
 // CR and LF become spaces, invalid UTF-8 becomes U+FFFD), trimmed, and at

@@ -71,15 +71,38 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 	}
 	key := s.dedupeKey()
 	idx := indexName(s.spec.Target.Name, "idem_dedupe")
-	if _, err := tx.Exec(ctx, "CREATE INDEX IF NOT EXISTS "+q(idx)+" ON "+t.ident()+
-		" ("+quoteAll("", key)+", "+q(s.spec.LoadSeqColumn)+" DESC)"); err != nil {
-		return err
-	}
 	var visible []string
 	for _, c := range t.Columns {
 		if c.Name != s.spec.RunIDColumn && c.Name != s.spec.LoadSeqColumn {
 			visible = append(visible, c.Name)
 		}
+	}
+	// DDL needs ownership even when it would change nothing (CREATE INDEX IF
+	// NOT EXISTS checks the owner first), so a role with only SELECT and
+	// INSERT on the target may run idem once an administrator made them:
+	// look before creating.
+	var haveIndex, ownView bool
+	var viewCols []string
+	b = &pgx.Batch{}
+	b.Queue("SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{s.spec.Target.Schema, idx}.Sanitize()).QueryRow(func(r pgx.Row) error { return r.Scan(&haveIndex) })
+	b.Queue(`SELECT coalesce(array_agg(a.attname::text ORDER BY a.attnum), '{}'),
+	                coalesce(bool_or(pg_has_role(c.relowner, 'USAGE')), false)
+	           FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	          WHERE c.oid = to_regclass($1)`, s.spec.View.ident()).QueryRow(func(r pgx.Row) error { return r.Scan(&viewCols, &ownView) })
+	if err := send(ctx, tx, b); err != nil {
+		return err
+	}
+	if !haveIndex {
+		if _, err := tx.Exec(ctx, "CREATE INDEX IF NOT EXISTS "+q(idx)+" ON "+t.ident()+
+			" ("+quoteAll("", key)+", "+q(s.spec.LoadSeqColumn)+" DESC)"); err != nil {
+			return err
+		}
+	}
+	if !ownView && slices.Equal(viewCols, visible) {
+		// Made by an administrator for a role that may not replace it, and
+		// it shows exactly the target's other columns. A view idem owns is
+		// always refreshed, so a changed key reaches its definition.
+		return nil
 	}
 	body := " AS\nSELECT " + quoteAll("d.", visible) + "\n  FROM (SELECT DISTINCT ON (" + quoteAll("", key) + ") *\n" +
 		"          FROM " + t.ident() + "\n         ORDER BY " + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC) AS d"

@@ -60,9 +60,8 @@ GRANT SELECT, INSERT, UPDATE ON analytics.dim_customers TO idem_loader;
 
 -- append_dedupe (events -> raw.events, view raw.latest_events): idem
 -- creates the view, so CREATE on its schema; the view is then idem_loader's.
--- idem also runs CREATE INDEX IF NOT EXISTS on the target at every start,
--- and PostgreSQL demands ownership of a table for that even when the index
--- exists: idem_loader must own the append_dedupe target (SELECT and INSERT
--- would be enough for the loads themselves).
+-- idem creates the target's <table>_idem_dedupe index when it is missing,
+-- which needs ownership: either idem_loader owns the target (below), or an
+-- administrator creates that index once and grants only SELECT, INSERT.
 GRANT USAGE, CREATE ON SCHEMA raw TO idem_loader;
 ALTER TABLE raw.events OWNER TO idem_loader;
