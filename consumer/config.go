@@ -86,6 +86,8 @@ type Config struct {
 	// MaxInFlight bounds the messages this process holds at once, running or
 	// waiting for their dataset's turn. Required.
 	MaxInFlight int
+	// Replicas of the streams EnsureStreams creates; default 1.
+	Replicas int
 	// Datasets are the configured datasets by name. An event for any other
 	// dataset is invalid and dead-lettered to <DLQSubjectPrefix>._invalid.
 	Datasets map[string]Dataset
@@ -241,6 +243,7 @@ func (c Config) Streams() StreamsConfig {
 		AckWait:          c.AckWait,
 		MaxDeliver:       maxDeliver,
 		MaxAckPending:    max(DefaultMaxAckPending, c.MaxInFlight),
+		Replicas:         c.Replicas,
 	}
 }
 

@@ -195,6 +195,7 @@ func consumerConfig(cfg *config.Config, log zerolog.Logger, hooks consumer.Hooks
 		DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
 		AckWait:          cfg.NATS.AckWait.Std(),
 		MaxInFlight:      cfg.NATS.MaxInFlight,
+		Replicas:         cfg.NATS.Replicas,
 		Datasets:         ds,
 		Log:              log,
 		Hooks:            hooks,

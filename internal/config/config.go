@@ -113,6 +113,9 @@ type NATS struct {
 	// MaxInFlight bounds the loads one process runs at once. Default
 	// DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// Replicas of the streams idem creates (1 to 5; 3 in production). An
+	// existing stream is never changed. Default 1.
+	Replicas int `yaml:"replicas,omitempty"`
 
 	// Creds is the path of a .creds file (JWT and nkey seed).
 	// Env IDEM_NATS_CREDS.

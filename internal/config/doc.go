@@ -63,6 +63,7 @@
 //	dlq_subject_prefix   idem.dlq                dead letters go to <prefix>.<dataset>
 //	ack_wait             30s                     at least 1s; longer loads send heartbeats
 //	max_in_flight        16                      loads running at once in one process
+//	replicas             1                       replicas of the streams idem creates (1-5; 3 in production)
 //	creds                                        path of a .creds file
 //	nkey                                         path of an nkey seed file
 //	user, password                               user name authentication

@@ -141,6 +141,9 @@ func (c *Config) validateTop(v *validator) {
 			v.add("nats.tls.key", "tls.cert is set without its key; mutual TLS needs both cert and key")
 		}
 	}
+	if c.NATS.Replicas < 0 || c.NATS.Replicas > 5 {
+		v.add("nats.replicas", "%d is not a replica count; JetStream takes 1 to 5 (3 in production)", c.NATS.Replicas)
+	}
 	if host, port, err := net.SplitHostPort(c.HTTP.Addr); err != nil || !validPort(port) || strings.ContainsAny(host, " \t") {
 		v.add("http.addr", "%q is not host:port; e.g. %s, or :9464 for every interface", c.HTTP.Addr, DefaultHTTPAddr)
 	}

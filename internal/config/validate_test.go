@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,21 @@ func TestValidateCycleReportedOnce(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 1, strings.Count(err.Error(), "cycle"), err.Error())
 	require.Contains(t, err.Error(), `dataset "daily_revenue": then: cycle daily_revenue -> events -> daily_revenue`)
+}
+
+func TestReplicasRange(t *testing.T) {
+	base := "pipeline: p\nnats:\n  replicas: %d\ndatasets:\n  orders:\n    strategy: delete_insert\n    target: a.b\n    partition_column: d\n    source: SELECT * FROM s.t WHERE d = @partition\n"
+	for n, ok := range map[int]bool{0: true, 1: true, 3: true, 5: true, 6: false, -1: false} {
+		cfg, err := Parse([]byte(fmt.Sprintf(base, n)), nil)
+		if err != nil {
+			t.Fatalf("replicas %d: %v", n, err)
+		}
+		err = cfg.Validate()
+		if ok && err != nil {
+			t.Errorf("replicas %d: unexpected %v", n, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "nats.replicas")) {
+			t.Errorf("replicas %d: want a nats.replicas problem, got %v", n, err)
+		}
+	}
 }
