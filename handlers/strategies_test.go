@@ -188,3 +188,17 @@ func TestSchemaMismatchIsFatalAndNamed(t *testing.T) {
 	require.NoError(t, handlers.Check(t.Context(), good.db.Pool, good.ds, "2026-11-28"))
 	require.EqualValues(t, 0, good.db.Int(t, "SELECT count(*) FROM analytics.t"))
 }
+
+// A source that fails when it runs is a data error of the load, fatal after
+// one attempt: never a panic (found by the chaos harness).
+func TestFailingSourceIsFatalNotAPanic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("delete_insert"), func(s *strategies.Spec) {
+		s.Source = "SELECT id, event_date, amount, note, version, 1/0 AS boom FROM staging.src WHERE event_date = @partition"
+	})
+	e.stage("2026-11-27", 1, 3, 0, 1)
+	_, err := e.load("2026-11-27", "r1", false)
+	require.Error(t, err)
+	require.True(t, handlers.IsFatal(err), "%v", err)
+	require.Equal(t, "22012", handlers.SQLState(err))
+}

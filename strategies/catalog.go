@@ -71,6 +71,11 @@ func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
 	})
 	// LIMIT 0 plans the source and returns its columns without reading a row.
 	b.Queue("SELECT * FROM ("+spec.Source+"\n) AS s LIMIT 0", p.args()).Query(func(rows pgx.Rows) error {
+		// A source that fails (1/0, a bad cast, a server going down) leaves
+		// rows without a result: report the error, do not read the fields.
+		if err := rows.Err(); err != nil {
+			return err
+		}
 		for _, f := range rows.FieldDescriptions() {
 			pl.source = append(pl.source, f.Name)
 		}
