@@ -38,3 +38,32 @@ demo: postgres build ## the main job on an embedded default: nothing to start by
 
 clean: ## remove build output
 	rm -rf bin
+
+# Chaos campaigns (internal/chaos): the knobs are read from the environment.
+CHAOS_EVENTS   ?= 30000
+CHAOS_DURATION ?= 25m
+CHAOS_SEED     ?=
+CHAOS_REPLICAS ?= 3
+CHAOS_ENV = CHAOS_EVENTS=$(CHAOS_EVENTS) CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_REPLICAS=$(CHAOS_REPLICAS)
+
+.PHONY: chaos chaos-short
+
+chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED, CHAOS_REPLICAS); figures in bin/chaos-report.json
+	@mkdir -p bin
+	CHAOS_LONG=1 $(CHAOS_ENV) CHAOS_REPORT=$(CURDIR)/bin/chaos-report.json \
+		$(GO) test -count=1 -timeout 3h -run '^TestChaosCampaign$$' -v ./internal/chaos/
+	$(MAKE) fuzz FUZZTIME=1m
+
+chaos-short: postgres ## the short chaos campaign that make test runs (about 2 minutes; CHAOS_SEED to replay a seed)
+	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./internal/chaos/
+
+# Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
+# consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the
+# harness at existing servers; by default it starts its own.
+.PHONY: bench bench-quick
+
+bench: postgres ## full benchmark (20-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg
+	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
+
+bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json
+	$(GO) run ./bench/cmd/idembench -mode quick -json bench/results/quick.json

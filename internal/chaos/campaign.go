@@ -1,0 +1,437 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// dbName is the campaign's database in the cluster it was handed.
+const dbName = "chaos"
+
+// campaign is one run's moving parts.
+type campaign struct {
+	o        Options
+	db       *pgxpool.Pool
+	nats     *natsBox
+	link     *dbLink
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      string
+	logs     string
+	replicas []*replica
+}
+
+// Run runs one campaign and returns its report. An error means the harness
+// could not do its part (a server that would not start, a context that
+// ended); a broken invariant is a Violation in the report instead.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	r := &Report{
+		Seed: o.Seed, Replicas: o.Replicas, Partitions: o.Partitions, AckWait: o.AckWait.String(),
+		CrashProb: o.CrashProb, NoFaults: o.NoFaults, DrainBoundSeconds: o.DrainBound.Seconds(),
+		Faults: FaultFigures{ByKind: map[string]int{}},
+	}
+	if o.NoFaults {
+		r.CrashProb = 0
+	}
+	for _, d := range datasets {
+		r.Datasets = append(r.Datasets, d.name+"("+d.strategy+")")
+	}
+	c := &campaign{o: o}
+	defer c.close()
+	if err := c.setup(ctx); err != nil {
+		return nil, err
+	}
+	o.Logf("chaos: seed %d, %d events over %s, %d replicas, logs in %s", o.Seed, o.Events, o.Duration, o.Replicas, c.logs)
+
+	// Separate generators, so that a change to the workload does not move
+	// the fault schedule of a seed, and the other way round.
+	pl := makePlan(o, rand.New(rand.NewPCG(uint64(o.Seed), 1)))
+	var sched []*fault
+	if !o.NoFaults {
+		sched = schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2)))
+	}
+	pub := &publisher{js: c.js, db: c.db, logf: o.Logf}
+	nem := &nemesis{replicas: c.replicas, pg: o.PG, db: c.db, dbName: dbName, nats: c.nats, link: c.link, logf: o.Logf}
+
+	// A reader samples the targets from now until the replicas stop.
+	rd := &reader{}
+	readCtx, stopReader := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	go func() { defer close(readerDone); rd.run(readCtx, c.db, time.Second) }()
+	defer func() { stopReader(); <-readerDone }()
+
+	// Fault phase: the publisher may lag behind a fault; it gets a minute
+	// past the phase to catch up before that counts as a failure.
+	start := time.Now()
+	pubCtx, stopPub := context.WithDeadline(ctx, start.Add(o.Duration+time.Minute))
+	defer stopPub()
+	pubDone := make(chan struct{})
+	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
+	phaseCtx, endPhase := context.WithDeadline(ctx, start.Add(o.Duration))
+	nemErr := nem.run(phaseCtx, start, sched)
+	if nemErr == nil {
+		<-phaseCtx.Done()
+	}
+	endPhase()
+	<-pubDone
+	if nemErr != nil {
+		return nil, nemErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.FaultPhaseSeconds = time.Since(start).Seconds()
+	o.Logf("chaos: fault phase over after %s; healing", time.Since(start).Round(time.Second))
+
+	// Settle: every fault is healed (nem.run heals before it returns); the
+	// crash hook is turned off by a rolling restart, as a deploy would do;
+	// then one final event per (dataset, partition).
+	lastFault := time.Now()
+	for _, rep := range c.replicas {
+		rep.disableCrash()
+	}
+	settle := settleEvents(o, o.Events)
+	for _, ev := range settle {
+		pub.publish(ctx, ev.copies[0])
+	}
+	drainErr := c.waitDrained(ctx, lastFault.Add(o.DrainBound), settle)
+	r.DrainSeconds = time.Since(lastFault).Seconds()
+	r.Check.Drained = drainErr == nil
+	if drainErr != nil {
+		r.violate("backlog not drained within %s of the last fault: %v", o.DrainBound, drainErr)
+	}
+	o.Logf("chaos: drained in %.1fs; stopping replicas", r.DrainSeconds)
+	for _, rep := range c.replicas {
+		rep.stop(40 * time.Second)
+	}
+
+	stopReader()
+	<-readerDone
+	r.Check.ReadsSampled, r.Check.ReadsSawDoubled = rd.samples, rd.bad
+	if rd.bad > 0 {
+		r.violate("a reader saw doubled rows in %d of %d samples (up to %d rows, first at %s)",
+			rd.bad, rd.samples, rd.worst, rd.firstBad.Format(time.RFC3339))
+	}
+
+	h := history{events: append(append([]*event(nil), pl.events...), settle...), faults: nem.faults()}
+	for _, rep := range c.replicas {
+		h.exits = append(h.exits, rep.history()...)
+	}
+	c.figures(r, pl, settle, pub, h)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := checkTables(cctx, c.db, r); err != nil {
+		return r, err
+	}
+	if err := checkRuns(cctx, c.db, c.js, h, o.AckWait, r); err != nil {
+		return r, err
+	}
+	if err := checkChains(cctx, c.db, r); err != nil {
+		return r, err
+	}
+	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
+		r.Messages.StoredInStream = info.State.LastSeq
+	}
+	r.WallSeconds = time.Since(began).Seconds()
+	return r, nil
+}
+
+func (c *campaign) setup(ctx context.Context) error {
+	o := c.o
+	c.logs = filepath.Join(o.Dir, "logs")
+	if err := os.MkdirAll(c.logs, 0o755); err != nil {
+		return err
+	}
+	admin, err := pgx.Connect(ctx, o.PG.URL(""))
+	if err != nil {
+		return fmt.Errorf("chaos: connect to the cluster: %w", err)
+	}
+	_, err = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)")
+	if err == nil {
+		_, err = admin.Exec(ctx, "CREATE DATABASE "+dbName)
+	}
+	admin.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("chaos: create database: %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(o.PG.URL(dbName))
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = 8
+	if c.db, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return err
+	}
+	if err := createSchema(ctx, c.db, o.Partitions, o.SlowLoad, rand.New(rand.NewPCG(uint64(o.Seed), 3))); err != nil {
+		return err
+	}
+	if c.nats, err = startNATS(filepath.Join(o.Dir, "jetstream")); err != nil {
+		return err
+	}
+	if c.link, err = startLink(fmt.Sprintf("127.0.0.1:%d", o.PG.Port)); err != nil {
+		return err
+	}
+	pgURL := fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", c.link.addr, dbName)
+	c.cfg = filepath.Join(o.Dir, "idem.yaml")
+	if err := os.WriteFile(c.cfg, []byte(configYAML(c.nats.url, pgURL, o)), 0o600); err != nil {
+		return err
+	}
+	for _, args := range [][]string{{"migrate"}, {"streams"}} {
+		out, err := exec.CommandContext(ctx, o.Bin, append(args, "--config", c.cfg)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("chaos: idem %s: %w\n%s", args[0], err, out)
+		}
+	}
+	c.nc, err = nats.Connect(c.nats.url, nats.Name("idem chaos harness"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1))
+	if err != nil {
+		return err
+	}
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		return err
+	}
+	prob := o.CrashProb
+	if o.NoFaults || prob < 0 {
+		prob = 0
+	}
+	for i := range o.Replicas {
+		rep := newReplica(i, o.Bin, c.cfg, c.logs, o.Seed, prob)
+		c.replicas = append(c.replicas, rep)
+		go rep.supervise()
+	}
+	return c.waitReady(ctx, time.Minute)
+}
+
+// waitReady waits until every replica has said it started.
+func (c *campaign) waitReady(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		ready := 0
+		for _, rep := range c.replicas {
+			if b, err := os.ReadFile(rep.logPath()); err == nil && strings.Contains(string(b), "idem serve started") {
+				ready++
+			}
+		}
+		if ready == len(c.replicas) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: %d of %d replicas started within %s; logs in %s", ready, len(c.replicas), within, c.logs)
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// waitDrained waits until the consumer has nothing pending, no advisory
+// awaits the reconciler, and every settle event is in the ledger or the
+// dead-letter stream.
+func (c *campaign) waitDrained(ctx context.Context, deadline time.Time, settle []*event) error {
+	var last string
+	for {
+		done, state, err := c.drained(ctx, settle)
+		if err == nil && done {
+			return nil
+		}
+		if err != nil {
+			state = err.Error()
+		}
+		last = state
+		if time.Now().After(deadline) {
+			return errors.New(last)
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *campaign) drained(ctx context.Context, settle []*event) (bool, string, error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cons, err := c.js.Consumer(qctx, eventsStream, durableConsumer)
+	if err != nil {
+		return false, "", err
+	}
+	ci, err := cons.Info(qctx)
+	if err != nil {
+		return false, "", err
+	}
+	adv, err := c.streamInfo(qctx, advisoryStream)
+	if err != nil {
+		return false, "", err
+	}
+	var loaded int
+	if err := c.db.QueryRow(qctx, `SELECT count(*) FROM idem.run_ledger WHERE dag_id = $1 AND run_id = $2`,
+		pipeline, settle[0].runID).Scan(&loaded); err != nil {
+		return false, "", err
+	}
+	state := fmt.Sprintf("consumer: %d pending, %d awaiting ack; %d advisories; settle events loaded %d of %d",
+		ci.NumPending, ci.NumAckPending, adv.State.Msgs, loaded, len(settle))
+	if ci.NumPending > 0 || ci.NumAckPending > 0 || adv.State.Msgs > 0 {
+		return false, state, nil
+	}
+	if loaded == len(settle) {
+		return true, state, nil
+	}
+	// Idle with settle events missing: done only if the rest were dead-lettered.
+	dls, err := readDeadLetters(qctx, c.js)
+	if err != nil {
+		return false, "", err
+	}
+	inDLQ := 0
+	for _, dl := range dls {
+		if idx, _, ok := parseChaosID(dl.chaosID); ok && idx >= settle[0].idx {
+			inDLQ++
+		}
+	}
+	return loaded+inDLQ >= len(settle), state, nil
+}
+
+func (c *campaign) streamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
+	s, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.Info(ctx)
+}
+
+// figures fills the report's counts from the plan and the history, and
+// flags panics and unclean final stops.
+func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher, h history) {
+	for _, ev := range pl.events {
+		if ev.fatal != "" {
+			r.Events.Fatal++
+		} else {
+			r.Events.Valid++
+			if ev.replay {
+				r.Events.Replays++
+			}
+		}
+	}
+	r.Events.Settle = len(settle)
+	r.Events.Total = len(pl.events) + len(settle)
+	for _, m := range pl.mutations {
+		if m.done {
+			r.Events.StagingChanges++
+		}
+	}
+	for _, ev := range h.events {
+		for _, cp := range ev.copies {
+			if !cp.acked {
+				continue
+			}
+			r.Messages.Published++
+			if cp.n > 0 {
+				r.Messages.ExtraCopies++
+			}
+			if cp.msgID {
+				r.Messages.WithMsgID++
+			}
+			if cp.duplicate {
+				r.Messages.DedupedByJetStream++
+			}
+			if cp.late {
+				r.Messages.LateCopies++
+			}
+		}
+	}
+	r.Messages.PublishRetries = pub.retries
+	if pub.mutFails > 0 {
+		r.note("%d staging changes could not be applied (the database stayed down); the reference is staging as it is", pub.mutFails)
+	}
+	for _, f := range h.faults {
+		if f.Skipped != "" {
+			r.Faults.Skipped++
+			continue
+		}
+		r.Faults.Total++
+		r.Faults.ByKind[f.Kind]++
+	}
+	x := &r.Exits
+	x.CleanFinal = 0
+	finals := map[int]bool{}
+	for _, e := range h.exits {
+		x.Starts++
+		switch {
+		case e.Final:
+			finals[e.Replica] = true
+			if e.Code == 0 {
+				x.CleanFinal++
+			} else {
+				r.violate("replica %d did not stop cleanly at the end: exit %d %s: %s", e.Replica, e.Code, e.Signal, e.LastLine)
+			}
+		case e.Killed:
+			x.KilledByChaos++
+		case e.Crashed:
+			x.CrashHook++
+			r.Faults.Total++
+			r.Faults.ByKind[FaultCrashCommit]++
+		case e.Code == 0:
+			x.GracefulRestarts++
+		case e.Code == 1 && startupFailure(e.LastLine):
+			x.StartupFailure++
+		default:
+			x.Other++
+			r.note("replica %d incarnation %d exited %d %s: %s", e.Replica, e.Incarnation, e.Code, e.Signal, e.LastLine)
+		}
+		if s := scanLog(e.Log); len(s.panics) > 0 {
+			r.Check.Panics += len(s.panics)
+			r.violate("%s: %s", e.Log, s.panics[0])
+		}
+	}
+	r.Check.CleanStops = x.CleanFinal == len(c.replicas)
+	if len(finals) != len(c.replicas) {
+		r.violate("%d of %d replicas were running at the end", len(finals), len(c.replicas))
+	}
+}
+
+// startupFailure recognises a process that exited because PostgreSQL or
+// NATS was down while it started: the supervisor restarts it.
+func startupFailure(line string) bool {
+	for _, s := range []string{"cannot reach PostgreSQL", "cannot reach NATS", "nats connect", "connect: connection refused",
+		"the database system is", "schema idem", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect"} {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *campaign) close() {
+	for _, rep := range c.replicas {
+		rep.stop(10 * time.Second)
+	}
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.nats != nil {
+		c.nats.down()
+	}
+	if c.link != nil {
+		c.link.close()
+	}
+	if c.db != nil {
+		c.db.Close()
+	}
+}

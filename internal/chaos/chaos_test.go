@@ -1,0 +1,144 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-data/idem/internal/localpg"
+)
+
+// The idem binary (with the crash hook) and the PostgreSQL cluster are made
+// once, by the first test that needs them, and removed by TestMain.
+var (
+	binOnce, pgOnce sync.Once
+	binErr, pgErr   error
+	idemBin         string
+	binDir          string
+	cluster         *localpg.Server
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		_ = cluster.Close()
+	}
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds idem with -tags idemtest, and -race when CHAOS_CHILD_RACE=1
+// so that a data race in a child fails the run.
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "idem-chaos-bin-"); binErr != nil {
+			return
+		}
+		idemBin = filepath.Join(binDir, "idem")
+		args := []string{"build", "-tags", "idemtest", "-o", idemBin}
+		if os.Getenv("CHAOS_CHILD_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/idem-data/idem/cmd/idem")...).CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("building idem: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return idemBin
+}
+
+// pg starts a cluster of this package's own: the campaign restarts it,
+// which no other package's tests may see. synchronous_commit is on, so a
+// COMMIT that returned survives a crash of the server (fsync stays off: the
+// machine itself never crashes here).
+func pg(t *testing.T) *localpg.Server {
+	t.Helper()
+	pgOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cluster, pgErr = localpg.Start(ctx, localpg.Options{Settings: []string{"synchronous_commit = on"}})
+	})
+	if pgErr != nil {
+		t.Fatal(pgErr)
+	}
+	return cluster
+}
+
+// runCampaign runs one campaign with o over the knobs of the environment and
+// fails t on any violation, printing the figures either way.
+func runCampaign(t *testing.T, o Options) *Report {
+	t.Helper()
+	o, err := FromEnv(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Bin, o.PG = binary(t), pg(t)
+	dir, err := os.MkdirTemp("", "idem-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Dir = dir
+	o.Logf = t.Logf
+	ctx := context.Background()
+	if dl, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-30*time.Second))
+		defer cancel()
+	}
+	r, err := Run(ctx, o)
+	if r != nil {
+		r.Print(os.Stdout)
+		fmt.Printf("CHAOS_REPORT_JSON %s\n", r.JSON())
+		if path := os.Getenv("CHAOS_REPORT"); path != "" {
+			if werr := os.WriteFile(path, append(r.JSON(), '\n'), 0o644); werr != nil {
+				t.Error(werr)
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("campaign could not run: %v (logs kept in %s)", err, dir)
+	}
+	if !r.OK() {
+		t.Errorf("%d invariants broken (seed %d); logs kept in %s", len(r.Violations), r.Seed, dir)
+		return r
+	}
+	if os.Getenv("CHAOS_KEEP") == "" {
+		_ = os.RemoveAll(dir)
+	}
+	return r
+}
+
+// TestChaosShort is the variant `make test` runs: a minute and a half
+// of faults, sized for a 2-core machine under the race detector.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign: not in -short")
+	}
+	if os.Getenv("CHAOS_LONG") == "1" {
+		t.Skip("CHAOS_LONG=1 runs TestChaosCampaign instead")
+	}
+	r := runCampaign(t, Options{})
+	if !r.NoFaults && r.Faults.Total < 10 {
+		t.Errorf("only %d faults injected: the schedule is too thin to mean anything", r.Faults.Total)
+	}
+}
+
+// TestChaosCampaign is the long campaign of `make chaos`, whose figures
+// docs/RELIABILITY.md publishes.
+func TestChaosCampaign(t *testing.T) {
+	if os.Getenv("CHAOS_LONG") != "1" {
+		t.Skip("the long campaign runs with CHAOS_LONG=1 (make chaos)")
+	}
+	runCampaign(t, Options{Events: 30000, Duration: 25 * time.Minute, Partitions: 100, DrainBound: 3 * time.Minute})
+}

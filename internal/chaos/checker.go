@@ -1,0 +1,507 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The checker trusts nothing idem says about itself: it reads staging and
+// the targets with plain SQL, the ledger and audit rows as data, and the
+// dead-letter stream message by message, and compares them with what the
+// publisher recorded. Header names are spelled out rather than imported, so
+// a renamed header fails here too.
+const (
+	dlqStream       = "IDEM_DLQ"
+	eventsStream    = "IDEM_EVENTS"
+	advisoryStream  = "IDEM_EVENTS_ADVISORIES"
+	durableConsumer = "idem"
+	pipeline        = "chaos"
+)
+
+// querier is what the checker reads through: the pool, or in tests a
+// transaction that is rolled back.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// history is everything the campaign recorded, for the checker.
+type history struct {
+	events []*event // fault phase, then settle
+	faults []*fault
+	exits  []exit
+}
+
+// window is a span during which a fault could have disturbed a delivery.
+type window struct {
+	kind       string
+	start, end time.Time
+}
+
+// faultWindows are the faults' spans, each stretched by the ack wait (a
+// message held by a killed process comes back only after it) and a margin.
+func faultWindows(h history, ackWait time.Duration) []window {
+	var out []window
+	for _, f := range h.faults {
+		if f.Skipped == "" {
+			out = append(out, window{f.Kind, f.Start, f.End.Add(ackWait + 2*time.Second)})
+		}
+	}
+	for _, e := range h.exits {
+		if e.Crashed {
+			out = append(out, window{FaultCrashCommit, e.At.Add(-time.Second), e.At.Add(ackWait + 2*time.Second)})
+		}
+	}
+	return out
+}
+
+// explained reports whether a fault of one of kinds overlapped [from, to].
+func explained(ws []window, from, to time.Time, kinds ...string) bool {
+	for _, w := range ws {
+		if w.start.After(to) || w.end.Before(from) {
+			continue
+		}
+		if len(kinds) == 0 {
+			return true
+		}
+		for _, k := range kinds {
+			if w.kind == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// processFaults are the faults that can take a delivery away from the
+// process that holds it.
+var processFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart}
+
+// deadLetter is one message of the dead-letter stream, as the checker reads it.
+type deadLetter struct {
+	seq        uint64
+	subject    string
+	chaosID    string
+	kind       string
+	err        string
+	deliveries string
+	failedAt   time.Time
+}
+
+func readDeadLetters(ctx context.Context, js jetstream.JetStream) ([]deadLetter, error) {
+	s, err := js.Stream(ctx, dlqStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []deadLetter
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chaos: read dead letter %d: %w", seq, err)
+		}
+		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get("Idem-Failed-At"))
+		out = append(out, deadLetter{
+			seq: seq, subject: m.Subject, chaosID: m.Header.Get(chaosIDHeader),
+			kind: m.Header.Get("Idem-Error-Kind"), err: m.Header.Get("Idem-Error"),
+			deliveries: m.Header.Get("Idem-Deliveries"), failedAt: at,
+		})
+	}
+	return out, nil
+}
+
+// parseChaosID splits "e<idx>.<copy>".
+func parseChaosID(s string) (idx, copyN int, ok bool) {
+	a, b, found := strings.Cut(strings.TrimPrefix(s, "e"), ".")
+	if !found || !strings.HasPrefix(s, "e") {
+		return 0, 0, false
+	}
+	i, err1 := strconv.Atoi(a)
+	c, err2 := strconv.Atoi(b)
+	return i, c, err1 == nil && err2 == nil
+}
+
+// checkTables compares every dataset's visible rows with staging, and
+// append_dedupe's physical rows with the ledger.
+func checkTables(ctx context.Context, db querier, r *Report) error {
+	c := &r.Check
+	c.TablesEqualReference = true
+	for _, d := range datasets {
+		var want, got string
+		if err := db.QueryRow(ctx, checksumSQL("SELECT "+columns+" FROM "+d.staging)).Scan(&want); err != nil {
+			return fmt.Errorf("chaos: checksum %s: %w", d.staging, err)
+		}
+		if err := db.QueryRow(ctx, checksumSQL("SELECT "+columns+" FROM "+d.visible)).Scan(&got); err != nil {
+			return fmt.Errorf("chaos: checksum %s: %w", d.visible, err)
+		}
+		var lost, stale, unexpected, doubled int
+		err := db.QueryRow(ctx, `
+WITH s AS (SELECT `+columns+` FROM `+d.staging+`),
+     t AS (SELECT `+columns+` FROM `+d.visible+`)
+SELECT (SELECT count(*) FROM s WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id)),
+       (SELECT count(*) FROM s WHERE EXISTS (SELECT 1 FROM t WHERE t.id = s.id)
+           AND NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id
+               AND (t.event_date, t.amount, t.note, t.version) IS NOT DISTINCT FROM (s.event_date, s.amount, s.note, s.version))),
+       (SELECT count(*) FROM t WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = t.id)),
+       (SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM t GROUP BY id HAVING count(*) > 1) x)`).
+			Scan(&lost, &stale, &unexpected, &doubled)
+		if err != nil {
+			return fmt.Errorf("chaos: compare %s with %s: %w", d.visible, d.staging, err)
+		}
+		c.LostRows += lost
+		c.StaleRows += stale
+		c.UnexpectedRows += unexpected
+		c.DoubledRows += doubled
+		if want != got {
+			c.TablesEqualReference = false
+			r.violate("%s: %s has checksum %s, staging (the reference) %s: lost %d, stale %d, unexpected %d, doubled %d",
+				d.name, d.visible, got, want, lost, stale, unexpected, doubled)
+		}
+	}
+	var inLoad, twice, noRows, noLoad int
+	err := db.QueryRow(ctx, `
+SELECT (SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM analytics.append_raw GROUP BY id, load_seq HAVING count(*) > 1) x),
+       (SELECT count(*) FROM (SELECT 1 FROM analytics.append_raw GROUP BY event_date, run_id HAVING count(DISTINCT load_seq) > 1) x),
+       (SELECT count(*) FROM idem.run_ledger l WHERE l.dag_id = $1 AND l.task_id = 'append'
+           AND NOT EXISTS (SELECT 1 FROM analytics.append_raw a WHERE a.event_date = l.partition_key::date AND a.run_id = l.run_id)),
+       (SELECT count(*) FROM (SELECT DISTINCT event_date, run_id FROM analytics.append_raw) a
+           WHERE NOT EXISTS (SELECT 1 FROM idem.run_ledger l WHERE l.dag_id = $1 AND l.task_id = 'append'
+               AND l.partition_key = a.event_date::text AND l.run_id = a.run_id))`, pipeline).
+		Scan(&inLoad, &twice, &noRows, &noLoad)
+	if err != nil {
+		return fmt.Errorf("chaos: check append_raw: %w", err)
+	}
+	c.DoubledRows += inLoad
+	c.RunsLoadedTwice += twice
+	c.LoadsWithoutRows += noRows
+	c.RowsWithoutLoad += noLoad
+	for _, v := range []struct {
+		n    int
+		what string
+	}{
+		{c.LostRows, "rows lost"}, {c.StaleRows, "rows stale"}, {c.UnexpectedRows, "unexpected rows"},
+		{c.DoubledRows, "rows doubled"}, {twice, "append runs loaded twice (two load_seq for one run_id)"},
+		{noRows, "append ledger successes without rows"}, {noLoad, "append runs with rows but no ledger success"},
+	} {
+		if v.n > 0 {
+			r.violate("%d %s", v.n, v.what)
+		}
+	}
+	return nil
+}
+
+// checkChains reads the audit as a history: delete_insert loads of one
+// partition are serialized by the partition lock, so each committed load
+// must have deleted exactly the rows the previous one inserted. A load that
+// ran concurrently with another deletes the older rows instead, and its
+// doubling stays visible here even after a later load repaired the table.
+func checkChains(ctx context.Context, db querier, r *Report) error {
+	rows, err := db.Query(ctx, `
+SELECT task_id, partition_key, run_id, rows_deleted, coalesce(prev, 0) FROM (
+  SELECT task_id, partition_key, run_id, rows_deleted,
+         lag(rows_inserted) OVER (PARTITION BY task_id, partition_key ORDER BY finished_at, id) AS prev
+    FROM idem.pipeline_audit
+   WHERE dag_id = $1 AND status = 'success' AND task_id IN ('replace', 'replace_part')) h
+ WHERE rows_deleted IS NOT NULL AND rows_deleted <> coalesce(prev, 0)`, pipeline)
+	if err != nil {
+		return fmt.Errorf("chaos: read load history: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ds, part, run string
+		var deleted, prev int64
+		if err := rows.Scan(&ds, &part, &run, &deleted, &prev); err != nil {
+			return err
+		}
+		r.Check.ChainBreaks++
+		if r.Check.ChainBreaks <= 10 {
+			r.violate("%s %s run %s deleted %d rows where the previous load had inserted %d: two loads overlapped", ds, part, run, deleted, prev)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if r.Check.ChainBreaks > 10 {
+		r.violate("... %d load-history breaks in all", r.Check.ChainBreaks)
+	}
+	return nil
+}
+
+// doubledNowSQL counts the rows a reader would see twice right now.
+const doubledNowSQL = `
+SELECT (SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM analytics.replace GROUP BY id HAVING count(*) > 1) a)
+     + (SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM analytics.replace_part GROUP BY id HAVING count(*) > 1) b)
+     + (SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM analytics.append_latest GROUP BY event_date, id HAVING count(*) > 1) c)`
+
+// reader samples the targets while the campaign runs, as an analyst's
+// queries would: no committed state may show a row twice, even one a later
+// load repairs.
+type reader struct {
+	samples, bad int
+	worst        int64
+	firstBad     time.Time
+}
+
+func (rd *reader) run(ctx context.Context, db querier, every time.Duration) {
+	for ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var n int64
+		err := db.QueryRow(qctx, doubledNowSQL).Scan(&n)
+		cancel()
+		if err == nil { // the database may be down: a fault, not a finding
+			rd.samples++
+			if n > 0 {
+				if rd.bad == 0 {
+					rd.firstBad = time.Now()
+				}
+				rd.bad++
+				rd.worst = max(rd.worst, n)
+			}
+		}
+		sleepCtx(ctx, every)
+	}
+}
+
+func checksumSQL(q string) string {
+	return "SELECT coalesce(md5(string_agg(r::text, E'\\n' ORDER BY r::text)), 'empty') || ':' || count(*) FROM (" + q + ") r"
+}
+
+// checkRuns matches the ledger, the audit and the dead-letter stream with
+// the published events.
+func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h history, ackWait time.Duration, r *Report) error {
+	c := &r.Check
+	type ledgerRow struct{ loads int }
+	ledger := map[runKey]ledgerRow{}
+	rows, err := db.Query(ctx, `SELECT task_id, partition_key, run_id, loads FROM idem.run_ledger WHERE dag_id = $1`, pipeline)
+	if err != nil {
+		return fmt.Errorf("chaos: read ledger: %w", err)
+	}
+	for rows.Next() {
+		var k runKey
+		var l ledgerRow
+		if err := rows.Scan(&k.dataset, &k.partition, &k.runID, &l.loads); err != nil {
+			return err
+		}
+		ledger[k] = l
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	success := map[runKey]int{}
+	rows, err = db.Query(ctx, `SELECT task_id, partition_key, run_id, count(*) FROM idem.pipeline_audit
+		WHERE dag_id = $1 AND status = 'success' GROUP BY 1, 2, 3`, pipeline)
+	if err != nil {
+		return fmt.Errorf("chaos: read audit: %w", err)
+	}
+	for rows.Next() {
+		var k runKey
+		var n int
+		if err := rows.Scan(&k.dataset, &k.partition, &k.runID, &n); err != nil {
+			return err
+		}
+		success[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	r.Audit = map[string]int{}
+	rows, err = db.Query(ctx, `SELECT status || coalesce('/' || error_kind, ''), count(*) FROM idem.pipeline_audit
+		WHERE dag_id = $1 GROUP BY 1`, pipeline)
+	if err != nil {
+		return fmt.Errorf("chaos: read audit: %w", err)
+	}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			return err
+		}
+		r.Audit[s] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	if err := countCrashesAfterSuccess(ctx, db, h, r); err != nil {
+		return err
+	}
+	dls, err := readDeadLetters(ctx, js)
+	if err != nil {
+		return err
+	}
+	byIdx := map[int]*event{}
+	for _, ev := range h.events {
+		byIdx[ev.idx] = ev
+	}
+	dlOf := map[int][]deadLetter{} // event index -> its dead letters
+	sentAt := map[string]time.Time{}
+	for _, ev := range h.events {
+		for _, cp := range ev.copies {
+			sentAt[cp.chaosID()] = cp.sentAt
+		}
+	}
+	ws := faultWindows(h, ackWait)
+	for _, dl := range dls {
+		idx, _, ok := parseChaosID(dl.chaosID)
+		ev := byIdx[idx]
+		if !ok || ev == nil {
+			c.UnknownDeadLetters++
+			r.violate("dead letter %d (%s) names no published copy: Chaos-Id %q", dl.seq, dl.subject, dl.chaosID)
+			continue
+		}
+		dlOf[idx] = append(dlOf[idx], dl)
+		if ev.fatal != "" {
+			continue
+		}
+		if dl.kind == "fatal" {
+			c.ValidJudgedFatal++
+			r.violate("valid event %s %s %s dead-lettered as fatal: %s", ev.dataset, ev.partition, ev.runID, dl.err)
+			continue
+		}
+		c.TransientDeadLtrs++
+		kinds := []string(nil) // exhausted: any fault can fail deliveries
+		if dl.kind == "crashed" {
+			kinds = processFaults
+		}
+		if explained(ws, sentAt[dl.chaosID], dl.failedAt, kinds...) {
+			c.TransientExplained++
+			r.note("transient dead letter (%s after %s deliveries) of %s %s %s, explained by a fault: %s",
+				dl.kind, dl.deliveries, ev.dataset, ev.partition, ev.runID, cut(dl.err, 160))
+		} else {
+			r.violate("transient dead letter (%s after %s deliveries) of %s %s %s with no fault to explain it: %s",
+				dl.kind, dl.deliveries, ev.dataset, ev.partition, ev.runID, cut(dl.err, 160))
+		}
+	}
+
+	published := map[runKey]bool{}
+	for _, ev := range h.events {
+		acked := false
+		for _, cp := range ev.copies {
+			acked = acked || cp.acked
+		}
+		if !acked {
+			r.violate("event %d (%s %s %s) was never stored: the publisher gave up", ev.idx, ev.dataset, ev.partition, ev.runID)
+			continue
+		}
+		if ev.fatal != "" {
+			checkFatal(ev, dlOf[ev.idx], ws, success, r)
+			continue
+		}
+		k := ev.key()
+		published[k] = true
+		c.ValidEvents++
+		n, l := success[k], ledger[k]
+		_, inLedger := ledger[k]
+		switch {
+		case n == 1 && inLedger:
+			c.SucceededOnce++
+			if l.loads != 1 {
+				c.LedgerForced++
+				r.violate("ledger says %s %s %s was loaded %d times without force", k.dataset, k.partition, k.runID, l.loads)
+			}
+		case n > 1:
+			c.SuccessNotOne++
+			r.violate("%s %s %s has %d successes in the audit: loaded more than once", k.dataset, k.partition, k.runID, n)
+		case n == 1 || inLedger:
+			c.SuccessNotOne++
+			r.violate("%s %s %s: audit successes %d, in ledger %v: they must agree", k.dataset, k.partition, k.runID, n, inLedger)
+		case len(dlOf[ev.idx]) > 0:
+			c.ValidDeadLettered++
+		default:
+			c.UnaccountedEvents++
+			r.violate("%s %s %s was published (seq %s) but neither loaded nor dead-lettered", k.dataset, k.partition, k.runID, seqs(ev))
+		}
+	}
+	for k := range ledger {
+		if !published[k] {
+			c.UnexpectedLedger++
+			r.violate("ledger has %s %s %s, which was never published as a valid event", k.dataset, k.partition, k.runID)
+		}
+	}
+	c.DLQCorrect = c.FatalMissing+c.FatalDuplicated+c.FatalWrongReason+c.UnknownDeadLetters+c.ValidJudgedFatal == 0 &&
+		c.FatalRedelivered == c.FatalRedeliveredExpl && c.TransientDeadLtrs == c.TransientExplained && c.FatalLoaded == 0
+	return nil
+}
+
+// countCrashesAfterSuccess counts crash-hook exits whose run had just
+// committed a success (the audit row's finished_at within 10 s before the
+// exit): the ambiguous window between COMMIT and the ack, exactly.
+func countCrashesAfterSuccess(ctx context.Context, db querier, h history, r *Report) error {
+	var runs []string
+	var at []time.Time
+	for _, e := range h.exits {
+		if e.Crashed {
+			runs, at = append(runs, e.CrashRun), append(at, e.At)
+		}
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	return db.QueryRow(ctx, `SELECT count(*) FROM unnest($2::text[], $3::timestamptz[]) AS c(run_id, at)
+		WHERE EXISTS (SELECT 1 FROM idem.pipeline_audit a WHERE a.dag_id = $1 AND a.run_id = c.run_id
+			AND a.status = 'success' AND a.finished_at BETWEEN c.at - interval '10 seconds' AND c.at)`,
+		pipeline, runs, at).Scan(&r.Faults.CrashAfterSuccess)
+}
+
+func checkFatal(ev *event, dls []deadLetter, ws []window, success map[runKey]int, r *Report) {
+	c := &r.Check
+	c.FatalInputs++
+	if success[ev.key()] > 0 {
+		c.FatalLoaded++
+		r.violate("fatal input %d (%s) has a success in the audit", ev.idx, ev.fatal)
+	}
+	switch len(dls) {
+	case 0:
+		c.FatalMissing++
+		r.violate("fatal input %d (%s, seq %s) is not in the dead-letter stream", ev.idx, ev.fatal, seqs(ev))
+		return
+	case 1:
+		c.FatalDeadLettered++
+	default:
+		c.FatalDuplicated++
+		r.violate("fatal input %d (%s) is in the dead-letter stream %d times", ev.idx, ev.fatal, len(dls))
+	}
+	dl := dls[0]
+	if dl.kind != "fatal" || !strings.Contains(dl.err, ev.want) {
+		c.FatalWrongReason++
+		r.violate("fatal input %d (%s) dead-lettered as %s with %q; want fatal with %q", ev.idx, ev.fatal, dl.kind, cut(dl.err, 160), ev.want)
+	}
+	if dl.deliveries != "1" {
+		c.FatalRedelivered++
+		kinds := processFaults
+		if ev.fatal == "empty_partition" {
+			kinds = nil // it reaches the database: any fault can fail its first delivery
+		}
+		if explained(ws, ev.copies[0].sentAt, dl.failedAt, kinds...) {
+			c.FatalRedeliveredExpl++
+		} else {
+			r.violate("fatal input %d (%s) dead-lettered after %s deliveries with no fault to explain it", ev.idx, ev.fatal, dl.deliveries)
+		}
+	}
+}
+
+func seqs(ev *event) string {
+	var s []string
+	for _, cp := range ev.copies {
+		if cp.acked {
+			s = append(s, strconv.FormatUint(cp.seq, 10))
+		}
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,199 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/idem-data/idem/internal/localpg"
+)
+
+// Defaults of a campaign, sized for the short variant that runs in `make
+// test` on a 2-core machine. `make chaos` overrides them through the
+// environment (FromEnv).
+const (
+	DefaultEvents      = 1500
+	DefaultDuration    = 90 * time.Second
+	DefaultReplicas    = 3
+	DefaultPartitions  = 30
+	DefaultFatalShare  = 0.03
+	DefaultAckWait     = 2 * time.Second
+	DefaultMaxInFlight = 4
+	DefaultCrashProb   = 0.005
+	DefaultSlowLoad    = 80 * time.Millisecond
+	DefaultDrainBound  = 2 * time.Minute
+	DefaultFaultGapMin = 1 * time.Second
+	DefaultFaultGapMax = 4 * time.Second
+	// Retries and backoff of every dataset. The horizon (about 30 s) is longer
+	// than any single fault, so a transient failure reaching the dead-letter
+	// stream means faults stacked up, which the report must explain.
+	DefaultRetries       = 12
+	DefaultRetryDelay    = 250 * time.Millisecond
+	DefaultMaxRetryDelay = 3 * time.Second
+)
+
+// Options of one campaign. Zero fields take the defaults above.
+type Options struct {
+	// Seed drives the workload and the fault schedule. 0 picks one from the
+	// clock; the report prints the one used.
+	Seed int64
+	// Events is the number of distinct events of the fault phase, valid and
+	// fatal, not counting copies and the final settle events.
+	Events int
+	// Duration is the length of the fault phase; events are spread over it.
+	Duration time.Duration
+	// Replicas is the number of `idem serve` processes.
+	Replicas int
+	// Partitions per dataset.
+	Partitions int
+	// FatalShare of Events are fatal inputs (bad bodies, empty partitions).
+	FatalShare float64
+	// AckWait is the consumer's ack wait; pauses last longer than it.
+	AckWait time.Duration
+	// MaxInFlight per idem process.
+	MaxInFlight int
+	// CrashProb is the probability that an idem process exits after a load,
+	// between COMMIT and the ack. Negative turns it off.
+	CrashProb float64
+	// SlowLoad makes each load sleep uniformly in [0, SlowLoad) inside its
+	// transaction, so faults catch loads mid-flight. Negative turns it off.
+	SlowLoad time.Duration
+	// FaultGapMin and FaultGapMax bound the pause between two faults.
+	FaultGapMin, FaultGapMax time.Duration
+	// DrainBound is how long after the last fault the backlog must be empty.
+	DrainBound time.Duration
+	// NoFaults runs the workload without the nemesis and the crash hook: the
+	// control run.
+	NoFaults bool
+
+	// Bin is the idem binary, built with -tags idemtest. Required.
+	Bin string
+	// PG is the cluster the campaign may restart at will. Required: it must
+	// be one the caller started for this purpose.
+	PG *localpg.Server
+	// Dir holds the NATS store, the config and every process's log.
+	// Required.
+	Dir string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// WithDefaults returns o with zero fields set to the defaults.
+func (o Options) WithDefaults() Options {
+	if o.Seed == 0 {
+		o.Seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	setInt(&o.Events, DefaultEvents)
+	setDur(&o.Duration, DefaultDuration)
+	setInt(&o.Replicas, DefaultReplicas)
+	setInt(&o.Partitions, DefaultPartitions)
+	if o.FatalShare == 0 {
+		o.FatalShare = DefaultFatalShare
+	}
+	setDur(&o.AckWait, DefaultAckWait)
+	setInt(&o.MaxInFlight, DefaultMaxInFlight)
+	if o.CrashProb == 0 {
+		o.CrashProb = DefaultCrashProb
+	}
+	if o.SlowLoad == 0 {
+		o.SlowLoad = DefaultSlowLoad
+	}
+	setDur(&o.FaultGapMin, DefaultFaultGapMin)
+	setDur(&o.FaultGapMax, DefaultFaultGapMax)
+	setDur(&o.DrainBound, DefaultDrainBound)
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return o
+}
+
+// Validate names every field that cannot work.
+func (o Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("chaos: "+format, args...)) }
+	if o.Bin == "" {
+		add("Bin is required: build idem with -tags idemtest")
+	}
+	if o.PG == nil {
+		add("PG is required: a cluster started for the campaign, which it restarts")
+	}
+	if o.Dir == "" {
+		add("Dir is required")
+	}
+	if o.Replicas < 1 || o.Replicas > 9 {
+		add("Replicas %d: use 1 to 9", o.Replicas)
+	}
+	if o.Partitions < 1 || o.Partitions > 900 {
+		add("Partitions %d: use 1 to 900", o.Partitions)
+	}
+	if o.FatalShare < 0 || o.FatalShare >= 1 {
+		add("FatalShare %g: use a share in [0, 1)", o.FatalShare)
+	}
+	if o.AckWait < time.Second {
+		add("AckWait %s: idem needs at least 1s", o.AckWait)
+	}
+	if o.FaultGapMax < o.FaultGapMin {
+		add("FaultGapMax %s is under FaultGapMin %s", o.FaultGapMax, o.FaultGapMin)
+	}
+	return errors.Join(errs...)
+}
+
+// FromEnv reads the knobs of `make chaos` over o: CHAOS_SEED, CHAOS_EVENTS,
+// CHAOS_DURATION, CHAOS_REPLICAS, CHAOS_PARTITIONS, CHAOS_CRASH_PROB,
+// CHAOS_DRAIN_BOUND, and CHAOS_NO_FAULTS=1 for a control run without faults.
+// An unreadable value is an error naming the variable.
+func FromEnv(o Options) (Options, error) {
+	var errs []error
+	num := func(name string, set func(int64)) {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: want an integer", name, v))
+				return
+			}
+			set(n)
+		}
+	}
+	dur := func(name string, d *time.Duration) {
+		if v := os.Getenv(name); v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 90s or 25m", name, v))
+				return
+			}
+			*d = x
+		}
+	}
+	num("CHAOS_SEED", func(n int64) { o.Seed = n })
+	num("CHAOS_EVENTS", func(n int64) { o.Events = int(n) })
+	num("CHAOS_REPLICAS", func(n int64) { o.Replicas = int(n) })
+	num("CHAOS_PARTITIONS", func(n int64) { o.Partitions = int(n) })
+	dur("CHAOS_DURATION", &o.Duration)
+	dur("CHAOS_DRAIN_BOUND", &o.DrainBound)
+	if v := os.Getenv("CHAOS_CRASH_PROB"); v != "" {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("CHAOS_CRASH_PROB=%q: want a probability such as 0.005", v))
+		} else {
+			o.CrashProb = p
+		}
+	}
+	if os.Getenv("CHAOS_NO_FAULTS") == "1" {
+		o.NoFaults = true
+	}
+	return o, errors.Join(errs...)
+}
+
+func setInt(p *int, def int) {
+	if *p == 0 {
+		*p = def
+	}
+}
+
+func setDur(p *time.Duration, def time.Duration) {
+	if *p == 0 {
+		*p = def
+	}
+}

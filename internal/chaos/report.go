@@ -1,0 +1,198 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Report holds the figures of one campaign. Its JSON is what
+// docs/RELIABILITY.md quotes; the text block (Print) is the same, for people.
+type Report struct {
+	Seed       int64    `json:"seed"`
+	Replicas   int      `json:"replicas"`
+	Datasets   []string `json:"datasets"`
+	Partitions int      `json:"partitions_per_dataset"`
+	AckWait    string   `json:"ack_wait"`
+	CrashProb  float64  `json:"crash_prob"`
+	NoFaults   bool     `json:"no_faults,omitempty"`
+
+	FaultPhaseSeconds float64 `json:"fault_phase_seconds"`
+	DrainSeconds      float64 `json:"drain_seconds"` // last fault healed -> nothing pending
+	DrainBoundSeconds float64 `json:"drain_bound_seconds"`
+	WallSeconds       float64 `json:"wall_seconds"`
+
+	Events   EventFigures   `json:"events"`
+	Messages MessageFigures `json:"messages"`
+	Faults   FaultFigures   `json:"faults"`
+	Audit    map[string]int `json:"audit_rows"` // status or status/error_kind -> rows
+	Exits    ExitFigures    `json:"process_exits"`
+	Check    CheckFigures   `json:"check"`
+
+	// Violations lists every invariant that failed, one line each; empty
+	// means the campaign passed.
+	Violations []string `json:"violations"`
+	// Notes are observations that are not violations (transient dead
+	// letters explained by faults, replicas that failed to start while the
+	// database was down, ...).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// EventFigures counts distinct events.
+type EventFigures struct {
+	Total          int `json:"total"`   // valid + fatal + settle
+	Valid          int `json:"valid"`   // fault phase, valid
+	Fatal          int `json:"fatal"`   // fault phase, fatal inputs
+	Replays        int `json:"replays"` // valid events for a (dataset, partition) already published, new run_id
+	StagingChanges int `json:"staging_changes"`
+	Settle         int `json:"settle"`
+}
+
+// MessageFigures counts publishes.
+type MessageFigures struct {
+	Published          int    `json:"published"`            // PubAcks received, every copy
+	ExtraCopies        int    `json:"extra_copies"`         // copies beyond the first of an event
+	WithMsgID          int    `json:"with_msg_id"`          // copies carrying Nats-Msg-Id
+	DedupedByJetStream int    `json:"deduped_by_jetstream"` // PubAck.Duplicate
+	LateCopies         int    `json:"late_copies"`          // 10-150 s after the first
+	PublishRetries     int    `json:"publish_retries"`      // failed attempts, retried (NATS down)
+	StoredInStream     uint64 `json:"stored_in_stream"`     // events stream's last sequence
+}
+
+// FaultFigures counts injected faults by kind.
+type FaultFigures struct {
+	Total   int            `json:"total"`
+	ByKind  map[string]int `json:"by_kind"`
+	Skipped int            `json:"skipped"` // drawn but not applicable (replica restarting)
+	// CrashAfterSuccess counts crash-hook exits that followed a committed
+	// success of the run they name; the others followed a skip or a failure
+	// (still after the handler's last transaction, before the ack or nak).
+	CrashAfterSuccess int `json:"crash_commit_after_success"`
+}
+
+// ExitFigures counts how idem processes ended.
+type ExitFigures struct {
+	Starts           int `json:"starts"`
+	KilledByChaos    int `json:"killed"`
+	CrashHook        int `json:"crash_hook"`
+	StartupFailure   int `json:"failed_to_start"`   // exit 1 while a dependency was down
+	GracefulRestarts int `json:"graceful_restarts"` // SIGTERM, exit 0: the crash hook turned off before the settle phase
+	Other            int `json:"other"`
+	CleanFinal       int `json:"clean_final_stops"`
+}
+
+// CheckFigures are the checker's counts; every one but the *OK fields must
+// be zero for a pass.
+type CheckFigures struct {
+	TablesEqualReference bool `json:"tables_equal_reference"`
+	LostRows             int  `json:"lost_rows"`       // staging keys missing from the target
+	StaleRows            int  `json:"stale_rows"`      // present with other values
+	UnexpectedRows       int  `json:"unexpected_rows"` // target keys not in staging
+	DoubledRows          int  `json:"doubled_rows"`    // rows beyond the first per key
+	RunsLoadedTwice      int  `json:"runs_loaded_twice"`
+	LoadsWithoutRows     int  `json:"loads_without_rows"`  // append_dedupe: a ledger success with no rows
+	RowsWithoutLoad      int  `json:"rows_without_load"`   // append_dedupe: rows of a run the ledger does not know
+	ChainBreaks          int  `json:"load_history_breaks"` // delete_insert: a load deleted other than its predecessor inserted
+	ReadsSampled         int  `json:"reads_sampled"`       // reader queries during the run
+	ReadsSawDoubled      int  `json:"reads_saw_doubled"`   // of which showed a row twice
+
+	ValidEvents        int `json:"valid_events"` // including settle
+	SucceededOnce      int `json:"succeeded_once"`
+	SuccessNotOne      int `json:"success_count_not_one"`
+	LedgerForced       int `json:"ledger_loads_not_one"`
+	UnaccountedEvents  int `json:"unaccounted_events"` // neither success nor dead letter
+	UnexpectedLedger   int `json:"unexpected_ledger_rows"`
+	ValidDeadLettered  int `json:"valid_dead_lettered"`    // valid events whose every copy ended in the DLQ
+	ValidJudgedFatal   int `json:"valid_judged_fatal"`     // a valid copy dead-lettered as fatal: misclassification
+	TransientDeadLtrs  int `json:"transient_dead_letters"` // exhausted or crashed copies
+	TransientExplained int `json:"transient_explained"`
+
+	FatalInputs          int  `json:"fatal_inputs"`
+	FatalDeadLettered    int  `json:"fatal_dead_lettered_once"`
+	FatalMissing         int  `json:"fatal_missing"`
+	FatalDuplicated      int  `json:"fatal_duplicated"`
+	FatalWrongReason     int  `json:"fatal_wrong_reason"`
+	FatalRedelivered     int  `json:"fatal_after_more_than_one_delivery"`
+	FatalRedeliveredExpl int  `json:"fatal_redelivered_explained"`
+	FatalLoaded          int  `json:"fatal_loaded"` // a fatal input with a ledger success
+	UnknownDeadLetters   int  `json:"unknown_dead_letters"`
+	DLQCorrect           bool `json:"dlq_correct"`
+
+	Panics     int  `json:"panics"`
+	Drained    bool `json:"drained_within_bound"`
+	CleanStops bool `json:"clean_final_stops"`
+}
+
+// OK reports whether every invariant held.
+func (r *Report) OK() bool { return len(r.Violations) == 0 }
+
+func (r *Report) violate(format string, args ...any) {
+	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+}
+
+func (r *Report) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// JSON renders the report, indented.
+func (r *Report) JSON() []byte {
+	b, _ := json.MarshalIndent(r, "", "  ")
+	return b
+}
+
+// Print writes the figures as a block.
+func (r *Report) Print(w io.Writer) {
+	verdict := "PASS"
+	if !r.OK() {
+		verdict = "FAIL"
+	}
+	c := r.Check
+	fmt.Fprintf(w, "== idem chaos campaign: %s ==\n", verdict)
+	fmt.Fprintf(w, "seed %d, %d replicas, datasets %s, %d partitions each, ack_wait %s, crash_prob %g\n",
+		r.Seed, r.Replicas, strings.Join(r.Datasets, ","), r.Partitions, r.AckWait, r.CrashProb)
+	fmt.Fprintf(w, "duration      fault phase %.0fs, drain %.1fs (bound %.0fs), wall %.0fs\n",
+		r.FaultPhaseSeconds, r.DrainSeconds, r.DrainBoundSeconds, r.WallSeconds)
+	e := r.Events
+	fmt.Fprintf(w, "events        %d distinct: %d valid (%d replays), %d fatal, %d settle; %d staging changes\n",
+		e.Total, e.Valid, e.Replays, e.Fatal, e.Settle, e.StagingChanges)
+	m := r.Messages
+	fmt.Fprintf(w, "messages      %d published (%d extra copies, %d late), %d with Nats-Msg-Id, %d deduped by JetStream, %d stored, %d publish retries\n",
+		m.Published, m.ExtraCopies, m.LateCopies, m.WithMsgID, m.DedupedByJetStream, m.StoredInStream, m.PublishRetries)
+	fmt.Fprintf(w, "faults        %d injected: %s (%d skipped; %d crash_commit right after a committed success)\n",
+		r.Faults.Total, kinds(r.Faults.ByKind), r.Faults.Skipped, r.Faults.CrashAfterSuccess)
+	x := r.Exits
+	fmt.Fprintf(w, "processes     %d starts, %d killed, %d crash-hook exits, %d failed to start, %d graceful restarts, %d other exits, %d clean final stops\n",
+		x.Starts, x.KilledByChaos, x.CrashHook, x.StartupFailure, x.GracefulRestarts, x.Other, x.CleanFinal)
+	fmt.Fprintf(w, "audit         %s\n", kinds(r.Audit))
+	fmt.Fprintf(w, "tables        equal to reference: %v; lost %d, stale %d, unexpected %d, doubled %d, runs loaded twice %d, loads without rows %d, rows without load %d\n",
+		c.TablesEqualReference, c.LostRows, c.StaleRows, c.UnexpectedRows, c.DoubledRows, c.RunsLoadedTwice, c.LoadsWithoutRows, c.RowsWithoutLoad)
+	fmt.Fprintf(w, "history       %d delete_insert load-history breaks; reader: %d samples during the run, %d saw a doubled row\n",
+		c.ChainBreaks, c.ReadsSampled, c.ReadsSawDoubled)
+	fmt.Fprintf(w, "ledger        %d valid events: %d succeeded exactly once, %d not once, %d unaccounted, %d unexpected rows, %d dead-lettered\n",
+		c.ValidEvents, c.SucceededOnce, c.SuccessNotOne, c.UnaccountedEvents, c.UnexpectedLedger, c.ValidDeadLettered)
+	fmt.Fprintf(w, "dead letters  correct: %v; fatal %d/%d once (missing %d, duplicated %d, wrong reason %d, after >1 delivery %d of which explained %d); transient %d (explained %d); valid judged fatal %d; unknown %d\n",
+		c.DLQCorrect, c.FatalDeadLettered, c.FatalInputs, c.FatalMissing, c.FatalDuplicated, c.FatalWrongReason,
+		c.FatalRedelivered, c.FatalRedeliveredExpl, c.TransientDeadLtrs, c.TransientExplained, c.ValidJudgedFatal, c.UnknownDeadLetters)
+	fmt.Fprintf(w, "processes     panics %d, drained within bound %v, clean final stops %v\n", c.Panics, c.Drained, c.CleanStops)
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note          %s\n", n)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "VIOLATION     %s\n", v)
+	}
+}
+
+func kinds(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
