@@ -69,15 +69,13 @@ SELECT d * 1000 + i, date '2026-11-01' + d, i * 1.5, 'row ' || i
 
 // world is one test's NATS server, database and config.
 type world struct {
-	t      *testing.T
-	ns     *embeddednats.Server
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	db     *pgtest.DB
-	cfg    string
-	dir    string
-	mu     sync.Mutex
-	nextID int
+	t   *testing.T
+	ns  *embeddednats.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	db  *pgtest.DB
+	cfg string
+	dir string
 }
 
 type opts struct {
