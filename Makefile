@@ -62,7 +62,7 @@ chaos-short: postgres ## the short chaos campaign that make test runs (about 2 m
 # harness at existing servers; by default it starts its own.
 .PHONY: bench bench-quick
 
-bench: postgres ## full benchmark (20-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg
+bench: postgres ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg
 	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
 
 bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json

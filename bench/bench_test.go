@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestHarnessSmoke runs the whole harness at its tiny size and checks that
+// every figure exists and is sane: positive, and idem never doubling a row.
+// It never checks a speed: the box is shared and timings are the benchmark's
+// business, not a test's.
+func TestHarnessSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds idem and runs it against PostgreSQL and NATS")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}})
+	require.NoError(t, err)
+	sz := res.Sizes
+
+	// (a) every method measured at every max_in_flight.
+	require.Len(t, res.Small, len(sz.InFlight))
+	for _, p := range res.Small {
+		for _, name := range []string{MIdem, MHandler, MLimit, MFloor, MNaive} {
+			m := p.Methods[name]
+			require.NotNil(t, m, "%s at max_in_flight %d", name, p.InFlight)
+			require.Greater(t, m.Throughput.PerSec, 0.0, name)
+			require.NotNil(t, m.Latency, name)
+			require.Greater(t, m.Latency.P50, 0.0, name)
+			require.GreaterOrEqual(t, m.Latency.P99, m.Latency.P50, name)
+		}
+	}
+	// The limit is idem's captured SQL: a load has a transaction in it.
+	require.NotEmpty(t, res.Steps)
+	var sqls []string
+	for _, s := range res.Steps {
+		sqls = append(sqls, s.SQL)
+	}
+	require.Contains(t, sqls, "commit", "the captured load commits: %v", sqls)
+
+	// (b) idem never doubles a row; the naive consumer doubles every event.
+	require.Len(t, res.Duplicates, len(sz.InFlight))
+	for _, d := range res.Duplicates {
+		require.Zero(t, d.IdemDoubled)
+		require.EqualValues(t, sz.Events, d.IdemSkipped)
+		require.EqualValues(t, sz.Events*10, d.NaiveDoubled)
+		require.Greater(t, d.IdemPerSec, 0.0)
+		require.Greater(t, d.NaivePerSec, 0.0)
+	}
+	// (f) skipped duplicates.
+	for _, s := range res.Skipped {
+		require.Greater(t, s.Idem.Throughput.PerSec, 0.0)
+		require.Greater(t, s.Limit.Throughput.PerSec, 0.0)
+		require.NotNil(t, s.Idem.Latency)
+	}
+
+	// (c) one load of each kind, with its reference.
+	require.Len(t, res.Big, len(sz.Big))
+	for _, bs := range res.Big {
+		for _, k := range []string{"floor_index", "floor_noindex", "copy_index", "copy_noindex", "part_bare_delete_parent",
+			"merge_new_bare", "merge_new_idem", "merge_unchanged_bare", "merge_unchanged_idem", "merge_changed_bare", "merge_changed_idem"} {
+			require.Greater(t, bs.Cases[k].Ms, 0.0, k)
+			require.Greater(t, bs.Cases[k].WALBytes, int64(0), k)
+		}
+		for _, k := range []string{"plain", "plain_bare", "part", "part_bare", "append", "append_bare"} {
+			require.Len(t, bs.Reruns[k], sz.Reruns, k)
+			for _, op := range bs.Reruns[k] {
+				require.Greater(t, op.Ms, 0.0, k)
+				require.Greater(t, op.TableBytes, int64(0), k)
+			}
+		}
+		require.Equal(t, "delete", bs.Reruns["plain"][0].Route)
+		require.Equal(t, "truncate_child", bs.Reruns["part"][0].Route)
+		require.EqualValues(t, bs.Rows, bs.Cases["merge_new_idem"].Rows, "all new rows inserted")
+		require.EqualValues(t, bs.Rows, bs.Cases["merge_changed_idem"].Rows, "all changed rows updated")
+		require.Len(t, bs.View, 2)
+		require.Greater(t, bs.View[1].TableRows, bs.View[0].TableRows)
+	}
+
+	// (d) and (e).
+	require.Len(t, res.Backfill, len(sz.BackfillInFlight))
+	for _, b := range res.Backfill {
+		require.Greater(t, b.IdemSeconds, 0.0)
+		require.Greater(t, b.BareSeconds, 0.0)
+		require.Greater(t, b.PeakRSSMiB, 0.0)
+	}
+	require.NotEmpty(t, res.Memory)
+	for _, m := range res.Memory {
+		require.Greater(t, m.PeakMiB, 0.0, m.Phase)
+	}
+
+	// The report renders from the results alone, and from the saved file.
+	path := filepath.Join(t.TempDir(), "results.json")
+	require.NoError(t, res.Save(path))
+	again, err := Load(path)
+	require.NoError(t, err)
+	require.Equal(t, res.Markdown(), again.Markdown())
+	require.Contains(t, again.Markdown(), "(c) Big partitions")
+	require.NotEmpty(t, again.Verdicts())
+	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
+	doc := again.Document("hand-written notes", "bench-events.svg")
+	require.Contains(t, doc, "## Targets")
+	require.Contains(t, doc, "hand-written notes")
+}
+
+// TestBind checks the replay rebinds the sample event's values wherever the
+// handler put them.
+func TestBind(t *testing.T) {
+	d0 := time.Date(2000, 1, 5, 0, 0, 0, 0, time.UTC)
+	tpl := &template{partition: "2000-01-05", run: "sample-run", date: d0, auditID: 900000001}
+	b := binding{partition: "2001-02-03", run: "new-run", date: time.Date(2001, 2, 3, 0, 0, 0, 0, time.UTC), id: 42}
+	id := int64(900000001)
+	other := int64(10)
+	require.Equal(t, "bench\x1fsmall\x1f2001-02-03", tpl.bind("bench\x1fsmall\x1f2000-01-05", b))
+	require.Equal(t, "new-run", tpl.bind("sample-run", b))
+	require.Equal(t, int64(42), tpl.bind(int64(900000001), b))
+	require.Equal(t, int64(42), *tpl.bind(&id, b).(*int64))
+	require.Equal(t, int64(10), *tpl.bind(&other, b).(*int64))
+	require.True(t, b.date.Equal(*tpl.bind(&d0, b).(*time.Time)))
+	named := tpl.bind(pgx.NamedArgs{"partition": "2000-01-05", "run_id": "sample-run", "n": 3}, b).(pgx.NamedArgs)
+	require.Equal(t, pgx.NamedArgs{"partition": "2001-02-03", "run_id": "new-run", "n": 3}, named)
+	require.Equal(t, true, tpl.bind(true, b))
+	require.True(t, tpl.usesAuditID() == false, "no trips, no audit id")
+}
+
+func TestStats(t *testing.T) {
+	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+	ds := []time.Duration{4 * time.Millisecond, time.Millisecond, 3 * time.Millisecond, 2 * time.Millisecond}
+	require.Equal(t, 2.0, percentile(ds, 50))
+	require.Equal(t, 4.0, percentile(ds, 99))
+	require.Equal(t, "1,234,567", thousands(1234567))
+	require.Equal(t, 50.0, niceStep(37))
+	require.InDelta(t, 1.5, drift([]Op{{Ms: 10}, {Ms: 10}, {Ms: 99}, {Ms: 15}, {Ms: 15}}), 1e-9)
+}

@@ -1,0 +1,106 @@
+// Command idembench runs idem's benchmark harness (package bench) and writes
+// its results: a JSON file, a markdown table on stdout, and with -docs the
+// report docs/BENCHMARKS.md and its chart. With -report it only renders a
+// saved JSON file again.
+//
+//	go run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
+//	go run ./bench/cmd/idembench -report bench/results/full.json -docs docs
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/idem-data/idem/bench"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, out, errOut io.Writer) int {
+	fs := flag.NewFlagSet("idembench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	mode := fs.String("mode", "quick", "full, quick or tiny")
+	jsonPath := fs.String("json", "", "write the results here (default bench/results/<mode>.json)")
+	docs := fs.String("docs", "", "write BENCHMARKS.md and bench-events.svg into this directory")
+	notes := fs.String("notes", "bench/NOTES.md", "hand-written notes included in BENCHMARKS.md")
+	report := fs.String("report", "", "render this results file again instead of running")
+	idemBin := fs.String("idem", "", "a built idem binary (default: go build ./cmd/idem)")
+	keep := fs.Bool("keep", false, "keep the work directory (configs, idem logs)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var res *bench.Results
+	if *report != "" {
+		var err error
+		if res, err = bench.Load(*report); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+	} else {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if *jsonPath == "" {
+			*jsonPath = filepath.Join("bench", "results", *mode+".json")
+		}
+		m := bench.Mode(*mode)
+		if _, err := bench.SizesFor(m); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 2
+		}
+		var err error
+		res, err = bench.Run(ctx, bench.Options{
+			Mode: m, AdminURL: os.Getenv("IDEM_DATABASE_URL"), NATSURL: os.Getenv("IDEM_NATS_URL"),
+			IdemBin: *idemBin, Durable: true, KeepWork: *keep, Progress: errOut,
+			Command: "idembench " + strings.Join(args, " "),
+		})
+		if err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			if res != nil && *jsonPath != "" {
+				partial := strings.TrimSuffix(*jsonPath, ".json") + ".partial.json"
+				if res.Save(partial) == nil {
+					fmt.Fprintln(errOut, "idembench: what was measured is in", partial)
+				}
+			}
+			return 1
+		}
+		if err := os.MkdirAll(filepath.Dir(*jsonPath), 0o755); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+		if err := res.Save(*jsonPath); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+		fmt.Fprintln(errOut, "idembench: results in", *jsonPath)
+	}
+	fmt.Fprintln(out, "## Targets\n\n"+res.VerdictTable())
+	fmt.Fprint(out, res.Markdown())
+	if *docs != "" {
+		n, err := os.ReadFile(*notes)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+		const chart = "bench-events.svg"
+		if err := os.WriteFile(filepath.Join(*docs, chart), []byte(res.SVG()), 0o644); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+		if err := os.WriteFile(filepath.Join(*docs, "BENCHMARKS.md"), []byte(res.Document(string(n), chart)), 0o644); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+		fmt.Fprintln(errOut, "idembench: wrote", filepath.Join(*docs, "BENCHMARKS.md"), "and", filepath.Join(*docs, chart))
+	}
+	return 0
+}

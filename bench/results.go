@@ -1,0 +1,263 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"time"
+)
+
+// Results is everything one run measured; the JSON file is this struct, and
+// the report and the chart are rendered from it alone.
+type Results struct {
+	Mode     Mode      `json:"mode"`
+	Sizes    Sizes     `json:"sizes"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Command  string    `json:"command"`
+	Machine  Machine   `json:"machine"`
+	// Load is /proc/loadavg at each phase boundary: the box is shared.
+	Load []LoadSample `json:"load"`
+
+	Small      []SmallPoint    `json:"small"`
+	Duplicates []DupPoint      `json:"duplicates"`
+	Skipped    []SkipPoint     `json:"skipped"`
+	Steps      []Step          `json:"steps"`
+	Statements []Statement     `json:"statements"`
+	Big        []BigSize       `json:"big"`
+	Backfill   []BackfillPoint `json:"backfill"`
+	Memory     []MemSample     `json:"memory"`
+	// Notes are remarks the run made about itself: fallbacks, warnings.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPU       string            `json:"cpu"`
+	CPUs      int               `json:"cpus"`
+	MemGiB    float64           `json:"mem_gib"`
+	Kernel    string            `json:"kernel"`
+	Go        string            `json:"go"`
+	Postgres  string            `json:"postgres"`
+	NATS      string            `json:"nats"`
+	Commit    string            `json:"commit"`
+	Settings  map[string]string `json:"settings"`
+	OwnPG     bool              `json:"own_postgres"`
+	OwnNATS   bool              `json:"own_nats"`
+	Extension map[string]bool   `json:"extensions"`
+}
+
+// LoadSample is the load average at a moment of the run.
+type LoadSample struct {
+	At     string  `json:"at"`
+	Load1  float64 `json:"load1"`
+	Load5  float64 `json:"load5"`
+	Load15 float64 `json:"load15"`
+}
+
+// Throughput of one method: events/s of each repetition and their median.
+type Throughput struct {
+	Events int       `json:"events"`
+	Runs   []float64 `json:"runs"`
+	PerSec float64   `json:"per_sec"`
+}
+
+func (t *Throughput) add(events int, elapsed time.Duration) {
+	t.Events = events
+	t.Runs = append(t.Runs, float64(events)/elapsed.Seconds())
+	t.PerSec = median(t.Runs)
+}
+
+// Latency of one method under a paced load, in milliseconds.
+type Latency struct {
+	Events     int     `json:"events"`
+	RatePerSec float64 `json:"rate_per_sec"`
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+	Max        float64 `json:"max_ms"`
+}
+
+// Method is what one way of loading the small events did.
+type Method struct {
+	Throughput Throughput `json:"throughput"`
+	Latency    *Latency   `json:"latency,omitempty"`
+	// AvgLatencyMs is pgbench's own average (closed loop), when it ran.
+	AvgLatencyMs float64 `json:"avg_latency_ms,omitempty"`
+}
+
+// Names of the small-event methods.
+const (
+	MIdem         = "idem"          // idem serve, end to end through JetStream
+	MHandler      = "idem_handler"  // idem's handler called in-process, no NATS
+	MLimit        = "limit_sql"     // the SQL idem issues, replayed by a pgx loop
+	MFloor        = "floor_sql"     // BEGIN; DELETE; INSERT .. SELECT; COMMIT, pgx loop
+	MPgbenchFloor = "pgbench_floor" // the floor under pgbench -M prepared
+	MPgbench1tx   = "pgbench_1tx"   // audit insert + floor + audit update in one tx, pgbench
+	MNaive        = "naive"         // nats.go pull, INSERT .. SELECT, ack after commit
+)
+
+// SmallPoint is every method at one max_in_flight.
+type SmallPoint struct {
+	InFlight int                `json:"in_flight"`
+	Methods  map[string]*Method `json:"methods"`
+}
+
+func (p *SmallPoint) method(name string) *Method {
+	if p.Methods == nil {
+		p.Methods = map[string]*Method{}
+	}
+	m, ok := p.Methods[name]
+	if !ok {
+		m = &Method{}
+		p.Methods[name] = m
+	}
+	return m
+}
+
+// DupPoint is (b): every event delivered twice.
+type DupPoint struct {
+	InFlight     int     `json:"in_flight"`
+	Messages     int     `json:"messages"`
+	IdemPerSec   float64 `json:"idem_msgs_per_sec"`
+	IdemDoubled  int64   `json:"idem_rows_doubled"`
+	IdemSkipped  int64   `json:"idem_skipped"`
+	NaivePerSec  float64 `json:"naive_msgs_per_sec"`
+	NaiveDoubled int64   `json:"naive_rows_doubled"`
+}
+
+// SkipPoint is (f): redeliveries of runs that already succeeded.
+type SkipPoint struct {
+	InFlight int    `json:"in_flight"`
+	Idem     Method `json:"idem"`
+	Limit    Method `json:"limit_sql"`
+}
+
+// Step is one round trip of the captured per-event SQL, timed in the replay
+// at concurrency 1.
+type Step struct {
+	Index  int     `json:"index"`
+	Kind   string  `json:"kind"`
+	SQL    string  `json:"sql"`
+	MeanUs float64 `json:"mean_us"`
+	Share  float64 `json:"share"`
+}
+
+// Statement is one normalised statement of pg_stat_statements during idem's
+// end-to-end run at max_in_flight 1.
+type Statement struct {
+	Query         string  `json:"query"`
+	CallsPerEvent float64 `json:"calls_per_event"`
+	MeanUs        float64 `json:"mean_us"`
+	UsPerEvent    float64 `json:"us_per_event"`
+}
+
+// BigSize holds the big-partition figures for one partition size.
+type BigSize struct {
+	Rows   int              `json:"rows"`
+	Label  string           `json:"label"`
+	Cases  map[string]Op    `json:"cases"`
+	Reruns map[string][]Op  `json:"reruns"`
+	View   []ViewRead       `json:"view_reads"`
+	Extra  map[string]int64 `json:"extra,omitempty"`
+}
+
+// Op is one timed load of a big partition.
+type Op struct {
+	// Run is idem's run_id, to find the load in the idem log.
+	Run string  `json:"run,omitempty"`
+	Ms  float64 `json:"ms"`
+	// InTxMs is idem's audit finished_at - started_at: the load itself,
+	// without the ledger check and the `started` commit before it.
+	InTxMs     float64 `json:"in_tx_ms,omitempty"`
+	Route      string  `json:"route,omitempty"`
+	WALBytes   int64   `json:"wal_bytes"`
+	DeadTuples int64   `json:"dead_tuples"`
+	TableBytes int64   `json:"table_bytes"`
+	Rows       int64   `json:"rows,omitempty"`
+}
+
+// ViewRead is the time to read one partition through append_dedupe's view.
+type ViewRead struct {
+	TableRows int64   `json:"table_rows"`
+	Ms        float64 `json:"ms"`
+}
+
+// BackfillPoint is (d) at one max_in_flight.
+type BackfillPoint struct {
+	InFlight       int     `json:"in_flight"`
+	Partitions     int     `json:"partitions"`
+	Rows           int     `json:"rows_per_partition"`
+	IdemSeconds    float64 `json:"idem_seconds"`
+	CommandSeconds float64 `json:"command_seconds"`
+	BareSeconds    float64 `json:"bare_seconds"`
+	Publisher      string  `json:"publisher"`
+	PeakRSSMiB     float64 `json:"peak_rss_mib"`
+}
+
+// MemSample is the peak RSS of one `idem serve` child.
+type MemSample struct {
+	Phase    string  `json:"phase"`
+	InFlight int     `json:"in_flight"`
+	PeakMiB  float64 `json:"peak_mib"`
+}
+
+// Save writes r as indented JSON.
+func (r *Results) Save(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Load reads a results file.
+func Load(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	return &r, json.Unmarshal(b, &r)
+}
+
+func (r *Results) note(format string, args ...any) {
+	r.Notes = append(r.Notes, sprintf(format, args...))
+}
+
+func (r *Results) point(c int) *SmallPoint {
+	for i := range r.Small {
+		if r.Small[i].InFlight == c {
+			return &r.Small[i]
+		}
+	}
+	r.Small = append(r.Small, SmallPoint{InFlight: c})
+	return &r.Small[len(r.Small)-1]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// percentile is the nearest-rank percentile of ds, in milliseconds.
+func percentile(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	i = max(0, min(i, len(s)-1))
+	return float64(s[i]) / float64(time.Millisecond)
+}
+
+func latencyOf(ds []time.Duration, rate float64) *Latency {
+	return &Latency{Events: len(ds), RatePerSec: rate, P50: percentile(ds, 50), P99: percentile(ds, 99), Max: percentile(ds, 100)}
+}
