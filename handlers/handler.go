@@ -173,6 +173,9 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 		b := &pgx.Batch{}
 		// The pool may commit bookkeeping asynchronously; a load never.
 		b.Queue("SET LOCAL synchronous_commit = on")
+		// A load is one big statement planned once: JIT compilation costs
+		// more than it saves there (half of a 100k-row merge, measured).
+		b.Queue("SET LOCAL jit = off")
 		if ds.Timeout > 0 {
 			b.Queue("SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(ds.Timeout.Milliseconds()))
 		}

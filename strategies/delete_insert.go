@@ -48,20 +48,22 @@ func (s *DeleteInsert) plan(dp *Plan, p Params) (*deleteInsertPlan, error) {
 	if !strings.Contains(","+strings.Join(cols, ",")+",", ","+pc+",") {
 		return nil, schemaErr("the source does not return the partition column %q; idem checks every row belongs to the partition it loads", pc)
 	}
-	selects := make([]string, len(cols))
-	for i, c := range cols {
-		selects[i] = "s." + q(c)
-		if c == pc {
-			// CASE evaluates the error branch only for a stray row.
-			selects[i] = "CASE WHEN s." + q(pc) + " = @idem_partition THEN s." + q(pc) +
-				" ELSE idem.outside_partition(s." + q(pc) + ", @idem_partition_text) END"
-		}
-	}
 	into := t.Table
 	pl := &deleteInsertPlan{route: "delete"}
 	if t.Kind == "p" {
 		if child := exactChild(dp, pc, p.Partition); child != nil {
 			into, pl.route, pl.truncate = *child, "truncate_child", true
+		}
+	}
+	selects := make([]string, len(cols))
+	for i, c := range cols {
+		selects[i] = "s." + q(c)
+		// Inserting straight into the child already rejects a stray row
+		// (its partition constraint, 23514); elsewhere CASE raises on the
+		// first one, evaluating the error branch only for it.
+		if c == pc && !pl.truncate {
+			selects[i] = "CASE WHEN s." + q(pc) + " = @idem_partition THEN s." + q(pc) +
+				" ELSE idem.outside_partition(s." + q(pc) + ", @idem_partition_text) END"
 		}
 	}
 	if pl.truncate {

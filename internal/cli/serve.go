@@ -43,7 +43,7 @@ message, drains the connection and exits 0.`,
 				return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
 			}
 			log := newLogger(e.errOut, e.getenv)
-			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			pool, err := connectSized(cmd.Context(), cfg.Postgres.URL, cfg.NATS.MaxInFlight+4)
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,9 +44,19 @@ func (e *env) databaseURL() (string, error) {
 
 // connect opens a pool and checks the server answers within 10 s.
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return connectSized(ctx, url, 0)
+}
+
+// connectSized opens a pool of at least conns connections (unless the URL
+// sets pool_max_conns): a service that runs max_in_flight loads at once needs
+// one connection per load, plus the relay's and a health check's.
+func connectSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, handlers.Classify(err)
+	}
+	if conns > 0 && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = int32(max(int(cfg.MaxConns), conns))
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
 	// Bookkeeping (the `started` row, failures, skips, outbox marks) commits
