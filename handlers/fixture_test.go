@@ -25,20 +25,7 @@ const stagingSQL = `
 CREATE SCHEMA staging;
 CREATE SCHEMA analytics;
 CREATE TABLE staging.src (id bigint, event_date date, amount numeric(12,2), note text, version int);
-CREATE TABLE staging.gate_on (ms int);
-CREATE FUNCTION staging.gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-DECLARE ms int;
-BEGIN
-  IF current_setting('idem_test.slept', true) IS DISTINCT FROM 'y' THEN
-    SELECT max(g.ms) INTO ms FROM staging.gate_on g;
-    IF ms IS NOT NULL THEN
-      PERFORM set_config('idem_test.slept', 'y', true);
-      PERFORM pg_sleep(ms / 1000.0);
-    END IF;
-  END IF;
-  RETURN true;
-END $$;
-`
+` + pgtest.GateSQL
 
 const sourceSQL = `SELECT id, event_date, amount, note, version FROM staging.src
  WHERE event_date = @partition AND staging.gate()`

@@ -48,20 +48,6 @@ const stagingSQL = `
 CREATE SCHEMA staging; CREATE SCHEMA analytics;
 CREATE TABLE staging.src (id bigint, event_date date, amount numeric(12,2), note text);
 CREATE TABLE analytics.t (id bigint, event_date date NOT NULL, amount numeric(12,2), note text);
-CREATE TABLE staging.gate_on (ms int);
--- Sleeps once per transaction while staging.gate_on has a row: a slow load on demand.
-CREATE FUNCTION staging.gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-DECLARE ms int;
-BEGIN
-  IF current_setting('idem_test.slept', true) IS DISTINCT FROM 'y' THEN
-    SELECT max(g.ms) INTO ms FROM staging.gate_on g;
-    IF ms IS NOT NULL THEN
-      PERFORM set_config('idem_test.slept', 'y', true);
-      PERFORM pg_sleep(ms / 1000.0);
-    END IF;
-  END IF;
-  RETURN true;
-END $$;
 INSERT INTO staging.src
 SELECT d * 1000 + i, date '2026-11-01' + d, i * 1.5, 'row ' || i
   FROM generate_series(0, 29) d, generate_series(1, 10) i;
@@ -110,7 +96,7 @@ func newWorld(t *testing.T, o opts) *world {
 	db := pgtest.NewDB(t)
 	_, err = audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
-	db.Exec(t, stagingSQL)
+	db.Exec(t, stagingSQL+pgtest.GateSQL)
 
 	timeout := ""
 	if o.timeout != "" {

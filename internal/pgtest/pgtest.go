@@ -58,6 +58,26 @@ func Server() *localpg.Server { return server }
 // AdminURL is the URL of the maintenance database.
 func AdminURL() string { return adminURL }
 
+// GateSQL creates staging.gate() (schema staging must exist): a source that
+// calls it in its WHERE sleeps once per transaction for staging.gate_on.ms
+// milliseconds while that table has a row, so a test can catch a load
+// mid-statement, make loads overlap, or make one last longer than the ack wait.
+const GateSQL = `
+CREATE TABLE staging.gate_on (ms int);
+CREATE FUNCTION staging.gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE ms int;
+BEGIN
+  IF current_setting('idem_test.slept', true) IS DISTINCT FROM 'y' THEN
+    SELECT max(g.ms) INTO ms FROM staging.gate_on g;
+    IF ms IS NOT NULL THEN
+      PERFORM set_config('idem_test.slept', 'y', true);
+      PERFORM pg_sleep(ms / 1000.0);
+    END IF;
+  END IF;
+  RETURN true;
+END $$;
+`
+
 // DB is one test's database.
 type DB struct {
 	Name string
