@@ -44,7 +44,10 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-const stagingSQL = `
+// stagingSQL: the tables of the orders dataset and the gate for slow loads.
+const stagingSQL = stagingTablesSQL + pgtest.GateSQL
+
+const stagingTablesSQL = `
 CREATE SCHEMA staging; CREATE SCHEMA analytics;
 CREATE TABLE staging.src (id bigint, event_date date, amount numeric(12,2), note text);
 CREATE TABLE analytics.t (id bigint, event_date date NOT NULL, amount numeric(12,2), note text);
@@ -96,7 +99,7 @@ func newWorld(t *testing.T, o opts) *world {
 	db := pgtest.NewDB(t)
 	_, err = audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
-	db.Exec(t, stagingSQL+pgtest.GateSQL)
+	db.Exec(t, stagingSQL)
 
 	timeout := ""
 	if o.timeout != "" {
