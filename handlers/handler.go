@@ -104,7 +104,7 @@ func (h *Handler) HandleMessage(ctx context.Context, subject string, body []byte
 func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome, error) {
 	ds, ok := h.Datasets[ev.Dataset]
 	if !ok {
-		return Outcome{}, Fatal("unknown_dataset", fmt.Errorf("dataset %q is not configured", ev.Dataset))
+		return Outcome{}, Fatal(ReasonUnknownDataset, fmt.Errorf("dataset %q is not configured", ev.Dataset))
 	}
 	a := audit.Attempt{
 		RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
@@ -242,7 +242,7 @@ func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, au
 		}
 		body, err := ev.Marshal()
 		if err != nil {
-			return Fatal("invalid_event", fmt.Errorf("downstream event for %s: %w", down, err))
+			return Fatal(ReasonInvalidEvent, fmt.Errorf("downstream event for %s: %w", down, err))
 		}
 		msgID := ev.MsgID()
 		if a.Force {

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/embeddednats"
+	"github.com/idem-data/idem/consumer/consumertest"
 	"github.com/idem-data/idem/internal/pgtest"
 )
 
@@ -24,7 +25,7 @@ import (
 // operator commands run against it exactly as on a real deployment.
 type cliWorld struct {
 	t    *testing.T
-	ns   *embeddednats.Server
+	ns   *server.Server
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	db   *pgtest.DB
@@ -48,12 +49,8 @@ SELECT d * 100 + i, date '2026-01-01' + d, i * 1.5, 'row ' || i
 func newCLIWorld(t *testing.T) *cliWorld {
 	t.Helper()
 	dir := t.TempDir()
-	ns, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "js")})
-	require.NoError(t, err)
-	t.Cleanup(ns.Stop)
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	ns := consumertest.RunServer(t)
+	nc := consumertest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)
@@ -77,7 +74,7 @@ datasets:
     source: SELECT id, event_date, amount, note FROM staging.src WHERE event_date = @partition
     retries: 1
     retry_delay: 200ms
-`, ns.URL(), db.URL)
+`, ns.ClientURL(), db.URL)
 	path := filepath.Join(dir, "idem.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	w := &cliWorld{t: t, ns: ns, nc: nc, js: js, db: db, cfg: path, env: map[string]string{}, stop: func() {}}

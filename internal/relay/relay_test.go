@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/embeddednats"
+	"github.com/idem-data/idem/consumer/consumertest"
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/relay"
 )
@@ -30,14 +29,7 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	ns, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(t.TempDir(), "js")})
-	require.NoError(t, err)
-	t.Cleanup(ns.Stop)
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := consumertest.JetStream(t, consumertest.RunServer(t))
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"idem.ready.>"}})
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)
