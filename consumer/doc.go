@@ -2,8 +2,9 @@
 // events from the durable pull consumer, hands each to a Handler, and turns
 // the handler's result into the message's fate: ack, nak with a delay, or
 // dead letter then term. It also creates the streams and consumers
-// (EnsureStreams) and dead-letters messages whose process died on every
-// delivery (Reconciler).
+// (EnsureStreams, which leaves an existing consumer alone; ConsumerDrift
+// says how it differs from the config and ApplyStreams updates it) and
+// dead-letters messages whose process died on every delivery (Reconciler).
 //
 // It must never know what a handler does: no Postgres, and no import of
 // handlers, strategies or audit. What it needs to know about a message comes

@@ -2,9 +2,11 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,12 +36,13 @@ type StreamsConfig struct {
 	// (work-queue retention). Default Stream+"_ADVISORIES".
 	AdvisoryStream string
 	Consumer       string        // durable pull consumer on Stream
-	AckWait        time.Duration // required
+	AckWait        time.Duration // required, shorter than Duplicates
 	// MaxDeliver is the consumer's delivery cap: the largest dataset budget.
 	MaxDeliver int
 	// MaxAckPending is shared by all replicas. Default DefaultMaxAckPending.
 	MaxAckPending int
-	// Duplicates is the duplicate window of a stream idem creates. Default
+	// Duplicates is the duplicate window of a stream idem creates, longer
+	// than AckWait and the reconciler's 30s ack wait. Default
 	// DefaultDuplicates.
 	Duplicates time.Duration
 	// Replicas of a stream idem creates; default 1, use 3 in production.
@@ -75,6 +78,12 @@ func (s StreamsConfig) Validate() error {
 	if s.Replicas < 1 {
 		errs = append(errs, fmt.Errorf("consumer: Replicas %d must be at least 1", s.Replicas))
 	}
+	// A dead letter published again after a lost Term (AckWait) or a lost
+	// advisory ack (reconcilerAckWait) is deduplicated only within the window.
+	if s.Duplicates <= max(s.AckWait, reconcilerAckWait) {
+		errs = append(errs, fmt.Errorf("consumer: Duplicates %s must be longer than AckWait %s and %s, or a dead letter published twice is stored twice",
+			s.Duplicates, s.AckWait, reconcilerAckWait))
+	}
 	return errors.Join(errs...)
 }
 
@@ -87,17 +96,115 @@ func MaxDeliveriesSubject(stream, consumer string) string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
 }
 
+// Drift is one setting of an existing durable consumer that differs from
+// what the config wants. EnsureStreams leaves it, ApplyStreams changes it.
+type Drift struct {
+	Stream   string // the consumer's stream
+	Consumer string // the durable name
+	Field    string // the setting's JSON name, e.g. max_deliver
+	Server   string // the server's value
+	Config   string // the config's value
+}
+
+// String formats d as the change ApplyStreams makes:
+// "consumer idem: max_deliver 4 -> 20".
+func (d Drift) String() string {
+	return fmt.Sprintf("consumer %s: %s %s -> %s", d.Consumer, d.Field, d.Server, d.Config)
+}
+
 // EnsureStreams creates what is missing: the events stream, the dead-letter
 // stream, the advisory stream, the durable consumer and the reconciler's
 // consumer. An existing stream only ever gains subjects: a retention or
 // storage other than idem's is an error naming the stream and the difference,
-// never a silent change. The consumers are created or updated to cfg.
+// never a silent change. An existing consumer is left as it is, so replicas
+// of two versions do not overwrite each other's settings during a rolling
+// deploy: ConsumerDrift says how it differs, ApplyStreams changes it.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	streams := []jetstream.StreamConfig{{
+	for _, s := range cfg.streams() {
+		if err := ensureStream(ctx, js, s); err != nil {
+			return err
+		}
+	}
+	for _, c := range cfg.consumers() {
+		have, err := lookupConsumer(ctx, js, c)
+		if err != nil || have != nil {
+			return err
+		}
+		// Another replica may create it meanwhile, with its own version's
+		// settings: ErrConsumerExists then, and ConsumerDrift tells.
+		if _, err := js.CreateConsumer(ctx, c.stream, c.config); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return fmt.Errorf("consumer: create consumer %s on stream %s: %w", c.config.Durable, c.stream, err)
+		}
+	}
+	return nil
+}
+
+// ConsumerDrift compares the durable consumer and the reconciler's consumer
+// on the server with cfg, in the settings idem sets (ack and deliver policy,
+// ack wait, max deliver, max ack pending, filter subject), and returns every
+// difference; a missing consumer has none. It changes nothing.
+func ConsumerDrift(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) ([]Drift, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var drifts []Drift
+	for _, c := range cfg.consumers() {
+		have, err := lookupConsumer(ctx, js, c)
+		if err != nil {
+			return nil, err
+		}
+		if have != nil {
+			drifts = append(drifts, c.diff(*have)...)
+		}
+	}
+	return drifts, nil
+}
+
+// ApplyStreams is EnsureStreams, then it updates each existing consumer to
+// cfg in the settings ConsumerDrift compares, and returns what it changed.
+// Other settings an operator gave a consumer stay. JetStream cannot change
+// an existing consumer's ack or deliver policy: such a difference is an
+// error, and nothing of that consumer is changed.
+func ApplyStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) ([]Drift, error) {
+	if err := EnsureStreams(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	var changed []Drift
+	for _, c := range cfg.consumers() {
+		have, err := lookupConsumer(ctx, js, c)
+		if err != nil {
+			return changed, err
+		}
+		if have == nil {
+			return changed, fmt.Errorf("consumer: consumer %s on stream %s was removed while idem streams ran; run it again", c.config.Durable, c.stream)
+		}
+		drifts := c.diff(*have)
+		if len(drifts) == 0 {
+			continue
+		}
+		for _, d := range drifts {
+			if d.Field == "ack_policy" || d.Field == "deliver_policy" {
+				return changed, fmt.Errorf("consumer: consumer %s on stream %s has %s %s, idem needs %s, and JetStream cannot change it on an existing consumer: "+
+					"remove the consumer (nats consumer rm %s %s) and run idem streams again to create it", d.Consumer, d.Stream, d.Field, d.Server, d.Config, d.Stream, d.Consumer)
+			}
+		}
+		if _, err := js.UpdateConsumer(ctx, c.stream, c.applyTo(*have)); err != nil {
+			return changed, fmt.Errorf("consumer: update consumer %s on stream %s: %w", c.config.Durable, c.stream, err)
+		}
+		changed = append(changed, drifts...)
+	}
+	return changed, nil
+}
+
+// streams are the three streams idem needs.
+func (cfg StreamsConfig) streams() []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{{
 		Name:        cfg.Stream,
 		Description: "idem: partition-ready events",
 		Subjects:    []string{cfg.SubjectPrefix + ".>"},
@@ -121,12 +228,17 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 	}}
-	for _, s := range streams {
-		if err := ensureStream(ctx, js, s); err != nil {
-			return err
-		}
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+}
+
+// consumerSpec is one durable consumer idem needs and the stream it is on.
+type consumerSpec struct {
+	stream string
+	config jetstream.ConsumerConfig
+}
+
+// consumers are the durable consumer and the reconciler's consumer.
+func (cfg StreamsConfig) consumers() []consumerSpec {
+	return []consumerSpec{{cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		Description:   "idem: loads partitions",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -135,10 +247,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		MaxDeliver:    cfg.MaxDeliver,
 		MaxAckPending: cfg.MaxAckPending,
 		FilterSubject: cfg.SubjectPrefix + ".>",
-	}); err != nil {
-		return fmt.Errorf("consumer: create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.AdvisoryStream, jetstream.ConsumerConfig{
+	}}, {cfg.AdvisoryStream, jetstream.ConsumerConfig{
 		Durable:       cfg.ReconcilerName(),
 		Description:   "idem: dead-letters messages that exhausted their deliveries without a verdict",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -146,10 +255,77 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		AckWait:       reconcilerAckWait,
 		MaxDeliver:    -1, // a failed dead letter is retried until it succeeds
 		FilterSubject: MaxDeliveriesSubject(cfg.Stream, cfg.Consumer),
-	}); err != nil {
-		return fmt.Errorf("consumer: create or update consumer %s on stream %s: %w", cfg.ReconcilerName(), cfg.AdvisoryStream, err)
+	}}}
+}
+
+// lookupConsumer returns the server's config of c, or nil when c does not
+// exist.
+func lookupConsumer(ctx context.Context, js jetstream.JetStream, c consumerSpec) (*jetstream.ConsumerConfig, error) {
+	cons, err := js.Consumer(ctx, c.stream, c.config.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil
 	}
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("consumer: look up consumer %s on stream %s: %w", c.config.Durable, c.stream, err)
+	}
+	have := cons.CachedInfo().Config
+	return &have, nil
+}
+
+// diff lists the settings idem sets in which have differs from c. The
+// reconciler's MaxAckPending is the server's default, so it is compared
+// only when c sets it.
+func (c consumerSpec) diff(have jetstream.ConsumerConfig) []Drift {
+	want := c.config
+	var out []Drift
+	add := func(field, server, config string) {
+		if server != config {
+			out = append(out, Drift{Stream: c.stream, Consumer: want.Durable, Field: field, Server: server, Config: config})
+		}
+	}
+	add("ack_policy", jsonName(have.AckPolicy), jsonName(want.AckPolicy))
+	add("deliver_policy", jsonName(have.DeliverPolicy), jsonName(want.DeliverPolicy))
+	add("ack_wait", have.AckWait.String(), want.AckWait.String())
+	add("max_deliver", strconv.Itoa(have.MaxDeliver), strconv.Itoa(want.MaxDeliver))
+	if want.MaxAckPending != 0 {
+		add("max_ack_pending", strconv.Itoa(have.MaxAckPending), strconv.Itoa(want.MaxAckPending))
+	}
+	add("filter_subject", filterSubjects(have), filterSubjects(want))
+	return out
+}
+
+// applyTo returns have with the settings diff compares set to c's.
+func (c consumerSpec) applyTo(have jetstream.ConsumerConfig) jetstream.ConsumerConfig {
+	want := c.config
+	have.AckWait = want.AckWait
+	have.MaxDeliver = want.MaxDeliver
+	if want.MaxAckPending != 0 {
+		have.MaxAckPending = want.MaxAckPending
+	}
+	have.FilterSubject, have.FilterSubjects = want.FilterSubject, nil
+	return have
+}
+
+// filterSubjects renders a consumer's filter, whether set as FilterSubject
+// or FilterSubjects.
+func filterSubjects(c jetstream.ConsumerConfig) string {
+	fs := c.FilterSubjects
+	if c.FilterSubject != "" {
+		fs = append([]string{c.FilterSubject}, fs...)
+	}
+	if len(fs) == 0 {
+		return "(none)"
+	}
+	return strings.Join(fs, ",")
+}
+
+// jsonName is a policy as the server's JSON and the nats CLI write it.
+func jsonName(v json.Marshaler) string {
+	b, err := v.MarshalJSON()
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return strings.Trim(string(b), `"`)
 }
 
 // ensureStream creates want, or checks an existing stream of that name: its

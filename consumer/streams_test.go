@@ -65,13 +65,9 @@ func TestEnsureStreamsCreates(t *testing.T) {
 	_, err = js.Consumer(ctx, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
 	require.NoError(t, err)
 
-	// A changed config updates the consumer.
-	sc.AckWait, sc.MaxDeliver = 45*time.Second, 9
-	require.NoError(t, EnsureStreams(ctx, js, sc))
-	c, err = js.Consumer(ctx, "IDEM_EVENTS", "idem")
+	drifts, err := ConsumerDrift(ctx, js, sc)
 	require.NoError(t, err)
-	require.Equal(t, 45*time.Second, c.CachedInfo().Config.AckWait)
-	require.Equal(t, 9, c.CachedInfo().Config.MaxDeliver)
+	require.Empty(t, drifts, "what EnsureStreams creates is what the config wants")
 }
 
 func TestEnsureStreamsNeverChangesRetentionOrStorage(t *testing.T) {
@@ -104,6 +100,165 @@ func TestEnsureStreamsAddsMissingSubjectsOnly(t *testing.T) {
 	s, err = js.Stream(ctx, "IDEM_DLQ")
 	require.NoError(t, err)
 	require.Equal(t, 10*time.Minute, s.CachedInfo().Config.Duplicates, "the operator's window stays")
+}
+
+// driftStreams is a StreamsConfig with every value written out, so the
+// tests below do not depend on how Config.Streams derives it.
+func driftStreams() StreamsConfig {
+	return StreamsConfig{
+		Stream: "IDEM_EVENTS", SubjectPrefix: "idem.ready", DLQStream: "IDEM_DLQ", DLQSubjectPrefix: "idem.dlq",
+		Consumer: "idem", AckWait: 30 * time.Second, MaxDeliver: 4, MaxAckPending: 1000,
+	}
+}
+
+func consumerConfig(t *testing.T, js jetstream.JetStream, stream, name string) jetstream.ConsumerConfig {
+	t.Helper()
+	c, err := js.Consumer(context.Background(), stream, name)
+	require.NoError(t, err, "%s on %s", name, stream)
+	return c.CachedInfo().Config
+}
+
+// TestEnsureStreamsLeavesConsumersAlone: a replica of a newer version
+// starting next to an older one reports the difference and changes nothing.
+func TestEnsureStreamsLeavesConsumersAlone(t *testing.T) {
+	t.Parallel()
+	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	ctx := context.Background()
+	require.NoError(t, EnsureStreams(ctx, js, driftStreams()))
+
+	newer := driftStreams()
+	newer.AckWait, newer.MaxDeliver = 45*time.Second, 20
+	require.NoError(t, EnsureStreams(ctx, js, newer))
+	cc := consumerConfig(t, js, "IDEM_EVENTS", "idem")
+	require.Equal(t, 30*time.Second, cc.AckWait, "the server's value stays")
+	require.Equal(t, 4, cc.MaxDeliver, "the server's value stays")
+
+	drifts, err := ConsumerDrift(ctx, js, newer)
+	require.NoError(t, err)
+	require.Equal(t, []Drift{
+		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "ack_wait", Server: "30s", Config: "45s"},
+		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "max_deliver", Server: "4", Config: "20"},
+	}, drifts)
+	require.Equal(t, "consumer idem: max_deliver 4 -> 20", drifts[1].String())
+	require.Equal(t, cc, consumerConfig(t, js, "IDEM_EVENTS", "idem"), "ConsumerDrift changes nothing")
+
+	drifts, err = ConsumerDrift(ctx, js, driftStreams())
+	require.NoError(t, err)
+	require.Empty(t, drifts, "the older replica sees no difference")
+}
+
+// TestApplyStreamsUpdatesConsumers: `idem streams` applies the config to
+// both consumers and keeps what an operator set beyond idem's settings.
+func TestApplyStreamsUpdatesConsumers(t *testing.T) {
+	t.Parallel()
+	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	ctx := context.Background()
+	sc := driftStreams().WithDefaults()
+	require.NoError(t, EnsureStreams(ctx, js, sc))
+	// An operator's consumers: other settings, a filter written as a list.
+	require.NoError(t, js.DeleteConsumer(ctx, "IDEM_EVENTS", "idem"))
+	require.NoError(t, js.DeleteConsumer(ctx, "IDEM_EVENTS_ADVISORIES", "idem_reconciler"))
+	_, err := js.CreateConsumer(ctx, "IDEM_EVENTS", jetstream.ConsumerConfig{
+		Durable: "idem", Description: "operator's", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 10 * time.Second, MaxDeliver: 9, MaxAckPending: 50, MaxWaiting: 64,
+		FilterSubjects: []string{"idem.ready.orders", "idem.ready.customers"},
+	})
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "IDEM_EVENTS_ADVISORIES", jetstream.ConsumerConfig{
+		Durable: "idem_reconciler", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 2 * time.Minute, MaxDeliver: 5, MaxAckPending: 7, FilterSubject: MaxDeliveriesSubject("IDEM_EVENTS", "idem"),
+	})
+	require.NoError(t, err)
+
+	want := []Drift{
+		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "ack_wait", Server: "10s", Config: "30s"},
+		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "max_deliver", Server: "9", Config: "4"},
+		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "max_ack_pending", Server: "50", Config: "1000"},
+		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "filter_subject", Server: "idem.ready.orders,idem.ready.customers", Config: "idem.ready.>"},
+		{Stream: "IDEM_EVENTS_ADVISORIES", Consumer: "idem_reconciler", Field: "ack_wait", Server: "2m0s", Config: "30s"},
+		{Stream: "IDEM_EVENTS_ADVISORIES", Consumer: "idem_reconciler", Field: "max_deliver", Server: "5", Config: "-1"},
+	}
+	drifts, err := ConsumerDrift(ctx, js, sc)
+	require.NoError(t, err)
+	require.Equal(t, want, drifts, "the reconciler's max_ack_pending is not idem's to set")
+
+	changed, err := ApplyStreams(ctx, js, sc)
+	require.NoError(t, err)
+	require.Equal(t, want, changed)
+	cc := consumerConfig(t, js, "IDEM_EVENTS", "idem")
+	require.Equal(t, 30*time.Second, cc.AckWait)
+	require.Equal(t, 4, cc.MaxDeliver)
+	require.Equal(t, 1000, cc.MaxAckPending)
+	require.Equal(t, "idem.ready.>", cc.FilterSubject)
+	require.Empty(t, cc.FilterSubjects)
+	require.Equal(t, "operator's", cc.Description, "the operator's settings stay")
+	require.Equal(t, 64, cc.MaxWaiting, "the operator's settings stay")
+	rc := consumerConfig(t, js, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
+	require.Equal(t, 30*time.Second, rc.AckWait)
+	require.Equal(t, -1, rc.MaxDeliver)
+	require.Equal(t, 7, rc.MaxAckPending, "the operator's settings stay")
+
+	changed, err = ApplyStreams(ctx, js, sc)
+	require.NoError(t, err)
+	require.Empty(t, changed, "nothing left to change")
+}
+
+// TestEnsureStreamsCreatesMissingConsumers: streams that exist without
+// consumers get both, with the config's settings.
+func TestEnsureStreamsCreatesMissingConsumers(t *testing.T) {
+	t.Parallel()
+	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	ctx := context.Background()
+	require.NoError(t, EnsureStreams(ctx, js, driftStreams()))
+	require.NoError(t, js.DeleteConsumer(ctx, "IDEM_EVENTS", "idem"))
+	require.NoError(t, js.DeleteConsumer(ctx, "IDEM_EVENTS_ADVISORIES", "idem_reconciler"))
+	drifts, err := ConsumerDrift(ctx, js, driftStreams())
+	require.NoError(t, err)
+	require.Empty(t, drifts, "a missing consumer has no drift")
+
+	sc := driftStreams()
+	sc.AckWait, sc.MaxDeliver = 45*time.Second, 20
+	require.NoError(t, EnsureStreams(ctx, js, sc))
+	cc := consumerConfig(t, js, "IDEM_EVENTS", "idem")
+	require.Equal(t, 45*time.Second, cc.AckWait)
+	require.Equal(t, 20, cc.MaxDeliver)
+	rc := consumerConfig(t, js, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
+	require.Equal(t, 30*time.Second, rc.AckWait)
+	require.Equal(t, -1, rc.MaxDeliver)
+	require.Equal(t, MaxDeliveriesSubject("IDEM_EVENTS", "idem"), rc.FilterSubject)
+}
+
+// TestApplyStreamsRefusesPolicyChange: JetStream cannot change an ack
+// policy in place, so ApplyStreams says how to get there and changes
+// nothing of that consumer.
+func TestApplyStreamsRefusesPolicyChange(t *testing.T) {
+	t.Parallel()
+	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	ctx := context.Background()
+	sc := driftStreams()
+	require.NoError(t, EnsureStreams(ctx, js, sc))
+	require.NoError(t, js.DeleteConsumer(ctx, "IDEM_EVENTS", "idem"))
+	_, err := js.CreateConsumer(ctx, "IDEM_EVENTS", jetstream.ConsumerConfig{
+		Durable: "idem", AckPolicy: jetstream.AckAllPolicy, AckWait: 10 * time.Second, MaxDeliver: 4, FilterSubject: "idem.ready.>",
+	})
+	require.NoError(t, err)
+
+	_, err = ApplyStreams(ctx, js, sc)
+	require.ErrorContains(t, err, "consumer idem on stream IDEM_EVENTS has ack_policy all, idem needs explicit")
+	require.ErrorContains(t, err, "nats consumer rm IDEM_EVENTS idem")
+	cc := consumerConfig(t, js, "IDEM_EVENTS", "idem")
+	require.Equal(t, 10*time.Second, cc.AckWait, "nothing of it changed")
+}
+
+func TestStreamsConfigDuplicatesOutlastAckWait(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, driftStreams().WithDefaults().Validate())
+	sc := driftStreams()
+	sc.AckWait = 2 * time.Minute
+	require.ErrorContains(t, sc.WithDefaults().Validate(), "Duplicates 2m0s must be longer than AckWait 2m0s and 30s")
+	sc = driftStreams()
+	sc.AckWait, sc.Duplicates = 10*time.Second, 30*time.Second
+	require.ErrorContains(t, sc.WithDefaults().Validate(), "Duplicates 30s must be longer than AckWait 10s and 30s")
 }
 
 func TestSubjectCovers(t *testing.T) {

@@ -106,7 +106,7 @@ func serve(ctx context.Context, d serveDeps) error {
 	h.Enqueued = outbox.Wake
 	ccfg := consumerConfig(cfg, log, m.Hooks())
 	ccfg.ShutdownGrace = d.grace
-	if err := consumer.EnsureStreams(ctx, js, ccfg.Streams()); err != nil {
+	if err := ensureStreams(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}
 	c, err := consumer.New(js, ccfg, loadFunc(h, m))

@@ -29,6 +29,10 @@ const (
 	// DefaultAckWait is how long JetStream waits for an ack before
 	// redelivering; longer loads stay owned through in-progress heartbeats.
 	DefaultAckWait = 30 * time.Second
+	// DefaultDuplicates is the duplicate window of the streams idem creates,
+	// consumer.DefaultDuplicates: a dead letter published twice within it is
+	// stored once.
+	DefaultDuplicates = 2 * time.Minute
 	// DefaultMaxInFlight is how many loads one process runs at once.
 	DefaultMaxInFlight = 16
 	// DefaultRetries is how many times a transient failure is retried, so a
@@ -108,8 +112,13 @@ type NATS struct {
 	// DLQSubjectPrefix prefixes dead-letter subjects. Default
 	// DefaultDLQSubjectPrefix.
 	DLQSubjectPrefix string `yaml:"dlq_subject_prefix"`
-	// AckWait is the consumer's ack wait, at least 1s. Default DefaultAckWait.
+	// AckWait is the consumer's ack wait, at least 1s and shorter than
+	// Duplicates. Default DefaultAckWait.
 	AckWait Duration `yaml:"ack_wait"`
+	// Duplicates is the duplicate window of the streams idem creates,
+	// longer than AckWait and 30s; 0 means DefaultDuplicates (see
+	// DuplicateWindow). An existing stream's window is never changed.
+	Duplicates Duration `yaml:"duplicates,omitempty"`
 	// MaxInFlight bounds the loads one process runs at once. Default
 	// DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
@@ -134,6 +143,14 @@ type NATS struct {
 	TokenFile string `yaml:"token_file,omitempty"`
 	// TLS configures TLS to the server; empty means whatever the URL says.
 	TLS TLS `yaml:"tls,omitempty"`
+}
+
+// DuplicateWindow is Duplicates, or DefaultDuplicates when it is zero.
+func (n *NATS) DuplicateWindow() time.Duration {
+	if n.Duplicates == 0 {
+		return DefaultDuplicates
+	}
+	return n.Duplicates.Std()
 }
 
 // TLS holds paths of PEM files.

@@ -61,7 +61,8 @@
 //	consumer             idem                    durable pull consumer, shared by replicas
 //	subject_prefix       idem.ready              events go to <prefix>.<dataset>
 //	dlq_subject_prefix   idem.dlq                dead letters go to <prefix>.<dataset>
-//	ack_wait             30s                     at least 1s; longer loads send heartbeats
+//	ack_wait             30s                     at least 1s, under duplicates; longer loads send heartbeats
+//	duplicates           2m                      duplicate window of the streams idem creates; over 30s
 //	max_in_flight        16                      loads running at once in one process
 //	replicas             1                       replicas of the streams idem creates (1-5; 3 in production)
 //	creds                                        path of a .creds file
@@ -77,6 +78,14 @@
 // Stream and consumer names may not hold white space, ".", "*", ">", "/" or
 // "\" (NATS rejects them), and the two subject prefixes must not overlap. Use
 // at most one of creds, nkey, user/password and token.
+//
+// ack_wait must be shorter than duplicates, and duplicates longer than 30s:
+// a dead letter can be published twice, after a Term lost once the dead
+// letter was stored (the message comes back after ack_wait) or after the
+// reconciler's lost ack (its advisory comes back after 30s), and the
+// dead-letter stream drops the second only within its duplicate window.
+// duplicates applies to the streams idem creates; an existing stream keeps
+// its own.
 //
 // # postgres
 //

@@ -109,6 +109,7 @@ func (c *Config) validateTop(v *validator) {
 	if n.AckWait < Duration(time.Second) {
 		v.add("nats.ack_wait", "%s is too short; use at least 1s (loads longer than ack_wait stay owned through heartbeats, so it need not cover the longest load)", n.AckWait)
 	}
+	validateDuplicates(v, n)
 	if n.MaxInFlight < 1 {
 		v.add("nats.max_in_flight", "%d; use at least 1 (default %d)", n.MaxInFlight, DefaultMaxInFlight)
 	}
@@ -146,6 +147,31 @@ func (c *Config) validateTop(v *validator) {
 	}
 	if host, port, err := net.SplitHostPort(c.HTTP.Addr); err != nil || !validPort(port) || strings.ContainsAny(host, " \t") {
 		v.add("http.addr", "%q is not host:port; e.g. %s, or :9464 for every interface", c.HTTP.Addr, DefaultHTTPAddr)
+	}
+}
+
+// reconcilerAckWait is the ack wait of the consumer's reconciler, which
+// dead-letters the messages whose process died on every delivery.
+const reconcilerAckWait = Duration(30 * time.Second)
+
+// validateDuplicates checks that a dead letter published a second time is
+// dropped as a duplicate: JetStream drops a publish whose Nats-Msg-Id it has
+// seen within the stream's duplicate window, and the second publish comes
+// after ack_wait (a Term lost after the dead letter was stored) or after the
+// reconciler's 30s (an advisory whose ack was lost).
+func validateDuplicates(v *validator, n *NATS) {
+	if n.Duplicates < 0 {
+		v.add("nats.duplicates", "%s; use a positive duration such as %s, or leave it out for the default", n.Duplicates, Duration(DefaultDuplicates))
+		return
+	}
+	window := Duration(n.DuplicateWindow())
+	if window <= reconcilerAckWait {
+		v.add("nats.duplicates", "%s is too short; use more than %s (default %s): the reconciler dead-letters a message again when its advisory's ack is lost, %s later, "+
+			"and the dead-letter stream drops that second dead letter only within its duplicate window", window, reconcilerAckWait, Duration(DefaultDuplicates), reconcilerAckWait)
+	}
+	if n.AckWait >= Duration(time.Second) && n.AckWait >= window {
+		v.add("nats.ack_wait", "%s is not shorter than the duplicate window nats.duplicates (%s): a message whose Term is lost after its dead letter was stored comes back after ack_wait "+
+			"and is dead-lettered again, and the dead-letter stream drops that second dead letter only within its duplicate window; lower ack_wait or raise nats.duplicates above it", n.AckWait, window)
 	}
 }
 

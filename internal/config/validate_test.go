@@ -26,6 +26,16 @@ func TestValidateProblems(t *testing.T) {
 		{"no pipeline", func(c *Config) { c.Pipeline = " " }, "", "pipeline", []string{"required", "IDEM_PIPELINE"}, false},
 		{"no datasets", func(c *Config) { c.Datasets = nil }, "", "datasets", []string{"declare at least one dataset"}, false},
 		{"ack_wait under 1s", func(c *Config) { c.NATS.AckWait = Duration(999 * time.Millisecond) }, "", "nats.ack_wait", []string{"999ms is too short", "at least 1s"}, false},
+		{"ack_wait as long as the duplicate window", func(c *Config) { c.NATS.AckWait = Duration(2 * time.Minute) }, "", "nats.ack_wait", []string{"2m0s is not shorter than the duplicate window nats.duplicates (2m0s)", "Term is lost", "lower ack_wait or raise nats.duplicates"}, false},
+		{"ack_wait beyond a set duplicate window", func(c *Config) {
+			c.NATS.Duplicates = Duration(time.Minute)
+			c.NATS.AckWait = Duration(90 * time.Second)
+		}, "", "nats.ack_wait", []string{"1m30s is not shorter than the duplicate window nats.duplicates (1m0s)"}, false},
+		{"duplicate window of 30s", func(c *Config) {
+			c.NATS.Duplicates = Duration(30 * time.Second)
+			c.NATS.AckWait = Duration(10 * time.Second)
+		}, "", "nats.duplicates", []string{"30s is too short", "more than 30s", "advisory's ack is lost"}, false},
+		{"negative duplicate window", func(c *Config) { c.NATS.Duplicates = Duration(-time.Minute) }, "", "nats.duplicates", []string{"use a positive duration such as 2m0s"}, false},
 		{"max_in_flight zero", func(c *Config) { c.NATS.MaxInFlight = 0 }, "", "nats.max_in_flight", []string{"use at least 1"}, false},
 		{"stream with space", func(c *Config) { c.NATS.Stream = "IDEM EVENTS" }, "", "nats.stream", []string{`contains " "`, "NATS rejects"}, false},
 		{"stream with dot", func(c *Config) { c.NATS.Stream = "idem.events" }, "", "nats.stream", []string{`contains "."`}, false},
@@ -169,6 +179,16 @@ func TestValidateCycleReportedOnce(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 1, strings.Count(err.Error(), "cycle"), err.Error())
 	require.Contains(t, err.Error(), `dataset "daily_revenue": then: cycle daily_revenue -> events -> daily_revenue`)
+}
+
+func TestDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	c := parseSpec(t)
+	require.Zero(t, c.NATS.Duplicates, "left out of the YAML")
+	require.Equal(t, DefaultDuplicates, c.NATS.DuplicateWindow())
+	c.NATS.Duplicates, c.NATS.AckWait = Duration(10*time.Minute), Duration(5*time.Minute)
+	require.NoError(t, c.Validate(), "a longer window allows a longer ack_wait")
+	require.Equal(t, 10*time.Minute, c.NATS.DuplicateWindow())
 }
 
 func TestReplicasRange(t *testing.T) {
