@@ -227,29 +227,87 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// Begin records the start of an attempt in one statement: the `started` row,
-// or, when the ledger already holds a success for the run and force is false,
-// a finished `skipped` row. It reports which.
-func Begin(ctx context.Context, db Querier, a Attempt) (id int64, skipped bool, err error) {
-	err = db.QueryRow(ctx, `
-		WITH done AS (
-		     SELECT NOT $7 AND EXISTS (SELECT 1 FROM idem.run_ledger
-		             WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5) AS yes)
-		INSERT INTO idem.pipeline_audit
-		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
-		        triggered_by, attributes, finished_at)
-		SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, $6, $7, $8, $9, $10,
-		       CASE WHEN done.yes THEN clock_timestamp() END
-		  FROM done
-		RETURNING id, status = 'skipped'`,
-		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes),
-	).Scan(&id, &skipped)
-	if err != nil {
-		return 0, false, fmt.Errorf("audit: begin: %w", err)
-	}
-	return id, skipped, nil
+// Error kinds of a failed attempt. Only transient failures and attempts
+// left `started` (the process died) spend a message's retry budget.
+const (
+	KindFatal       = "fatal"
+	KindTransient   = "transient"
+	KindUnavailable = "unavailable" // the warehouse went away under the load
+	KindInterrupted = "interrupted" // idem stopped the load (shutdown)
+)
+
+// Begun is what Begin found and did.
+type Begun struct {
+	// ID is the audit row written: `started`, or `skipped` when the run had
+	// already succeeded. 0 when the budget was spent and nothing was written.
+	ID      int64
+	Skipped bool
+	// Attempt is this attempt's number among the loads of the same message
+	// that ran: 1 + Prior.
+	Attempt int
+	// Prior counts the loads of the same message (RunKey and stream
+	// sequence) that ran before: rows left `started` (the process died) and
+	// transient failures. Skipped, unavailable and interrupted rows do not
+	// count: they never reached the load, or the environment stopped it.
+	Prior int
+	// LastDied reports that the latest of those was left `started`.
+	LastDied bool
+	// Spent reports that Prior had reached the budget: nothing was written.
+	Spent bool
 }
+
+// Begin records the start of an attempt in one statement. When the ledger
+// already holds a success for the run and force is false, it writes a
+// finished `skipped` row. Otherwise it counts the loads of the same message
+// that already ran and, when budget is 0 or that count is below it, writes
+// the `started` row; at the budget it writes nothing and reports Spent.
+func Begin(ctx context.Context, db Querier, a Attempt, budget int) (Begun, error) {
+	var (
+		b      Begun
+		id     *int64
+		status *string
+		last   *string
+	)
+	err := db.QueryRow(ctx, beginSQL,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget,
+	).Scan(&b.Prior, &last, &id, &status)
+	if err != nil {
+		return Begun{}, fmt.Errorf("audit: begin: %w", err)
+	}
+	b.Attempt = b.Prior + 1
+	b.LastDied = last != nil && *last == StatusStarted
+	if id == nil {
+		b.Spent = true
+		return b, nil
+	}
+	b.ID, b.Skipped = *id, *status == StatusSkipped
+	return b, nil
+}
+
+// beginSQL: the ledger check, the count of attempts that ran for this
+// message, and the insert, in one round trip. The count reads the
+// partition's rows through pipeline_audit_partition_idx.
+const beginSQL = `
+WITH done AS (
+     SELECT NOT $6 AND EXISTS (SELECT 1 FROM idem.run_ledger
+             WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5) AS yes),
+prior AS (
+     SELECT count(*)::int AS n, (array_agg(status ORDER BY id DESC))[1] AS last
+       FROM idem.pipeline_audit
+      WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
+        AND stream_seq IS NOT DISTINCT FROM $7
+        AND (status = 'started' OR (status = 'failed' AND error_kind = 'transient'))),
+ins AS (
+     INSERT INTO idem.pipeline_audit
+            (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
+             triggered_by, attributes, finished_at)
+     SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, prior.n + 1, $6, $7, $8, $9,
+            CASE WHEN done.yes THEN clock_timestamp() END
+       FROM done, prior
+      WHERE done.yes OR $10::int = 0 OR prior.n < $10::int
+     RETURNING id, status)
+SELECT prior.n, prior.last, ins.id, ins.status FROM prior LEFT JOIN ins ON true`
 
 // QueueSucceed queues Succeed on b; the callback reports ErrNotStarted.
 func QueueSucceed(b *pgx.Batch, id int64, rows Rows) {

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,9 +16,20 @@ import (
 
 // Defaults applied by WithDefaults to fields left zero.
 const (
-	// DefaultMaxDeliveries is a dataset's delivery budget: one delivery and
-	// three retries, as internal/config's default retries.
-	DefaultMaxDeliveries = 4
+	// DefaultMaxAttempts is a dataset's budget of loads that run: one attempt
+	// and three retries, as internal/config's default retries.
+	DefaultMaxAttempts = 4
+	// DefaultMaxDeliver is JetStream's MaxDeliver on the durable consumer: a
+	// loose backstop, not the retry budget (that counts loads that ran, in
+	// the audit table). Deliveries that run nothing still count for
+	// JetStream: a nak at shutdown, a deferral for want of a dataset turn.
+	// A message that reaches it is dead-lettered as crashed by the
+	// Reconciler.
+	DefaultMaxDeliver = 1000
+	// DefaultProbeDelay is the first delay between warehouse probes while
+	// the circuit is open; it doubles up to DefaultMaxProbeDelay.
+	DefaultProbeDelay    = time.Second
+	DefaultMaxProbeDelay = 30 * time.Second
 	// DefaultRetryDelay is the first backoff delay after a transient failure.
 	DefaultRetryDelay = 10 * time.Second
 	// DefaultMaxRetryDelay caps the exponential backoff.
@@ -37,12 +49,13 @@ const (
 	DefaultAckTimeout = 10 * time.Second
 )
 
-// Retry is a dataset's delivery budget and backoff.
+// Retry is a dataset's retry budget and backoff.
 type Retry struct {
-	// MaxDeliveries is how many times a message may be delivered (retries+1).
-	// The delivery that reaches it is the last: a transient failure there is
-	// dead-lettered as exhausted. Default DefaultMaxDeliveries.
-	MaxDeliveries int
+	// MaxAttempts is how many loads of a message may run (retries+1), as the
+	// handler counts them (see Input.Attempt). The attempt that reaches it
+	// is the last: a transient failure there is dead-lettered as exhausted.
+	// Default DefaultMaxAttempts.
+	MaxAttempts int
 	// Delay is the first backoff delay. Default DefaultRetryDelay.
 	Delay time.Duration
 	// MaxDelay caps the backoff. Default DefaultMaxRetryDelay.
@@ -88,6 +101,17 @@ type Config struct {
 	MaxInFlight int
 	// Replicas of the streams EnsureStreams creates; default 1.
 	Replicas int
+	// MaxDeliver is the durable consumer's MaxDeliver, a backstop above
+	// every dataset's MaxAttempts. Default DefaultMaxDeliver.
+	MaxDeliver int
+	// Probe tells whether the warehouse can take loads again while the
+	// circuit is open: nil when it can. Nil Probe: the circuit lets one load
+	// through after each delay instead.
+	Probe func(ctx context.Context) error
+	// ProbeDelay is the first delay between probes, doubling up to
+	// MaxProbeDelay. Defaults DefaultProbeDelay and DefaultMaxProbeDelay.
+	ProbeDelay    time.Duration
+	MaxProbeDelay time.Duration
 	// Datasets are the configured datasets by name. An event for any other
 	// dataset is invalid and dead-lettered to <DLQSubjectPrefix>._invalid.
 	Datasets map[string]Dataset
@@ -126,6 +150,11 @@ func (c Config) WithDefaults() Config {
 	setDuration(&c.ShutdownGrace, DefaultShutdownGrace)
 	setDuration(&c.ShutdownNakDelay, DefaultShutdownNakDelay)
 	setDuration(&c.AckTimeout, DefaultAckTimeout)
+	setDuration(&c.ProbeDelay, DefaultProbeDelay)
+	setDuration(&c.MaxProbeDelay, DefaultMaxProbeDelay)
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
@@ -134,8 +163,8 @@ func (c Config) WithDefaults() Config {
 	}
 	ds := make(map[string]Dataset, len(c.Datasets))
 	for name, d := range c.Datasets {
-		if d.Retry.MaxDeliveries == 0 {
-			d.Retry.MaxDeliveries = DefaultMaxDeliveries
+		if d.Retry.MaxAttempts == 0 {
+			d.Retry.MaxAttempts = DefaultMaxAttempts
 		}
 		setDuration(&d.Retry.Delay, DefaultRetryDelay)
 		setDuration(&d.Retry.MaxDelay, DefaultMaxRetryDelay)
@@ -198,7 +227,8 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name  string
 		value time.Duration
-	}{{"FetchWait", c.FetchWait}, {"ShutdownGrace", c.ShutdownGrace}, {"ShutdownNakDelay", c.ShutdownNakDelay}, {"AckTimeout", c.AckTimeout}} {
+	}{{"FetchWait", c.FetchWait}, {"ShutdownGrace", c.ShutdownGrace}, {"ShutdownNakDelay", c.ShutdownNakDelay}, {"AckTimeout", c.AckTimeout},
+		{"ProbeDelay", c.ProbeDelay}, {"MaxProbeDelay", c.MaxProbeDelay}} {
 		if d.value < 0 {
 			add("%s %s must not be negative", d.name, d.value)
 		}
@@ -208,8 +238,8 @@ func (c Config) Validate() error {
 		if !schemas.ValidDataset(name) {
 			add("dataset %q is not a valid dataset name (^[a-z][a-z0-9_]{0,62}$)", name)
 		}
-		if d.Retry.MaxDeliveries < 1 {
-			add("dataset %s: Retry.MaxDeliveries %d must be at least 1", name, d.Retry.MaxDeliveries)
+		if d.Retry.MaxAttempts < 1 {
+			add("dataset %s: Retry.MaxAttempts %d must be at least 1", name, d.Retry.MaxAttempts)
 		}
 		if d.Retry.Delay < 0 || d.Retry.MaxDelay < d.Retry.Delay {
 			add("dataset %s: Retry.Delay %s and Retry.MaxDelay %s must satisfy 0 <= Delay <= MaxDelay", name, d.Retry.Delay, d.Retry.MaxDelay)
@@ -217,22 +247,17 @@ func (c Config) Validate() error {
 		if d.MaxConcurrency < 0 {
 			add("dataset %s: MaxConcurrency %d must be 0 (no limit) or more", name, d.MaxConcurrency)
 		}
+		if d.Retry.MaxAttempts > c.MaxDeliver && c.MaxDeliver > 0 {
+			add("dataset %s: Retry.MaxAttempts %d is above MaxDeliver %d, JetStream's backstop; raise MaxDeliver", name, d.Retry.MaxAttempts, c.MaxDeliver)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// Streams is the server side of c: what EnsureStreams creates. MaxDeliver is
-// the largest dataset budget, so JetStream's own cap never cuts a dataset's
-// budget short; datasets with smaller budgets are cut by Decide.
+// Streams is the server side of c: what EnsureStreams creates. MaxDeliver
+// is the backstop (Config.MaxDeliver), never a dataset's budget.
 func (c Config) Streams() StreamsConfig {
 	c = c.WithDefaults()
-	maxDeliver := 0
-	for _, d := range c.Datasets {
-		maxDeliver = max(maxDeliver, d.Retry.MaxDeliveries)
-	}
-	if maxDeliver == 0 {
-		maxDeliver = DefaultMaxDeliveries
-	}
 	return StreamsConfig{
 		Stream:           c.Stream,
 		SubjectPrefix:    c.SubjectPrefix,
@@ -241,7 +266,7 @@ func (c Config) Streams() StreamsConfig {
 		AdvisoryStream:   c.AdvisoryStream,
 		Consumer:         c.Consumer,
 		AckWait:          c.AckWait,
-		MaxDeliver:       maxDeliver,
+		MaxDeliver:       c.MaxDeliver,
 		MaxAckPending:    max(DefaultMaxAckPending, c.MaxInFlight),
 		Replicas:         c.Replicas,
 	}

@@ -35,9 +35,12 @@ type Consumer struct {
 	// slots holds one token per message fetched and not yet settled, so a
 	// fetch never asks for more messages than there are free workers.
 	slots chan struct{}
-	// turns bounds, per dataset with a MaxConcurrency, the handlers running.
-	turns map[string]chan struct{}
-	held  atomic.Int64
+	// turns bounds, per dataset with a MaxConcurrency, the handlers running;
+	// queued counts, per such dataset, the messages waiting for a turn.
+	turns   map[string]chan struct{}
+	queued  map[string]*atomic.Int32
+	circuit *circuit
+	held    atomic.Int64
 	wg    sync.WaitGroup
 
 	started atomic.Bool
@@ -71,15 +74,26 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		dl:     newDeadLetterer(js, cfg),
 		slots:  make(chan struct{}, cfg.MaxInFlight),
 		turns:  map[string]chan struct{}{},
+		queued: map[string]*atomic.Int32{},
 	}
 	c.stopCtx, c.stopNow = context.WithCancel(context.Background())
 	c.stopping = c.stopCtx.Done()
+	c.circuit = newCircuit(cfg, c.stopping)
 	for name, d := range cfg.Datasets {
 		if d.MaxConcurrency > 0 {
 			c.turns[name] = make(chan struct{}, d.MaxConcurrency)
+			c.queued[name] = &atomic.Int32{}
 		}
 	}
 	return c, nil
+}
+
+// Warehouse reports the warehouse circuit: up while it is closed; otherwise
+// the state ("open", or "half_open" while the first load after a good probe
+// runs), the last reason and since when.
+func (c *Consumer) Warehouse() (up bool, state string, reason error, since time.Time) {
+	state, reason, since = c.circuit.State()
+	return state == circuitClosed.String(), state, reason, since
 }
 
 func newDeadLetterer(js jetstream.JetStream, cfg Config) *deadLetterer {
@@ -132,6 +146,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.wg.Wait()
 	close(settled)
 	<-supervised
+	c.circuit.wait()
 	c.log.Info().Msg("consumer stopped: every fetched message is settled")
 	return err
 }
@@ -193,6 +208,11 @@ func (c *Consumer) fetchLoop(hard context.Context) error {
 				}
 				continue
 			}
+		}
+		// While the warehouse circuit is open nothing is fetched: a message
+		// fetched now could only wait.
+		if !c.circuit.waitClosed() {
+			return nil
 		}
 		n := c.reserve()
 		if n == 0 {

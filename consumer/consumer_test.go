@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,7 +50,7 @@ func TestSuccessAcksOnce(t *testing.T) {
 			continue
 		}
 		about++
-		for _, k := range []string{"dataset", "partition", "run_id", "attempt"} {
+		for _, k := range []string{"dataset", "partition", "run_id", "delivery"} {
 			require.Contains(t, l, k, "log line %v", l)
 		}
 	}
@@ -100,7 +101,7 @@ func TestTransientRetriesAfterBackoffThenExhausted(t *testing.T) {
 	t.Parallel()
 	const delay = 150 * time.Millisecond
 	e := newEnv(t, func(c *Config) {
-		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 3, Delay: delay, MaxDelay: time.Second}}
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 3, Delay: delay, MaxDelay: time.Second}}
 	})
 	var got calls
 	e.start(func(_ context.Context, m *Message) error {
@@ -231,7 +232,7 @@ func TestConcurrencyLimits(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.AckWait = time.Second // waiting for a turn takes longer: heartbeats must cover it
 		c.MaxInFlight = 3
-		c.Datasets["orders"] = Dataset{MaxConcurrency: 1, Retry: Retry{MaxDeliveries: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Datasets["orders"] = Dataset{MaxConcurrency: 1, Retry: Retry{MaxAttempts: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
 	})
 	var mu sync.Mutex
 	running := map[string]int{}
@@ -282,7 +283,7 @@ func TestDatasetAtItsLimitDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) {
 		c.MaxInFlight = 4
-		c.Datasets["orders"] = Dataset{MaxConcurrency: 1, Retry: Retry{MaxDeliveries: 3, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Datasets["orders"] = Dataset{MaxConcurrency: 1, Retry: Retry{MaxAttempts: 3, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
 	})
 	release := make(chan struct{})
 	var customers atomic.Int32
@@ -372,7 +373,7 @@ func TestShutdownLetsInFlightHandlersFinish(t *testing.T) {
 func TestPanicIsRetriedThenDeadLetteredAsCrashed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) {
-		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 2, Delay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}}
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 2, Delay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond}}
 	})
 	var got calls
 	e.start(func(_ context.Context, m *Message) error {
@@ -394,7 +395,7 @@ func TestPanicIsRetriedThenDeadLetteredAsCrashed(t *testing.T) {
 func TestDeadLetterPublishFailureKeepsTheMessage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) {
-		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 50, Delay: 50 * time.Millisecond, MaxDelay: 100 * time.Millisecond}}
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 50, Delay: 50 * time.Millisecond, MaxDelay: 100 * time.Millisecond}}
 	})
 	require.NoError(t, e.js.DeleteStream(context.Background(), testDLQ))
 	var got calls
@@ -435,4 +436,53 @@ func TestConsumerSurvivesAServerRestart(t *testing.T) {
 	require.Equal(t, 2, got.count())
 	require.Contains(t, e.logs.String(), "nats: disconnected")
 	require.Contains(t, e.logs.String(), "nats: reconnected")
+}
+
+func TestDatasetBacklogDoesNotHoardTheSlots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) {
+		c.MaxInFlight = 4
+		// One attempt: a deferral counted against it would dead-letter.
+		c.Datasets["orders"] = Dataset{MaxConcurrency: 1, Retry: Retry{MaxAttempts: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+	})
+	release := make(chan struct{})
+	var customers atomic.Int32
+	var orders calls
+	e.start(func(ctx context.Context, m *Message) error {
+		if m.Dataset == "customers" {
+			customers.Add(1)
+			return nil
+		}
+		orders.add(m)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	for i := range 8 {
+		e.publish("idem.ready.orders", event("orders", fmt.Sprintf("2026-11-%02d", i+1), "r1"), nil)
+	}
+	e.publish("idem.ready.customers", event("customers", "2026-11-01", "r1"), nil)
+	last := e.publish("idem.ready.customers", event("customers", "2026-11-02", "r1"), nil)
+	// Eight orders ahead of them in the stream, one running: the customers
+	// still find free slots, because at most one order waits for the turn.
+	require.Eventually(t, func() bool { return customers.Load() == 2 }, waitFor, tick,
+		"customers run while orders' backlog waits in the stream, not in this process's slots")
+	require.Equal(t, 1, orders.count())
+	require.LessOrEqual(t, e.hook.held(), 2, "one order running, one waiting for its turn")
+	close(release)
+	e.settled(last)
+	msgs, _ := orders.snapshot()
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Event.Key.Key]++
+	}
+	require.Len(t, seen, 8)
+	for p, n := range seen {
+		require.Equal(t, 1, n, "partition %s loaded once", p)
+	}
+	require.Zero(t, e.streamMsgs(testDLQ), "deferrals are not attempts")
+	require.Positive(t, e.hook.event("orders/deferred"))
 }

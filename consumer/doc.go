@@ -44,7 +44,7 @@
 //
 // Everything else is transient. The consumer adds what a handler cannot
 // know: the attempt (JetStream's NumDelivered) against the dataset's budget
-// (Retry.MaxDeliveries), and whether the handler ran at all. Decide is the
+// (Retry.MaxAttempts), and whether the handler ran at all. Decide is the
 // one function that maps this to a Fate, pure and table-tested:
 //
 //	handler returned nil                      -> Ack: DoubleAck, confirmed by the server
@@ -165,7 +165,7 @@
 //	cfg := consumer.Config{Stream: ..., Datasets: ..., Log: log, Hooks: hooks}
 //	err = consumer.EnsureStreams(ctx, js, cfg.Streams())
 //	c, err := consumer.New(js, cfg, func(ctx context.Context, m *consumer.Message) error {
-//		_, err := h.Handle(ctx, m.Event, handlers.Meta{Attempt: m.NumDelivered, StreamSeq: m.StreamSeq})
+//		_, err := h.Handle(ctx, m.Event, handlers.Meta{StreamSeq: m.StreamSeq, MaxAttempts: m.MaxAttempts})
 //		return err
 //	})
 //	r, err := consumer.NewReconciler(js, cfg)

@@ -11,7 +11,7 @@ import (
 // The backoff of a dataset with retry_delay 10s and max_retry_delay 30m:
 // each delay is drawn in [lo, 2·lo], lo doubling per attempt, capped at 30m.
 func ExampleRetry_Backoff() {
-	r := consumer.Retry{MaxDeliveries: 12, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}
+	r := consumer.Retry{MaxAttempts: 12, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}
 	for attempt := 1; attempt <= 9; attempt++ {
 		fmt.Printf("attempt %d: %v to %v\n", attempt, r.Backoff(attempt, 0), r.Backoff(attempt, 1))
 	}
@@ -33,7 +33,7 @@ func (fatal) Fatal() bool { return true }
 
 // Decide maps what the handler returned to a fate.
 func ExampleDecide() {
-	r := consumer.Retry{MaxDeliveries: 3, Delay: time.Second, MaxDelay: time.Minute}
+	r := consumer.Retry{MaxAttempts: 3, Delay: time.Second, MaxDelay: time.Minute}
 	for _, in := range []consumer.Input{
 		{Err: nil, Attempt: 1},
 		{Err: errors.New("deadlock detected"), Attempt: 1},

@@ -23,6 +23,10 @@ const (
 	// PubAck, then terminates the message. If the publish fails the message
 	// is nak'ed with Fate.Delay instead: it is never in neither place.
 	DeadLetter
+	// Hold keeps the message (heartbeats go on) while the warehouse circuit
+	// is open, and runs it again once the circuit lets it through. It spends
+	// neither a delivery nor an attempt.
+	Hold
 )
 
 func (a Action) String() string {
@@ -33,6 +37,8 @@ func (a Action) String() string {
 		return "nak"
 	case DeadLetter:
 		return "dead_letter"
+	case Hold:
+		return "hold"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -44,10 +50,11 @@ const (
 	// KindFatal: the error can never go away by retrying (invalid event,
 	// schema mismatch, ...), dead-lettered after one delivery.
 	KindFatal Kind = "fatal"
-	// KindExhausted: a transient error on the last allowed delivery.
+	// KindExhausted: a transient error on the last allowed attempt.
 	KindExhausted Kind = "exhausted"
-	// KindCrashed: the last allowed delivery ended without a verdict, because
-	// the handler panicked or the process died or lost the message.
+	// KindCrashed: the last allowed attempt ended without a verdict, because
+	// the handler panicked or the process died; or JetStream's MaxDeliver
+	// backstop was reached (see the Reconciler).
 	KindCrashed Kind = "crashed"
 )
 
@@ -58,6 +65,7 @@ const (
 	OutcomeAcked            Outcome = "acked"              // success or duplicate, confirmed
 	OutcomeRetried          Outcome = "retried"            // transient failure, nak'ed with backoff
 	OutcomeInterrupted      Outcome = "interrupted"        // stopped by shutdown, nak'ed, not a failure
+	OutcomeDeferred         Outcome = "deferred"           // its dataset was at max_concurrency with a queue: nak'ed, not a failure
 	OutcomeDeadLettered     Outcome = "dead_lettered"      // in the dead-letter stream, terminated
 	OutcomeDeadLetterFailed Outcome = "dead_letter_failed" // the dead letter could not be published: nak'ed
 )
@@ -72,6 +80,8 @@ type Fate struct {
 	Kind Kind
 	// Shutdown marks a Nak caused by a stop rather than a failure.
 	Shutdown bool
+	// Deferred marks a Nak of a message whose dataset had no turn free.
+	Deferred bool
 }
 
 // Outcome is f's metric label once carried out as decided.
@@ -83,6 +93,8 @@ func (f Fate) Outcome() Outcome {
 		return OutcomeDeadLettered
 	case f.Shutdown:
 		return OutcomeInterrupted
+	case f.Deferred:
+		return OutcomeDeferred
 	}
 	return OutcomeRetried
 }
@@ -101,13 +113,17 @@ func (f Fate) String() string {
 type Input struct {
 	// Err is what the handler returned: nil for success or a duplicate. When
 	// the handler was not called, the consumer puts the reason here: the
-	// decoding error (fatal), or ErrShutdown.
+	// decoding error (fatal), ErrShutdown, or errNoTurn.
 	Err error
 	// Cause is context.Cause of the handler's context after it returned; nil
 	// while the context is live. ErrShutdown means the process is stopping.
 	Cause error
-	// Attempt is JetStream's NumDelivered: 1 on the first delivery.
+	// Attempt is the number of the attempt that ran, from 1, as the handler
+	// reports it (an error with an Attempt() int method); for a handler that
+	// reports none, JetStream's delivery count stands in.
 	Attempt int
+	// Delivery is JetStream's NumDelivered: 1 on the first delivery.
+	Delivery int
 	// Retry is the dataset's budget and backoff.
 	Retry Retry
 	// Jitter is uniform in [0,1), drawn by the caller: Decide stays pure.
@@ -121,33 +137,71 @@ type Input struct {
 //
 //	Err == nil                                   -> Ack (DoubleAck)
 //	Cause or Err is ErrShutdown                  -> Nak after ShutdownDelay (not a failure)
+//	Err is errNoTurn                             -> Nak after TurnDelay(Delivery) (not a failure)
+//	Err has Unavailable() == true                -> Hold (the warehouse circuit)
 //	Err has Fatal() == true                      -> DeadLetter fatal
-//	Err is "delivered past the budget"           -> DeadLetter crashed (handler not called)
-//	Attempt >= MaxDeliveries, Err is a panic     -> DeadLetter crashed
-//	Attempt >= MaxDeliveries                     -> DeadLetter exhausted
+//	Err has BudgetSpent(), and Crashed()         -> DeadLetter crashed (nothing ran)
+//	Err has BudgetSpent()                        -> DeadLetter exhausted (nothing ran)
+//	Attempt >= MaxAttempts, Err is a panic       -> DeadLetter crashed
+//	Attempt >= MaxAttempts                       -> DeadLetter exhausted
 //	otherwise                                    -> Nak after Backoff(Attempt)
 //
 // A DeadLetter's Delay is the backoff too: it is used if the dead letter
 // cannot be published.
 func Decide(in Input) Fate {
-	backoff := in.Retry.Backoff(in.Attempt, in.Jitter)
-	var unfinished *unfinishedError
+	backoff := in.Retry.Backoff(max(in.Attempt, 1), in.Jitter)
 	var panicked *PanicError
 	switch {
 	case in.Err == nil:
 		return Fate{Action: Ack}
 	case errors.Is(in.Cause, ErrShutdown) || errors.Is(in.Err, ErrShutdown):
 		return Fate{Action: Nak, Delay: in.ShutdownDelay, Shutdown: true}
+	case errors.Is(in.Err, errNoTurn):
+		return Fate{Action: Nak, Delay: TurnDelay(in.Delivery), Deferred: true}
+	case has(in.Err, func(e interface{ Unavailable() bool }) bool { return e.Unavailable() }):
+		return Fate{Action: Hold}
 	case isFatal(in.Err):
 		return Fate{Action: DeadLetter, Kind: KindFatal, Delay: backoff}
-	case errors.As(in.Err, &unfinished):
+	case has(in.Err, func(e interface{ BudgetSpent() bool }) bool { return e.BudgetSpent() }):
+		if has(in.Err, func(e interface{ Crashed() bool }) bool { return e.Crashed() }) {
+			return Fate{Action: DeadLetter, Kind: KindCrashed, Delay: backoff}
+		}
+		return Fate{Action: DeadLetter, Kind: KindExhausted, Delay: backoff}
+	case in.Attempt >= in.Retry.MaxAttempts && errors.As(in.Err, &panicked):
 		return Fate{Action: DeadLetter, Kind: KindCrashed, Delay: backoff}
-	case in.Attempt >= in.Retry.MaxDeliveries && errors.As(in.Err, &panicked):
-		return Fate{Action: DeadLetter, Kind: KindCrashed, Delay: backoff}
-	case in.Attempt >= in.Retry.MaxDeliveries:
+	case in.Attempt >= in.Retry.MaxAttempts:
 		return Fate{Action: DeadLetter, Kind: KindExhausted, Delay: backoff}
 	}
 	return Fate{Action: Nak, Delay: backoff}
+}
+
+// has reports whether errors.As finds an I in err's chain for which ok says
+// true: the consumer reads behaviours, never the types of the packages that
+// define them.
+func has[I any](err error, ok func(I) bool) bool {
+	var v I
+	return errors.As(err, &v) && ok(v)
+}
+
+// reportedAttempt is the attempt number the handler put on its error, or 0.
+func reportedAttempt(err error) int {
+	var a interface{ Attempt() int }
+	if errors.As(err, &a) {
+		return a.Attempt()
+	}
+	return 0
+}
+
+// errNoTurn: the message's dataset is at its MaxConcurrency and already has
+// as many messages waiting for a turn; this one goes back to the stream for
+// later rather than take a slot that other datasets could use.
+var errNoTurn = errors.New("consumer: the dataset is at its max_concurrency with a full queue")
+
+// TurnDelay is the redelivery delay of a message deferred for want of a
+// turn: one second per delivery so far, at most 30 s, so a long queue is
+// redelivered ever more slowly and a short one is taken up soon.
+func TurnDelay(delivery int) time.Duration {
+	return min(time.Duration(max(delivery, 1))*time.Second, 30*time.Second)
 }
 
 // isFatal finds the behaviour, not a type: handlers and schemas mark their
@@ -157,8 +211,8 @@ func isFatal(err error) bool {
 	return errors.As(err, &f) && f.Fatal()
 }
 
-// PanicError is a recovered handler panic. It is transient: the delivery is
-// retried, and a panic on the last allowed delivery is dead-lettered as
+// PanicError is a recovered handler panic. It is transient: the message is
+// retried, and a panic on the last allowed attempt is dead-lettered as
 // crashed.
 type PanicError struct {
 	Value any    // what was passed to panic
@@ -166,14 +220,3 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
-
-// unfinishedError replaces the handler's error for a message delivered past
-// its dataset's budget: the last allowed delivery ended without a verdict
-// (the process died, lost the message, was stopped, or could not publish the
-// dead letter), so the message is not run again.
-type unfinishedError struct{ attempt, max int }
-
-func (e *unfinishedError) Error() string {
-	return fmt.Sprintf("delivery %d is past the dataset's %d allowed deliveries: the last allowed delivery ended without a verdict "+
-		"(the process died, lost the message, was stopped, or could not publish its dead letter)", e.attempt, e.max)
-}

@@ -23,8 +23,23 @@ type notFatal struct{}
 func (notFatal) Error() string { return "says not fatal" }
 func (notFatal) Fatal() bool   { return false }
 
+// unavailable says the warehouse cannot be used, as handlers.UnavailableError does.
+type unavailable struct{}
+
+func (unavailable) Error() string     { return "warehouse unavailable: connection refused" }
+func (unavailable) Unavailable() bool { return true }
+
+// spent says the budget of attempts was used up before this delivery, as
+// handlers.BudgetSpentError does.
+type spent struct{ crashed bool }
+
+func (spent) Error() string     { return "budget spent" }
+func (spent) BudgetSpent() bool { return true }
+func (s spent) Crashed() bool   { return s.crashed }
+func (spent) Attempt() int      { return 3 }
+
 func TestDecide(t *testing.T) {
-	retry := Retry{MaxDeliveries: 3, Delay: time.Second, MaxDelay: time.Minute}
+	retry := Retry{MaxAttempts: 3, Delay: time.Second, MaxDelay: time.Minute}
 	transient := errors.New("connection reset")
 	fatal := fmt.Errorf("load: %w", &fatalError{"undefined_object: relation missing"})
 	const shutdownDelay = 500 * time.Millisecond
@@ -69,14 +84,26 @@ func TestDecide(t *testing.T) {
 			want: Fate{Action: Nak, Delay: 2 * time.Second}},
 		{name: "panic on the last attempt is crashed", err: &PanicError{Value: "boom"}, attempt: 3,
 			want: Fate{Action: DeadLetter, Kind: KindCrashed, Delay: 4 * time.Second}},
-		{name: "delivered past the budget without a verdict is crashed", err: &unfinishedError{attempt: 4, max: 3}, attempt: 4,
-			want: Fate{Action: DeadLetter, Kind: KindCrashed, Delay: 8 * time.Second}},
+		{name: "budget spent, last attempt died: crashed", err: fmt.Errorf("x: %w", spent{crashed: true}), attempt: 3,
+			want: Fate{Action: DeadLetter, Kind: KindCrashed, Delay: 4 * time.Second}},
+		{name: "budget spent, last attempt failed: exhausted", err: spent{}, attempt: 3,
+			want: Fate{Action: DeadLetter, Kind: KindExhausted, Delay: 4 * time.Second}},
+		{name: "unavailable warehouse holds the message", err: fmt.Errorf("begin: %w", unavailable{}), attempt: 1,
+			want: Fate{Action: Hold}},
+		{name: "unavailable on the last attempt still holds, never exhausted", err: unavailable{}, attempt: 3,
+			want: Fate{Action: Hold}},
+		{name: "unavailable past the budget still holds", err: unavailable{}, attempt: 9,
+			want: Fate{Action: Hold}},
+		{name: "shutdown wins over unavailable", err: unavailable{}, cause: ErrShutdown, attempt: 1,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
+		{name: "no turn defers, whatever the attempt", err: errNoTurn, attempt: 3,
+			want: Fate{Action: Nak, Delay: 2 * time.Second, Deferred: true}},
 		{name: "invalid body (fatal decode error) dead-letters", err: &fatalError{"invalid event: body: is empty"}, attempt: 1,
 			want: Fate{Action: DeadLetter, Kind: KindFatal, Delay: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Decide(Input{Err: tt.err, Cause: tt.cause, Attempt: tt.attempt, Retry: retry, Jitter: 0, ShutdownDelay: shutdownDelay})
+			got := Decide(Input{Err: tt.err, Cause: tt.cause, Attempt: tt.attempt, Delivery: 2, Retry: retry, Jitter: 0, ShutdownDelay: shutdownDelay})
 			require.Equal(t, tt.want, got)
 		})
 	}
@@ -86,13 +113,15 @@ func TestFateOutcome(t *testing.T) {
 	require.Equal(t, OutcomeAcked, Fate{Action: Ack}.Outcome())
 	require.Equal(t, OutcomeRetried, Fate{Action: Nak}.Outcome())
 	require.Equal(t, OutcomeInterrupted, Fate{Action: Nak, Shutdown: true}.Outcome())
+	require.Equal(t, OutcomeDeferred, Fate{Action: Nak, Deferred: true}.Outcome())
+	require.Equal(t, "hold", Fate{Action: Hold}.String())
 	require.Equal(t, OutcomeDeadLettered, Fate{Action: DeadLetter, Kind: KindFatal}.Outcome())
 	require.Equal(t, "dead_letter(exhausted)", Fate{Action: DeadLetter, Kind: KindExhausted}.String())
 	require.Equal(t, "nak(1s)", Fate{Action: Nak, Delay: time.Second}.String())
 }
 
 func TestBackoff(t *testing.T) {
-	r := Retry{MaxDeliveries: 20, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}
+	r := Retry{MaxAttempts: 20, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}
 	for attempt := 1; attempt <= 20; attempt++ {
 		for _, j := range []float64{0, 0.25, 0.5, 0.999999} {
 			d := r.Backoff(attempt, j)
@@ -109,5 +138,8 @@ func TestBackoff(t *testing.T) {
 	require.Equal(t, 10*time.Second, r.Backoff(0, 0), "attempt 0 counts as 1")
 	require.Equal(t, 10*time.Second, r.Backoff(1, -3), "jitter clamped")
 	require.Equal(t, time.Duration(0), Retry{}.Backoff(3, 0.5), "no delay configured: immediate")
+	require.Equal(t, time.Second, TurnDelay(0))
+	require.Equal(t, 5*time.Second, TurnDelay(5))
+	require.Equal(t, 30*time.Second, TurnDelay(1000), "capped")
 	require.Equal(t, 5*time.Second, Retry{Delay: 5 * time.Second, MaxDelay: time.Second}.Backoff(4, 0.5), "MaxDelay below Delay is Delay")
 }

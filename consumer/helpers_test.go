@@ -51,8 +51,8 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 		AckWait:          2 * time.Second,
 		MaxInFlight:      4,
 		Datasets: map[string]Dataset{
-			"orders":    {Retry: Retry{MaxDeliveries: 3, Delay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}},
-			"customers": {Retry: Retry{MaxDeliveries: 3, Delay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}},
+			"orders":    {Retry: Retry{MaxAttempts: 3, Delay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}},
+			"customers": {Retry: Retry{MaxAttempts: 3, Delay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}},
 		},
 		FetchWait:        200 * time.Millisecond,
 		ShutdownGrace:    5 * time.Second,
@@ -187,6 +187,7 @@ type recorder struct {
 	heartbeats  int
 	inFlight    int
 	maxInFlight int
+	circuit     []bool // every Circuit hook call: false opened, true closed
 }
 
 func (r *recorder) hooks() Hooks {
@@ -204,6 +205,7 @@ func (r *recorder) hooks() Hooks {
 		},
 		Redelivery: func(string) { r.mu.Lock(); r.redelivered++; r.mu.Unlock() },
 		Heartbeat:  func(string) { r.mu.Lock(); r.heartbeats++; r.mu.Unlock() },
+		Circuit:    func(up bool) { r.mu.Lock(); r.circuit = append(r.circuit, up); r.mu.Unlock() },
 		InFlight: func(n int) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -229,6 +231,12 @@ func (r *recorder) held() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.inFlight
+}
+
+func (r *recorder) circuitChanges() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.circuit...)
 }
 
 func (r *recorder) heartbeatCount() int {

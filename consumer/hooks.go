@@ -21,6 +21,9 @@ type Hooks struct {
 	InFlight func(n int)
 	// Heartbeat is called for every InProgress sent.
 	Heartbeat func(dataset string)
+	// Circuit is called when the warehouse circuit opens (up false) and
+	// when it closes (up true).
+	Circuit func(up bool)
 }
 
 func (h *Hooks) event(dataset string, o Outcome, d time.Duration) {

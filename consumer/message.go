@@ -20,8 +20,12 @@ type Message struct {
 	Data []byte
 	// Headers is a copy of the headers, every value of a repeated key kept.
 	Headers nats.Header
-	// NumDelivered counts deliveries of this message, from 1: the attempt.
+	// NumDelivered counts JetStream's deliveries of this message, from 1.
+	// It is not the attempt: deliveries that ran no load count too.
 	NumDelivered int
+	// MaxAttempts is the dataset's budget of loads that run (retries+1):
+	// the handler counts the attempts and reports each one's number.
+	MaxAttempts int
 	// Stream and StreamSeq locate the message in the events stream.
 	Stream    string
 	StreamSeq uint64
@@ -36,7 +40,7 @@ type Message struct {
 
 // invalidRetry paces the redelivery of a message of no configured dataset
 // whose dead letter could not be published.
-var invalidRetry = Retry{MaxDeliveries: 1, Delay: time.Second, MaxDelay: time.Minute}
+var invalidRetry = Retry{MaxAttempts: 1, Delay: time.Second, MaxDelay: time.Minute}
 
 // delivery is one fetched message on its way to a fate.
 type delivery struct {
@@ -80,6 +84,7 @@ func (c *Consumer) newDelivery(msg jetstream.Msg) (*delivery, error) {
 	if ds, ok := c.cfg.Datasets[d.token]; ok {
 		d.dataset, d.retry = d.token, ds.Retry
 		d.m.Dataset = d.token
+		d.m.MaxAttempts = ds.Retry.MaxAttempts
 	}
 	d.m.Event, d.decodeErr = schemas.Decode(msg.Subject(), msg.Data(), c.cfg.lookup)
 	d.log = messageLogger(c.log, d.token, d.m.Event, d.m.NumDelivered, d.m.StreamSeq, d.m.Subject, d.decodeErr == nil)
@@ -94,9 +99,10 @@ func (d *delivery) label() string {
 	return d.dataset
 }
 
-// messageLogger carries SPEC's keys on every line about a message: dataset,
-// partition, run_id (when the body decoded), attempt and stream_seq.
-func messageLogger(base zerolog.Logger, dataset string, ev schemas.Event, attempt int, seq uint64, subject string, decoded bool) zerolog.Logger {
+// messageLogger carries the keys of every line about a message: dataset,
+// partition, run_id (when the body decoded), delivery and stream_seq. The
+// attempt is the handler's to log, and the fate's line carries it.
+func messageLogger(base zerolog.Logger, dataset string, ev schemas.Event, delivery int, seq uint64, subject string, decoded bool) zerolog.Logger {
 	lc := base.With()
 	if dataset != "" {
 		lc = lc.Str("dataset", dataset)
@@ -106,7 +112,7 @@ func messageLogger(base zerolog.Logger, dataset string, ev schemas.Event, attemp
 	} else {
 		lc = lc.Str("subject", subject)
 	}
-	return lc.Int("attempt", attempt).Uint64("stream_seq", seq).Logger()
+	return lc.Int("delivery", delivery).Uint64("stream_seq", seq).Logger()
 }
 
 // subjectDataset is the subject's token after prefix when it is a valid

@@ -11,8 +11,9 @@ import (
 )
 
 // process takes one fetched message from delivery to fate: read it, keep it
-// owned with heartbeats while it waits for its turn and runs, ask Decide,
-// carry the fate out.
+// owned with heartbeats while it waits and runs, ask Decide, carry the fate
+// out. A Hold (the warehouse circuit) keeps the message and runs it again
+// when the circuit lets it through: the same delivery, no retry spent.
 func (c *Consumer) process(hard context.Context, msg jetstream.Msg) {
 	d, err := c.newDelivery(msg)
 	if err != nil {
@@ -31,62 +32,104 @@ func (c *Consumer) process(hard context.Context, msg jetstream.Msg) {
 		}
 		c.cfg.Hooks.heartbeat(d.label())
 	})
-	in, handled := c.run(hard, d)
+	var (
+		in      Input
+		f       Fate
+		handled time.Duration
+	)
+	for {
+		var trial, ran bool
+		in, handled, trial, ran = c.run(hard, d)
+		f = Decide(in)
+		c.circuit.settle(trial, ran, f.Action == Hold)
+		if f.Action != Hold {
+			break
+		}
+		c.circuit.trip(in.Err, trial)
+		d.log.Debug().Err(in.Err).Msg("warehouse unavailable: the message waits for the circuit")
+	}
 	hb.Stop()
-	c.apply(d, in, Decide(in), handled)
+	c.apply(d, in, f, handled)
 }
 
 // run calls the handler when the message may run, and returns what Decide
-// needs and how long the handler ran.
-func (c *Consumer) run(hard context.Context, d *delivery) (Input, time.Duration) {
-	in := Input{
-		Attempt:       d.m.NumDelivered,
+// needs, how long the handler ran, whether this was the circuit's trial and
+// whether the handler ran at all.
+func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled time.Duration, trial, ran bool) {
+	in = Input{
+		Delivery:      d.m.NumDelivered,
 		Retry:         d.retry,
 		Jitter:        c.cfg.Rand(),
 		ShutdownDelay: c.cfg.ShutdownNakDelay,
 	}
-	switch {
-	case d.decodeErr != nil:
-		in.Err = d.decodeErr
-		return in, 0
-	case d.m.NumDelivered > d.retry.MaxDeliveries:
-		in.Err = &unfinishedError{attempt: d.m.NumDelivered, max: d.retry.MaxDeliveries}
-		return in, 0
+	if d.decodeErr != nil {
+		in.Err, in.Attempt = d.decodeErr, d.m.NumDelivered
+		return in, 0, false, false
 	}
-	release, ok := c.takeTurn(d)
-	if !ok || c.isStopping() {
-		if ok {
+	trial, ok := c.circuit.pass()
+	if !ok {
+		in.Err, in.Cause = ErrShutdown, ErrShutdown
+		return in, 0, trial, false
+	}
+	release, turn := c.takeTurn(d)
+	switch {
+	case turn == turnFull:
+		in.Err = errNoTurn
+		return in, 0, trial, false
+	case turn == turnStopped || c.isStopping():
+		if release != nil {
 			release()
 		}
 		in.Err, in.Cause = ErrShutdown, ErrShutdown
-		return in, 0
+		return in, 0, trial, false
 	}
 	defer release()
 	ctx := d.log.WithContext(hard)
 	start := time.Now()
 	in.Err = c.call(ctx, d)
 	in.Cause = context.Cause(ctx)
-	return in, time.Since(start)
+	in.Attempt = reportedAttempt(in.Err)
+	if in.Attempt == 0 {
+		in.Attempt = d.m.NumDelivered
+	}
+	return in, time.Since(start), trial, true
 }
 
-// takeTurn waits for a free place under the dataset's MaxConcurrency, or
-// for a stop (ok false). Other datasets' messages do not wait behind it.
-func (c *Consumer) takeTurn(d *delivery) (release func(), ok bool) {
+type turnResult int
+
+const (
+	turnTaken turnResult = iota
+	turnFull
+	turnStopped
+)
+
+// takeTurn waits for a free place under the dataset's MaxConcurrency. At
+// most MaxConcurrency messages of a dataset wait for a turn in a process; a
+// message beyond that gets turnFull and goes back to the stream, so a
+// dataset's backlog does not fill the slots other datasets could use.
+// Other datasets' messages never wait behind it.
+func (c *Consumer) takeTurn(d *delivery) (release func(), _ turnResult) {
 	turn, limited := c.turns[d.dataset]
 	if !limited {
-		return func() {}, true
+		return func() {}, turnTaken
 	}
 	select {
 	case turn <- struct{}{}:
 	default:
+		q := c.queued[d.dataset]
+		if int(q.Add(1)) > cap(turn) {
+			q.Add(-1)
+			return nil, turnFull
+		}
+		defer q.Add(-1)
 		d.log.Debug().Int("max_concurrency", cap(turn)).Msg("dataset at its concurrency limit: waiting for a turn")
 		select {
 		case turn <- struct{}{}:
 		case <-c.stopping:
-			return nil, false
+			return nil, turnStopped
 		}
 	}
-	return func() { <-turn }, true
+	return func() { <-turn }, turnTaken
 }
 
 // call runs the handler, turning a panic into a *PanicError.
@@ -104,7 +147,9 @@ func (c *Consumer) call(ctx context.Context, d *delivery) (err error) {
 // apply carries out f. Every ack here is the message's last word, so none
 // is sent before the heartbeat has stopped.
 func (c *Consumer) apply(d *delivery, in Input, f Fate, handled time.Duration) {
-	log := d.log.With().Stringer("fate", f).Logger()
+	// attempt is the load's number as the handler counted it; 0 when no
+	// load ran in this delivery.
+	log := d.log.With().Stringer("fate", f).Int("attempt", in.Attempt).Logger()
 	label := d.label()
 	switch f.Action {
 	case Ack:
@@ -120,10 +165,14 @@ func (c *Consumer) apply(d *delivery, in Input, f Fate, handled time.Duration) {
 		if err := d.msg.NakWithDelay(f.Delay); err != nil {
 			log.Warn().Err(err).Msg("nak not sent: redelivery after the ack wait")
 		}
-		if f.Shutdown {
+		switch {
+		case f.Shutdown:
 			log.Info().Msg("interrupted by shutdown: nak'ed for redelivery")
-		} else {
-			log.Warn().Err(in.Err).Dur("retry_in", f.Delay).Int("max_deliveries", d.retry.MaxDeliveries).Msg("transient failure: will retry")
+		case f.Deferred:
+			log.Debug().Dur("retry_in", f.Delay).Msg("no turn for the dataset: nak'ed for later, not counted")
+		default:
+			log.Warn().Err(in.Err).Int("max_attempts", d.retry.MaxAttempts).Dur("retry_in", f.Delay).
+				Msg("transient failure: will retry")
 		}
 	case DeadLetter:
 		if !c.deadLetter(d, in, f, log) {

@@ -32,8 +32,9 @@ func TestCrashedProcessIsDeadLetteredOnceByTwoReconcilers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) {
 		c.AckWait = time.Second
-		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
-		c.Datasets["customers"] = Dataset{Retry: Retry{MaxDeliveries: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.MaxDeliver = 2 // JetStream's backstop, reached here by two deaths
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Datasets["customers"] = Dataset{Retry: Retry{MaxAttempts: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
 	})
 	e.reconciler()
 	e.reconciler()
@@ -82,23 +83,52 @@ func TestCrashedProcessIsDeadLetteredOnceByTwoReconcilers(t *testing.T) {
 	require.Equal(t, "customers", msgs[0].Dataset, "the crashed message is never run again")
 }
 
-func TestDeliveryPastTheDatasetBudgetIsCrashed(t *testing.T) {
+func TestDeliveriesThatRanNoLoadDoNotSpendTheBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) {
 		c.AckWait = time.Second
-		// customers gives the consumer a MaxDeliver of 3; orders allows 1.
-		c.Datasets["orders"] = Dataset{Retry: Retry{MaxDeliveries: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
-		c.Datasets["customers"] = Dataset{Retry: Retry{MaxDeliveries: 3, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
 	})
 	seq := e.publish("idem.ready.orders", event("orders", "2026-11-28", "r1"), nil)
-	e.crash(1) // orders' only delivery dies
+	e.crash(1) // a delivery that dies before any load: no attempt
+	e.crash(2)
 
 	var got calls
 	e.start(func(_ context.Context, m *Message) error { got.add(m); return nil })
-	dl := e.deadLetters(1)[0]
 	e.settled(seq)
-	require.Zero(t, got.count(), "not run again past its budget")
-	require.Equal(t, "crashed", dl.Header.Get(HeaderErrorKind))
-	require.Equal(t, "2", dl.Header.Get(HeaderDeliveries))
-	require.Contains(t, dl.Header.Get(HeaderError), "delivery 2 is past the dataset's 1 allowed deliveries")
+	require.Equal(t, 1, got.count(), "run on its third delivery: the budget of one attempt was never spent")
+	require.Zero(t, e.streamMsgs(testDLQ))
+}
+
+// attemptErr is a transient error of a load that ran, numbered by the
+// handler as handlers.AttemptError is.
+type attemptErr struct{ n int }
+
+func (e attemptErr) Error() string { return fmt.Sprintf("attempt %d: serialization failure", e.n) }
+func (e attemptErr) Attempt() int  { return e.n }
+
+func TestBudgetSpentIsDeadLetteredByKind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	var got calls
+	e.start(func(_ context.Context, m *Message) error {
+		got.add(m)
+		switch m.Event.RunID {
+		case "died":
+			return spent{crashed: true}
+		case "failed":
+			return spent{}
+		}
+		// The handler counts attempts itself: 3 is the budget (MaxAttempts 3).
+		return attemptErr{n: 3}
+	})
+	e.publish("idem.ready.orders", event("orders", "2026-11-28", "died"), nil)
+	e.publish("idem.ready.orders", event("orders", "2026-11-29", "failed"), nil)
+	e.publish("idem.ready.orders", event("orders", "2026-11-30", "last"), nil)
+	kinds := map[string]string{}
+	for _, dl := range e.deadLetters(3) {
+		kinds[dl.Header.Get(HeaderRunID)] = dl.Header.Get(HeaderErrorKind)
+	}
+	require.Equal(t, map[string]string{"died": "crashed", "failed": "exhausted", "last": "exhausted"}, kinds)
+	require.Equal(t, 3, got.count(), "each delivered once: the handler's count, not the delivery's, ends them")
 }

@@ -17,8 +17,8 @@ func streamsTestConfig() Config {
 		SubjectPrefix: "idem.ready", DLQSubjectPrefix: "idem.dlq",
 		AckWait: 30 * time.Second, MaxInFlight: 2000,
 		Datasets: map[string]Dataset{
-			"orders":    {Retry: Retry{MaxDeliveries: 3}},
-			"customers": {Retry: Retry{MaxDeliveries: 7}},
+			"orders":    {Retry: Retry{MaxAttempts: 3}},
+			"customers": {Retry: Retry{MaxAttempts: 7}},
 			"events":    {},
 		},
 	}
@@ -29,7 +29,7 @@ func TestEnsureStreamsCreates(t *testing.T) {
 	js := consumertest.JetStream(t, consumertest.RunServer(t))
 	ctx := context.Background()
 	sc := streamsTestConfig().Streams()
-	require.Equal(t, 7, sc.MaxDeliver, "the largest budget, so JetStream never cuts a dataset short")
+	require.Equal(t, DefaultMaxDeliver, sc.MaxDeliver, "a backstop far above every budget: the budget counts attempts, not deliveries")
 	require.Equal(t, 2000, sc.MaxAckPending, "at least max_in_flight")
 	require.NoError(t, EnsureStreams(ctx, js, sc))
 	require.NoError(t, EnsureStreams(ctx, js, sc), "idempotent")
@@ -59,7 +59,7 @@ func TestEnsureStreamsCreates(t *testing.T) {
 	require.Equal(t, "idem", cc.Durable)
 	require.Equal(t, jetstream.AckExplicitPolicy, cc.AckPolicy)
 	require.Equal(t, 30*time.Second, cc.AckWait)
-	require.Equal(t, 7, cc.MaxDeliver)
+	require.Equal(t, DefaultMaxDeliver, cc.MaxDeliver)
 	require.Equal(t, 2000, cc.MaxAckPending)
 	require.Equal(t, "idem.ready.>", cc.FilterSubject)
 	_, err = js.Consumer(ctx, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
@@ -289,7 +289,7 @@ func TestConfigValidate(t *testing.T) {
 		SubjectPrefix: "idem.ready", DLQSubjectPrefix: "idem.ready.dlq",
 		MaxInFlight: 0,
 		Datasets: map[string]Dataset{
-			"Orders": {Retry: Retry{MaxDeliveries: -1, Delay: time.Minute, MaxDelay: time.Second}},
+			"Orders": {Retry: Retry{MaxAttempts: -1, Delay: time.Minute, MaxDelay: time.Second}},
 		},
 	}
 	err := bad.WithDefaults().Validate()
@@ -301,7 +301,7 @@ func TestConfigValidate(t *testing.T) {
 		"AckWait 0s must be positive",
 		"MaxInFlight 0 must be at least 1",
 		`dataset "Orders" is not a valid dataset name`,
-		"dataset Orders: Retry.MaxDeliveries -1 must be at least 1",
+		"dataset Orders: Retry.MaxAttempts -1 must be at least 1",
 		"dataset Orders: Retry.Delay 1m0s and Retry.MaxDelay 1s",
 	} {
 		require.ErrorContains(t, err, want)

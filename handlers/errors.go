@@ -5,9 +5,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/audit"
 )
 
 // Reasons are short, stable machine words: they name a fatal error's cause in
@@ -73,6 +79,80 @@ func IsFatal(err error) bool {
 	return errors.As(err, &f) && f.Fatal()
 }
 
+// UnavailableError marks an error that says the warehouse cannot be used at
+// all (cannot connect, authentication refused at connect, an administrator
+// shut the server down, too many connections, a read-only server after a
+// failover): the environment is failing, not the event. The consumer holds
+// its messages and probes instead of spending their retry budget.
+//
+// Callers outside this package detect it through its behaviour, an
+// interface{ Unavailable() bool } found with errors.As.
+type UnavailableError struct{ Err error }
+
+func (e *UnavailableError) Error() string { return "warehouse unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable reports true.
+func (e *UnavailableError) Unavailable() bool { return true }
+
+// IsUnavailable reports whether err, or an error it wraps, says
+// Unavailable() == true.
+func IsUnavailable(err error) bool {
+	var u interface{ Unavailable() bool }
+	return errors.As(err, &u) && u.Unavailable()
+}
+
+// AttemptError is the error of a load that ran: N is its number among the
+// loads of the same message (the audit's attempt column), which the consumer
+// sets against the message's budget.
+type AttemptError struct {
+	N   int
+	Err error
+}
+
+func (e *AttemptError) Error() string { return e.Err.Error() }
+func (e *AttemptError) Unwrap() error { return e.Err }
+
+// Attempt is the attempt's number, from 1.
+func (e *AttemptError) Attempt() int { return e.N }
+
+// BudgetSpentError says a message's loads already ran as many times as its
+// budget allows: this delivery ran nothing. It happens when the last allowed
+// attempt ended without a verdict (LastDied: the process died in it) or its
+// dead letter could not be published.
+type BudgetSpentError struct {
+	Attempts int
+	LastDied bool
+}
+
+func (e *BudgetSpentError) Error() string {
+	if e.LastDied {
+		return fmt.Sprintf("%d attempts ran and the last one never finished (the process died during the load): "+
+			"not loading again", e.Attempts)
+	}
+	return fmt.Sprintf("%d attempts ran and failed: not loading again", e.Attempts)
+}
+
+// Attempt is the number of attempts that ran.
+func (e *BudgetSpentError) Attempt() int { return e.Attempts }
+
+// Crashed reports that the last attempt died without a verdict.
+func (e *BudgetSpentError) Crashed() bool { return e.LastDied }
+
+// BudgetSpent reports true: the consumer dead-letters without retrying.
+func (e *BudgetSpentError) BudgetSpent() bool { return true }
+
+// beforeLoad classifies an error met before any load ran (the ledger check
+// and the `started` row): a fatal error stays fatal, and any other means the
+// warehouse cannot even record an attempt, which is not the event's fault.
+func beforeLoad(err error) error {
+	err = Classify(err)
+	if err == nil || IsFatal(err) || IsUnavailable(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &UnavailableError{Err: err}
+}
+
 // SQLState returns the SQLSTATE of the PostgreSQL error in err's chain, or "".
 func SQLState(err error) string {
 	var pgErr *pgconn.PgError
@@ -83,25 +163,30 @@ func SQLState(err error) string {
 }
 
 // Classify decides whether err from PostgreSQL, pgx or the network is fatal
-// (returned wrapped in a *FatalError with a reason) or transient (returned
-// unchanged). It is idempotent: errors already fatal come back unchanged, and so
-// does context.Canceled, because shutdown is recognised by the context's cause,
-// not here.
+// (wrapped in a *FatalError with a reason), says the warehouse is unavailable
+// (wrapped in an *UnavailableError), or is transient (returned unchanged). It
+// is idempotent: classified errors come back unchanged, and so does
+// context.Canceled, because shutdown is recognised by the context's cause.
 //
 // A SQLSTATE decides when there is one, even inside a *pgconn.ConnectError (a
-// wrong password is 28P01 there). Without one, only configuration errors are
-// fatal: an unparsable connection string and a server certificate that does not
-// verify. Everything else is transient, including the errors pgconn.SafeToRetry
-// calls unsafe: connection refused while the server restarts, io.ErrUnexpectedEOF
-// when it crashes mid-query, connection resets, net timeouts, "conn closed", and
-// a bare context.DeadlineExceeded from an exhausted pool (pgconn.Timeout is false
-// there). Retrying them is safe because every load is idempotent.
+// wrong password is 28P01 there, unavailable; a missing database 3D000,
+// fatal). Without one, configuration errors are fatal (an unparsable
+// connection string, a server certificate that does not verify) and a
+// failure to connect at all is unavailable. Everything else is transient,
+// including the errors of a connection lost mid-load: io.ErrUnexpectedEOF when
+// the server crashes mid-query, connection resets, net timeouts, "conn
+// closed". That load ran, so it counts against the budget; the next attempt's
+// connect tells whether the warehouse is gone. Retrying is safe because every
+// load is idempotent.
 func Classify(err error) error {
-	if err == nil || IsFatal(err) || errors.Is(err, context.Canceled) {
+	if err == nil || IsFatal(err) || IsUnavailable(err) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if unavailableState(pgErr.Code) {
+			return &UnavailableError{Err: err}
+		}
 		if reason := sqlStateReason(pgErr); reason != "" {
 			return Fatal(reason, err)
 		}
@@ -110,7 +195,26 @@ func Classify(err error) error {
 	if isConfigError(err) {
 		return Fatal(ReasonConfig, err)
 	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		// Refused, reset, DNS, a connect timeout: no session at all.
+		return &UnavailableError{Err: err}
+	}
 	return err
+}
+
+// unavailableState reports the SQLSTATEs that say the server as a whole
+// cannot be used now, whatever the statement: authentication (a rotated
+// password), connection exceptions, too many connections, a read-only server
+// after a failover, and an administrator's or crash shutdown, or a server
+// starting up.
+func unavailableState(code string) bool {
+	switch code {
+	case pgerrcode.TooManyConnections, pgerrcode.ReadOnlySQLTransaction,
+		pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
+		return true
+	}
+	return strings.HasPrefix(code, "28") || strings.HasPrefix(code, "08")
 }
 
 // routineRevalidateCachedQuery is the server function that raises 0A000 "cached
@@ -154,11 +258,6 @@ func sqlStateReason(e *pgconn.PgError) string {
 		return ReasonDataException
 	case "23", "44": // integrity constraint, WITH CHECK OPTION
 		return ReasonConstraintViolation
-	case "28":
-		// Authentication. A rotated password fails every message, not only this
-		// one, but it does not fix itself either: SPEC lists permission denied as
-		// fatal, and dead letters can be replayed once the secret is fixed.
-		return ReasonPermissionDenied
 	case "42", "55": // other syntax/access rule errors; object not in prerequisite state
 		return ReasonSchemaMismatch
 	case "08", "25", "40", "53", "54", "57", "58", "72", "XX":
@@ -186,4 +285,46 @@ func isConfigError(err error) bool {
 	)
 	return errors.As(err, &parseErr) || errors.As(err, &verifyErr) ||
 		errors.As(err, &authorityErr) || errors.As(err, &hostnameErr) || errors.As(err, &invalidErr)
+}
+
+// unrecorded keeps the failures of attempts that the warehouse took away
+// (unavailable, interrupted) when the audit row could not be written at the
+// time, so it is written before the next attempt: a row left `started`
+// would otherwise count as a crash against the message's budget.
+type unrecorded struct {
+	mu       sync.Mutex
+	failures []failure
+}
+
+type failure struct {
+	id   int64
+	err  error
+	kind string
+}
+
+// maxUnrecorded bounds the memory kept for unwritten failures; beyond it the
+// oldest are forgotten, and their rows count as crashes.
+const maxUnrecorded = 10_000
+
+func (u *unrecorded) add(f failure) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.failures) >= maxUnrecorded {
+		u.failures = u.failures[1:]
+	}
+	u.failures = append(u.failures, f)
+}
+
+// flush writes the kept failures; those that still cannot be written stay.
+func (u *unrecorded) flush(ctx context.Context, db audit.Querier, log zerolog.Logger) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for len(u.failures) > 0 {
+		f := u.failures[0]
+		if err := audit.Fail(ctx, db, f.id, f.err, f.kind); err != nil {
+			return
+		}
+		log.Debug().Int64("audit_id", f.id).Str("error_kind", f.kind).Msg("recorded the failure of an earlier attempt")
+		u.failures = u.failures[1:]
+	}
 }

@@ -32,12 +32,15 @@ import (
 )
 
 // classifyCase is one error and the fate Classify must give it; reason "" means
-// transient.
+// transient, unavailable the warehouse circuit.
 type classifyCase struct {
 	name   string
 	err    error
 	reason string
 }
+
+// unavailable marks the cases Classify must wrap in an *UnavailableError.
+const unavailable = "(unavailable)"
 
 func pgErr(code string) *pgconn.PgError {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "test error " + code}
@@ -50,12 +53,12 @@ func sqlStateCases() []classifyCase {
 	cachedPlan.Routine = "RevalidateCachedQuery"
 	return []classifyCase{
 		// Transient.
-		{"08006 connection_failure", pgErr(pgerrcode.ConnectionFailure), ""},
-		{"08003 connection_does_not_exist", pgErr(pgerrcode.ConnectionDoesNotExist), ""},
-		{"08007 transaction_resolution_unknown", pgErr(pgerrcode.TransactionResolutionUnknown), ""},
-		{"08P01 protocol_violation", pgErr(pgerrcode.ProtocolViolation), ""},
+		{"08006 connection_failure", pgErr(pgerrcode.ConnectionFailure), unavailable},
+		{"08003 connection_does_not_exist", pgErr(pgerrcode.ConnectionDoesNotExist), unavailable},
+		{"08007 transaction_resolution_unknown", pgErr(pgerrcode.TransactionResolutionUnknown), unavailable},
+		{"08P01 protocol_violation", pgErr(pgerrcode.ProtocolViolation), unavailable},
 		{"0A000 cached plan changed", cachedPlan, ""},
-		{"25006 read_only_sql_transaction", pgErr(pgerrcode.ReadOnlySQLTransaction), ""},
+		{"25006 read_only_sql_transaction", pgErr(pgerrcode.ReadOnlySQLTransaction), unavailable},
 		{"25P02 in_failed_sql_transaction", pgErr(pgerrcode.InFailedSQLTransaction), ""},
 		{"25P03 idle_in_transaction_session_timeout", pgErr(pgerrcode.IdleInTransactionSessionTimeout), ""},
 		{"25P04 transaction_timeout", pgErr("25P04"), ""},
@@ -64,14 +67,14 @@ func sqlStateCases() []classifyCase {
 		{"40003 statement_completion_unknown", pgErr(pgerrcode.StatementCompletionUnknown), ""},
 		{"53100 disk_full", pgErr(pgerrcode.DiskFull), ""},
 		{"53200 out_of_memory", pgErr(pgerrcode.OutOfMemory), ""},
-		{"53300 too_many_connections", pgErr(pgerrcode.TooManyConnections), ""},
+		{"53300 too_many_connections", pgErr(pgerrcode.TooManyConnections), unavailable},
 		{"54000 program_limit_exceeded", pgErr(pgerrcode.ProgramLimitExceeded), ""},
 		{"55006 object_in_use", pgErr(pgerrcode.ObjectInUse), ""},
 		{"55P03 lock_not_available", pgErr(pgerrcode.LockNotAvailable), ""},
 		{"57014 query_canceled", pgErr(pgerrcode.QueryCanceled), ""},
-		{"57P01 admin_shutdown", pgErr(pgerrcode.AdminShutdown), ""},
-		{"57P02 crash_shutdown", pgErr(pgerrcode.CrashShutdown), ""},
-		{"57P03 cannot_connect_now", pgErr(pgerrcode.CannotConnectNow), ""},
+		{"57P01 admin_shutdown", pgErr(pgerrcode.AdminShutdown), unavailable},
+		{"57P02 crash_shutdown", pgErr(pgerrcode.CrashShutdown), unavailable},
+		{"57P03 cannot_connect_now", pgErr(pgerrcode.CannotConnectNow), unavailable},
 		{"57P05 idle_session_timeout", pgErr(pgerrcode.IdleSessionTimeout), ""},
 		{"58030 io_error", pgErr(pgerrcode.IOError), ""},
 		{"72000 snapshot_too_old", pgErr(pgerrcode.SnapshotTooOld), ""},
@@ -88,8 +91,8 @@ func sqlStateCases() []classifyCase {
 		{"23502 not_null_violation", pgErr(pgerrcode.NotNullViolation), handlers.ReasonConstraintViolation},
 		{"23P01 exclusion_violation", pgErr(pgerrcode.ExclusionViolation), handlers.ReasonConstraintViolation},
 		{"44000 with_check_option_violation", pgErr(pgerrcode.WithCheckOptionViolation), handlers.ReasonConstraintViolation},
-		{"28000 invalid_authorization_specification", pgErr(pgerrcode.InvalidAuthorizationSpecification), handlers.ReasonPermissionDenied},
-		{"28P01 invalid_password", pgErr(pgerrcode.InvalidPassword), handlers.ReasonPermissionDenied},
+		{"28000 invalid_authorization_specification", pgErr(pgerrcode.InvalidAuthorizationSpecification), unavailable},
+		{"28P01 invalid_password", pgErr(pgerrcode.InvalidPassword), unavailable},
 		{"3D000 invalid_catalog_name", pgErr(pgerrcode.InvalidCatalogName), handlers.ReasonConfig},
 		{"3F000 invalid_schema_name", pgErr(pgerrcode.InvalidSchemaName), handlers.ReasonUndefinedObject},
 		{"42501 insufficient_privilege", pgErr(pgerrcode.InsufficientPrivilege), handlers.ReasonPermissionDenied},
@@ -126,7 +129,7 @@ func goErrorCases(t *testing.T) []classifyCase {
 	netTimeout := realNetTimeout(t)
 	require.True(t, netTimeout.(net.Error).Timeout())
 	return []classifyCase{
-		{"connect refused", connectRefused(t), ""},
+		{"connect refused", connectRefused(t), unavailable},
 		{"net.OpError refused", dialRefused(t), ""},
 		{"net timeout", netTimeout, ""},
 		{"io.EOF", io.EOF, ""},
@@ -136,14 +139,14 @@ func goErrorCases(t *testing.T) []classifyCase {
 		{"ECONNREFUSED", syscall.ECONNREFUSED, ""},
 		{"conn closed", fmt.Errorf("commit: %w", pgconn.ErrConnClosed), ""},
 		{"pool acquire deadline", fmt.Errorf("acquire: %w", context.DeadlineExceeded), ""},
-		{"connect timeout", connectTimeout(t), ""},
+		{"connect timeout", connectTimeout(t), unavailable},
 		{"unclassified", errors.New("something odd"), ""},
 		{"parse config", parseConfigError(t), handlers.ReasonConfig},
 
 		// A SQLSTATE inside a *pgconn.ConnectError still decides.
-		{"connect 57P03 cannot_connect_now", connectRejected(t, pgerrcode.CannotConnectNow), ""},
-		{"connect 53300 too_many_connections", connectRejected(t, pgerrcode.TooManyConnections), ""},
-		{"connect 28P01 invalid_password", connectRejected(t, pgerrcode.InvalidPassword), handlers.ReasonPermissionDenied},
+		{"connect 57P03 cannot_connect_now", connectRejected(t, pgerrcode.CannotConnectNow), unavailable},
+		{"connect 53300 too_many_connections", connectRejected(t, pgerrcode.TooManyConnections), unavailable},
+		{"connect 28P01 invalid_password", connectRejected(t, pgerrcode.InvalidPassword), unavailable},
 		{"connect 3D000 invalid_catalog_name", connectRejected(t, pgerrcode.InvalidCatalogName), handlers.ReasonConfig},
 
 		// TLS verification, through pgconn.Connect against a test server.
@@ -164,6 +167,13 @@ func TestClassify(t *testing.T) {
 			got := handlers.Classify(tc.err)
 			require.Error(t, got)
 			assert.ErrorIs(t, got, tc.err, "the classified error must still wrap the original")
+			assert.Equal(t, tc.reason == unavailable, handlers.IsUnavailable(got), "IsUnavailable of %v", got)
+			if tc.reason == unavailable {
+				assert.False(t, handlers.IsFatal(got), "IsFatal of %v", got)
+				assert.Equal(t, handlers.SQLState(tc.err), handlers.SQLState(got), "the SQLSTATE stays reachable")
+				assert.Equal(t, got, handlers.Classify(got), "classifying twice changes nothing")
+				return
+			}
 			assert.Equal(t, tc.reason != "", handlers.IsFatal(got), "IsFatal of %v", got)
 
 			var fatal *handlers.FatalError

@@ -120,7 +120,7 @@ func (e *env) load(partition, runID string, force bool) (handlers.Outcome, error
 func (e *env) loadCtx(ctx context.Context, partition, runID string, force bool) (handlers.Outcome, error) {
 	body, err := schemas.PartitionReady{Dataset: "ds", Partition: partition, RunID: runID, Force: force}.Marshal()
 	require.NoError(e.t, err)
-	return e.h.HandleMessage(ctx, "idem.ready.ds", body, handlers.Meta{Attempt: 1})
+	return e.h.HandleMessage(ctx, "idem.ready.ds", body, handlers.Meta{})
 }
 
 func (e *env) mustLoad(partition, runID string, force bool) handlers.Outcome {
@@ -144,4 +144,4 @@ func (e *env) auditCount(status string) int64 {
 	return e.db.Int(e.t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = $1", status)
 }
 
-func handlersMeta() handlers.Meta { return handlers.Meta{Attempt: 1} }
+func handlersMeta() handlers.Meta { return handlers.Meta{} }

@@ -50,6 +50,12 @@ type Handler struct {
 	// Enqueued, when set, is called after a commit that queued downstream
 	// events, so the relay publishes them without waiting for its next poll.
 	Enqueued func()
+	// Started, when set, is called once an attempt's `started` row is
+	// committed, before its load runs: a process that dies from here on has
+	// spent one of the message's attempts.
+	Started func(dataset, runID string, attempt int)
+
+	unrecorded unrecorded
 }
 
 // TriggeredByAttribute is the event attribute that names the upstream run
@@ -58,8 +64,12 @@ const TriggeredByAttribute = "triggered_by"
 
 // Meta is what the delivery knows about an event.
 type Meta struct {
-	Attempt   int    // JetStream delivery count, from 1 (0 is taken as 1)
-	StreamSeq uint64 // stream sequence, 0 when not from JetStream
+	// StreamSeq is the stream sequence, 0 when not from JetStream. With the
+	// run it names the message whose attempts the budget counts.
+	StreamSeq uint64
+	// MaxAttempts is the message's budget of loads that run (retries + 1);
+	// 0 means no limit.
+	MaxAttempts int
 }
 
 // Outcome of a handled event.
@@ -91,16 +101,21 @@ func (h *Handler) HandleMessage(ctx context.Context, subject string, body []byte
 	return h.Handle(ctx, ev, m)
 }
 
-// Handle runs SPEC section 3 steps 2 to 4 for a decoded event:
+// Handle takes one decoded event to its load:
 //
-//  1. without force, a run already in the ledger is acknowledged as `skipped`;
-//  2. the `started` audit row is committed on its own, so it survives a crash;
-//  3. one transaction takes the partition's advisory lock, checks the ledger
+//  1. one statement checks the ledger (a run already done is recorded
+//     `skipped` and acknowledged), counts the loads of this message that
+//     already ran, and, within the budget, commits the `started` row, so it
+//     survives a crash;
+//  2. one transaction takes the partition's advisory lock, checks the ledger
 //     again (a concurrent duplicate may have won the lock first), runs the
 //     strategy, marks the audit row `success` and records the ledger entry.
 //
-// Any failure after step 2 marks the audit row `failed`. The error returned is
-// classified: IsFatal tells the consumer whether a retry can help.
+// Errors come back classified: *FatalError (no retry can help),
+// *UnavailableError (the warehouse cannot be used at all: the consumer's
+// circuit, not this event's budget), *BudgetSpentError (the message's
+// attempts are used up; nothing ran), or transient. Every error after the
+// `started` row is an *AttemptError carrying the attempt's number.
 func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome, error) {
 	ds, ok := h.Datasets[ev.Dataset]
 	if !ok {
@@ -108,7 +123,6 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	}
 	a := audit.Attempt{
 		RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
-		Attempt:     max(m.Attempt, 1),
 		StreamSeq:   m.StreamSeq,
 		Force:       ev.Force,
 		TriggeredBy: ev.Attributes[TriggeredByAttribute],
@@ -118,36 +132,59 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		a.LogicalDate = &d
 	}
 	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
-		Int("attempt", a.Attempt).Uint64("stream_seq", m.StreamSeq).Logger()
+		Uint64("stream_seq", m.StreamSeq).Logger()
 
-	if err := h.prepare(ctx, ds); err != nil {
-		return Outcome{}, Classify(err)
-	}
-	// One statement: the ledger check and the `started` row (or a `skipped`
-	// row when the run already succeeded).
-	id, skipped, err := audit.Begin(ctx, h.DB, a)
+	h.unrecorded.flush(ctx, h.DB, log)
+	// One statement: the ledger check, the budget, and the `started` row (or
+	// a `skipped` row when the run already succeeded). Nothing has run yet,
+	// so any failure here but a fatal one is the warehouse's, not the event's.
+	b, err := audit.Begin(ctx, h.DB, a, m.MaxAttempts)
 	if err != nil {
-		return Outcome{}, Classify(err)
+		return Outcome{}, beforeLoad(err)
 	}
-	if skipped {
+	log = log.With().Int("attempt", b.Attempt).Logger()
+	switch {
+	case b.Spent:
+		err := &BudgetSpentError{Attempts: b.Prior, LastDied: b.LastDied}
+		log.Warn().Err(err).Msg("retry budget spent: not loading again")
+		return Outcome{}, err
+	case b.Skipped:
 		log.Info().Msg("run already succeeded: skipped")
-		return Outcome{Status: audit.StatusSkipped, AuditID: id}, nil
+		return Outcome{Status: audit.StatusSkipped, AuditID: b.ID}, nil
 	}
-	out, err := h.load(ctx, ds, a, id)
+	a.Attempt = b.Attempt
+	if h.Started != nil {
+		h.Started(ev.Dataset, ev.RunID, b.Attempt)
+	}
+	out, err := h.prepareAndLoad(ctx, ds, a, b.ID)
 	if err != nil {
 		err = Classify(err)
-		kind := "transient"
-		if IsFatal(err) {
-			kind = "fatal"
+		kind := audit.KindTransient
+		switch {
+		case IsFatal(err):
+			kind = audit.KindFatal
+		case IsUnavailable(err):
+			kind = audit.KindUnavailable
+		case ctx.Err() != nil:
+			// The consumer cancels a handler only when a stop's grace runs
+			// out: idem stopped the load, the load did not fail.
+			kind = audit.KindInterrupted
 		}
-		// The audit row must say what happened even when ctx is being cancelled.
+		// The audit row must say what happened even when ctx is being
+		// cancelled. When the warehouse is gone the row cannot be written
+		// now; it is kept and written before the next attempt, so the row
+		// left `started` is not counted as a crash.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		if ferr := audit.Fail(fctx, h.DB, id, err, kind); ferr != nil {
-			log.Error().Err(ferr).Msg("could not record the failure in the audit table")
+		if ferr := audit.Fail(fctx, h.DB, b.ID, err, kind); ferr != nil {
+			if kind == audit.KindTransient || kind == audit.KindFatal {
+				log.Error().Err(ferr).Msg("could not record the failure in the audit table")
+			} else {
+				h.unrecorded.add(failure{id: b.ID, err: err, kind: kind})
+			}
 		}
 		cancel()
 		log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
-		return Outcome{AuditID: id}, err
+		return Outcome{AuditID: b.ID}, &AttemptError{N: b.Attempt, Err: err}
 	}
 	if out.Status == audit.StatusSkipped {
 		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
@@ -156,6 +193,14 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 			Int64("rows_deleted", out.Rows.Deleted).Str("route", out.Rows.Route).Msg("loaded")
 	}
 	return out, nil
+}
+
+// prepareAndLoad runs the dataset's one-time setup when needed, then the load.
+func (h *Handler) prepareAndLoad(ctx context.Context, ds *Dataset, a audit.Attempt, id int64) (Outcome, error) {
+	if err := h.prepare(ctx, ds); err != nil {
+		return Outcome{AuditID: id}, err
+	}
+	return h.load(ctx, ds, a, id)
 }
 
 // lockKey is stable across processes and versions: hashtextextended is

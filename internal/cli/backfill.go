@@ -97,7 +97,7 @@ type planPolicy struct {
 
 func newPlanPolicy(cfg *config.Config, d *config.Dataset) planPolicy {
 	return planPolicy{ackWait: cfg.NATS.AckWait.Std(), retry: consumer.Retry{
-		MaxDeliveries: d.MaxDeliveries(), Delay: d.RetryDelay.Std(), MaxDelay: d.MaxRetryDelay.Std()}}
+		MaxAttempts: d.MaxAttempts(), Delay: d.RetryDelay.Std(), MaxDelay: d.MaxRetryDelay.Std()}}
 }
 
 // state classifies the latest attempt (see the command's help for the rules).
@@ -119,12 +119,12 @@ func (p planPolicy) state(l audit.LatestAttempt) (status, reason string) {
 		switch {
 		case l.ErrorKind == "fatal":
 			return planFailed, fmt.Sprintf("fatal error on attempt %d: dead-lettered", l.Attempt)
-		case l.Attempt >= p.retry.MaxDeliveries:
-			return planFailed, fmt.Sprintf("failed attempt %d of %d: dead-lettered", l.Attempt, p.retry.MaxDeliveries)
+		case l.Attempt >= p.retry.MaxAttempts:
+			return planFailed, fmt.Sprintf("failed attempt %d of %d: dead-lettered", l.Attempt, p.retry.MaxAttempts)
 		case l.Age < p.retry.Backoff(l.Attempt, 1)+p.ackWait:
-			return planRetrying, fmt.Sprintf("transient failure on attempt %d of %d: JetStream redelivers it", l.Attempt, p.retry.MaxDeliveries)
+			return planRetrying, fmt.Sprintf("transient failure on attempt %d of %d: JetStream redelivers it", l.Attempt, p.retry.MaxAttempts)
 		}
-		return planFailed, fmt.Sprintf("transient failure on attempt %d of %d and no redelivery for %s", l.Attempt, p.retry.MaxDeliveries, compactDuration(l.Age))
+		return planFailed, fmt.Sprintf("transient failure on attempt %d of %d and no redelivery for %s", l.Attempt, p.retry.MaxAttempts, compactDuration(l.Age))
 	}
 	return planFailed, "unknown audit status " + l.Status
 }

@@ -478,7 +478,7 @@ func TestBackfill365DailyPartitions(t *testing.T) {
 }
 
 func TestBackfillPlanPolicy(t *testing.T) {
-	p := planPolicy{ackWait: 30 * time.Second, retry: consumer.Retry{MaxDeliveries: 4, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}}
+	p := planPolicy{ackWait: 30 * time.Second, retry: consumer.Retry{MaxAttempts: 4, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}}
 	for _, c := range []struct {
 		name string
 		l    audit.LatestAttempt

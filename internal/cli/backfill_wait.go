@@ -16,7 +16,7 @@ import (
 // final outcome, the timeout passes, or ctx ends. loadStart is when the first
 // event went out: loads began then, so the ETA extrapolates from it.
 func waitBackfill(ctx context.Context, e *env, db audit.Querier, cfg *config.Config, res *backfillResult, dlq *bfDLQWatch, loadStart time.Time, timeout time.Duration) error {
-	maxDeliveries := cfg.Datasets[res.Dataset].MaxDeliveries()
+	maxDeliveries := cfg.Datasets[res.Dataset].MaxAttempts()
 	pending := map[string]*bfPartition{}
 	var keys []string
 	for _, p := range res.Partitions {

@@ -13,8 +13,9 @@ import (
 
 // crashHook kills the process at a chosen point of a chosen run, to test what
 // a real crash leaves behind: IDEM_TEST_CRASH=<point>:<run_id>, where point is
-// "before_load" (the delivery dies before any work) or "after_commit" (the
-// load committed, the ack was never sent). Only test builds have it.
+// "before_load" (the attempt's `started` row is committed, the load has not
+// run: the process dies in the attempt) or "after_commit" (the load
+// committed, the ack was never sent). Only test builds have it.
 //
 // The chaos harness (internal/chaos) also sets
 // IDEM_TEST_CRASH_AFTER_COMMIT_PROB=<p> and IDEM_TEST_CRASH_SEED=<n>: every

@@ -93,7 +93,8 @@ func serve(ctx context.Context, d serveDeps) error {
 	if err != nil {
 		return err
 	}
-	h := &handlers.Handler{DB: d.pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, SubjectPrefix: cfg.NATS.SubjectPrefix}
+	h := &handlers.Handler{DB: d.pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, SubjectPrefix: cfg.NATS.SubjectPrefix,
+		Started: func(_, runID string, _ int) { crashHook("before_load", runID) }}
 	checkDatasets(ctx, d.pool, h, log)
 
 	js, err := jetstream.New(d.nc)
@@ -106,6 +107,8 @@ func serve(ctx context.Context, d serveDeps) error {
 	h.Enqueued = outbox.Wake
 	ccfg := consumerConfig(cfg, log, m.Hooks())
 	ccfg.ShutdownGrace = d.grace
+	connCfg := d.pool.Config().ConnConfig
+	ccfg.Probe = func(ctx context.Context) error { return handlers.Probe(ctx, connCfg) }
 	if err := ensureStreams(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func serve(ctx context.Context, d serveDeps) error {
 		return err
 	}
 
-	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, d.pool, d.nc, log)
+	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, d.pool, d.nc, c, log)
 	if err != nil {
 		return err
 	}
@@ -162,8 +165,7 @@ func serve(ctx context.Context, d serveDeps) error {
 func loadFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Handler {
 	return func(ctx context.Context, msg *consumer.Message) error {
 		start := time.Now()
-		crashHook("before_load", msg.Event.RunID)
-		out, err := h.Handle(ctx, msg.Event, handlers.Meta{Attempt: msg.NumDelivered, StreamSeq: msg.StreamSeq})
+		out, err := h.Handle(ctx, msg.Event, handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts})
 		crashHook("after_commit", msg.Event.RunID)
 		status := out.Status
 		if err != nil {
@@ -181,7 +183,7 @@ func consumerConfig(cfg *config.Config, log zerolog.Logger, hooks consumer.Hooks
 			PartitionType:  d.PartitionType,
 			MaxConcurrency: d.MaxConcurrency,
 			Retry: consumer.Retry{
-				MaxDeliveries: d.MaxDeliveries(),
+				MaxAttempts: d.MaxAttempts(),
 				Delay:         d.RetryDelay.Std(),
 				MaxDelay:      d.MaxRetryDelay.Std(),
 			},
@@ -247,7 +249,7 @@ func checkDatasets(ctx context.Context, pool *pgxpool.Pool, h *handlers.Handler,
 	}
 }
 
-func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Conn, log zerolog.Logger) (*http.Server, string, error) {
+func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Conn, c *consumer.Consumer, log zerolog.Logger) (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -258,7 +260,10 @@ func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Con
 		if s := nc.Status(); s != nats.CONNECTED {
 			problems = append(problems, "nats: "+s.String())
 		}
-		if err := pool.Ping(ctx); err != nil {
+		if up, state, reason, since := c.Warehouse(); !up {
+			problems = append(problems, fmt.Sprintf("postgres: warehouse circuit %s for %s (fetching paused, messages held): %v",
+				state, time.Since(since).Round(time.Second), reason))
+		} else if err := pool.Ping(ctx); err != nil {
 			problems = append(problems, "postgres: "+err.Error())
 		}
 		if len(problems) > 0 {

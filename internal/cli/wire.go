@@ -47,6 +47,9 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return connectSized(ctx, url, 0)
 }
 
+// defaultConnectTimeout bounds a new connection when the URL sets none.
+const defaultConnectTimeout = 10 * time.Second
+
 // connectSized opens a pool of at least conns connections (unless the URL
 // sets pool_max_conns): a service that runs max_in_flight loads at once needs
 // one connection per load, plus the relay's and a health check's.
@@ -59,6 +62,12 @@ func connectSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, er
 		cfg.MaxConns = int32(max(int(cfg.MaxConns), conns))
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
+	// A server that does not answer (a blackholed address, a failover in
+	// progress) must fail the connect, so the warehouse circuit opens, rather
+	// than hang a load forever. connect_timeout in the URL overrides it.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
 	// Bookkeeping (the `started` row, failures, skips, outbox marks) commits
 	// without waiting for the WAL flush; every load transaction sets
 	// synchronous_commit back on, and its flush covers the earlier rows too.

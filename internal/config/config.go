@@ -303,9 +303,9 @@ func splitQualified(s string) (schema, name string) {
 	return DefaultSchema, s
 }
 
-// MaxDeliveries is how many times an event of this dataset may be delivered:
+// MaxAttempts is how many times an event of this dataset may be delivered:
 // Retries+1 (DefaultRetries+1 when Retries is nil, 1 when negative).
-func (d *Dataset) MaxDeliveries() int {
+func (d *Dataset) MaxAttempts() int {
 	r := DefaultRetries
 	if d.Retries != nil {
 		r = max(*d.Retries, 0)

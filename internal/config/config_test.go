@@ -115,14 +115,14 @@ func TestParseFullConfig(t *testing.T) {
 		Retries: &five, RetryDelay: Duration(5 * time.Second), MaxRetryDelay: Duration(10 * time.Minute),
 		Timeout: Duration(15 * time.Minute), MaxConcurrency: 2, AllowEmpty: true,
 	}, orders)
-	require.Equal(t, 6, orders.MaxDeliveries())
+	require.Equal(t, 6, orders.MaxAttempts())
 
 	customers := c.Datasets["customers"]
 	require.Equal(t, Merge, customers.Strategy)
 	require.Equal(t, []string{"customer_id"}, customers.Key)
 	require.Equal(t, "updated_at", customers.VersionColumn)
 	require.Equal(t, 0, *customers.Retries)
-	require.Equal(t, 1, customers.MaxDeliveries())
+	require.Equal(t, 1, customers.MaxAttempts())
 	require.Equal(t, Duration(DefaultRetryDelay), customers.RetryDelay)
 	require.Empty(t, customers.RunIDColumn, "append_dedupe defaults stay off other strategies")
 
@@ -133,7 +133,7 @@ func TestParseFullConfig(t *testing.T) {
 	require.Equal(t, []string{"daily_revenue"}, events.Then)
 	schema, view := events.ViewName()
 	require.Equal(t, []string{"raw", "latest_events"}, []string{schema, view})
-	require.Equal(t, DefaultRetries+1, events.MaxDeliveries())
+	require.Equal(t, DefaultRetries+1, events.MaxAttempts())
 
 	hourly := c.Datasets["hourly"]
 	require.Equal(t, schemas.PartitionHour, hourly.PartitionType)
@@ -194,10 +194,10 @@ func TestDatasetAccessorsWithoutDefaults(t *testing.T) {
 	require.Equal(t, []string{"public", "orders"}, []string{schema, table})
 	schema, view := d.ViewName()
 	require.Equal(t, []string{"x", "v"}, []string{schema, view})
-	require.Equal(t, DefaultRetries+1, d.MaxDeliveries())
+	require.Equal(t, DefaultRetries+1, d.MaxAttempts())
 	neg := -4
 	d.Retries = &neg
-	require.Equal(t, 1, d.MaxDeliveries())
+	require.Equal(t, 1, d.MaxAttempts())
 }
 
 func TestProblemsError(t *testing.T) {

@@ -54,8 +54,8 @@ func FuzzParse(f *testing.F) {
 			d := c.Datasets[name]
 			d.TargetTable()
 			d.ViewName()
-			if d.MaxDeliveries() < 1 {
-				t.Fatalf("MaxDeliveries %d", d.MaxDeliveries())
+			if d.MaxAttempts() < 1 {
+				t.Fatalf("MaxAttempts %d", d.MaxAttempts())
 			}
 		}
 	})

@@ -79,7 +79,7 @@ func deployStreamsConfig(t *testing.T) consumer.StreamsConfig {
 	require.NoError(t, cfg.Validate())
 	ds := map[string]consumer.Dataset{}
 	for name, d := range cfg.Datasets {
-		ds[name] = consumer.Dataset{Retry: consumer.Retry{MaxDeliveries: d.MaxDeliveries()}}
+		ds[name] = consumer.Dataset{Retry: consumer.Retry{MaxAttempts: d.MaxAttempts()}}
 	}
 	return consumer.Config{
 		Stream: cfg.NATS.Stream, DLQStream: cfg.NATS.DLQStream, Consumer: cfg.NATS.Consumer,

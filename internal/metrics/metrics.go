@@ -28,6 +28,10 @@ type Metrics struct {
 	InFlight     prometheus.Gauge
 	// OutboxPublished counts downstream events the relay published.
 	OutboxPublished prometheus.Counter
+	// WarehouseUp is 1 while the warehouse circuit is closed, 0 while open;
+	// CircuitOpens counts the openings.
+	WarehouseUp  prometheus.Gauge
+	CircuitOpens prometheus.Counter
 	BuildInfo       *prometheus.GaugeVec // version
 }
 
@@ -65,16 +69,23 @@ func New(version string) *Metrics {
 		OutboxPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_outbox_published_total", Help: "Downstream events (then:) published from the outbox.",
 		}),
+		WarehouseUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_warehouse_up", Help: "1 while PostgreSQL takes loads; 0 while the warehouse circuit is open (fetching paused, messages held, probing).",
+		}),
+		CircuitOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_warehouse_circuit_opens_total", Help: "Times the warehouse circuit opened: PostgreSQL could not be used at all.",
+		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idem_build_info", Help: "Always 1; the version label tells the build.",
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)
+	m.WarehouseUp.Set(1)
 	return m
 }
 
@@ -88,6 +99,14 @@ func (m *Metrics) Hooks() consumer.Hooks {
 		Redelivery: func(dataset string) { m.Redeliveries.WithLabelValues(dataset).Inc() },
 		InFlight:   func(n int) { m.InFlight.Set(float64(n)) },
 		Heartbeat:  func(dataset string) { m.Heartbeats.WithLabelValues(dataset).Inc() },
+		Circuit: func(up bool) {
+			if up {
+				m.WarehouseUp.Set(1)
+				return
+			}
+			m.WarehouseUp.Set(0)
+			m.CircuitOpens.Inc()
+		},
 	}
 }
 
