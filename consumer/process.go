@@ -95,6 +95,13 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 	return in, time.Since(start), trial, true
 }
 
+// maxQueued is how many messages of a dataset limited to limit may wait for
+// a turn in this process: enough that the next loads need no redelivery
+// (half the slots), never so many that other datasets find none free.
+func (c *Consumer) maxQueued(limit int) int {
+	return max(limit, c.cfg.MaxInFlight/2)
+}
+
 type turnResult int
 
 const (
@@ -104,7 +111,7 @@ const (
 )
 
 // takeTurn waits for a free place under the dataset's MaxConcurrency. At
-// most MaxConcurrency messages of a dataset wait for a turn in a process; a
+// most maxQueued messages of a dataset wait for a turn in a process; a
 // message beyond that gets turnFull and goes back to the stream, so a
 // dataset's backlog does not fill the slots other datasets could use.
 // Other datasets' messages never wait behind it.
@@ -117,7 +124,7 @@ func (c *Consumer) takeTurn(d *delivery) (release func(), _ turnResult) {
 	case turn <- struct{}{}:
 	default:
 		q := c.queued[d.dataset]
-		if int(q.Add(1)) > cap(turn) {
+		if int(q.Add(1)) > c.maxQueued(cap(turn)) {
 			q.Add(-1)
 			return nil, turnFull
 		}

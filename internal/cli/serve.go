@@ -108,7 +108,16 @@ func serve(ctx context.Context, d serveDeps) error {
 	ccfg := consumerConfig(cfg, log, m.Hooks())
 	ccfg.ShutdownGrace = d.grace
 	connCfg := d.pool.Config().ConnConfig
-	ccfg.Probe = func(ctx context.Context) error { return handlers.Probe(ctx, connCfg) }
+	ccfg.Probe = func(ctx context.Context) error {
+		if err := handlers.Probe(ctx, connCfg); err != nil {
+			return err
+		}
+		// The pooled sessions predate the outage: they may point at a
+		// demoted server or carry its read-only default. Loads get new ones,
+		// like the probe's.
+		d.pool.Reset()
+		return nil
+	}
 	if err := ensureStreams(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}

@@ -303,7 +303,7 @@ func splitQualified(s string) (schema, name string) {
 	return DefaultSchema, s
 }
 
-// MaxAttempts is how many times an event of this dataset may be delivered:
+// MaxAttempts is how many loads of one event of this dataset may run:
 // Retries+1 (DefaultRetries+1 when Retries is nil, 1 when negative).
 func (d *Dataset) MaxAttempts() int {
 	r := DefaultRetries

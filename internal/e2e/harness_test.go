@@ -74,6 +74,16 @@ type opts struct {
 	inFlight  int
 	extraYAML string
 	then      string // orders' then: list, e.g. "[b]"
+	// noRetries sets orders' retries to 0 (retries 0 means the default 3).
+	noRetries bool
+	// orderFields are more YAML lines for orders, each "    key: value\n".
+	orderFields string
+	// pgAdmin is the admin URL of a cluster of the test's own (one it may
+	// stop); the shared cluster when empty.
+	pgAdmin string
+	// serveURL, when set, rewrites the config's postgres.url: it is given the
+	// database's URL and returns the one idem serve connects with.
+	serveURL func(dbURL string) string
 }
 
 func newWorld(t *testing.T, o opts) *world {
@@ -96,7 +106,12 @@ func newWorld(t *testing.T, o opts) *world {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	db := pgtest.NewDB(t)
+	var db *pgtest.DB
+	if o.pgAdmin != "" {
+		db = pgtest.NewDBAt(t, o.pgAdmin)
+	} else {
+		db = pgtest.NewDB(t)
+	}
 	_, err = audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, stagingSQL)
@@ -107,6 +122,17 @@ func newWorld(t *testing.T, o opts) *world {
 	}
 	if o.then != "" {
 		timeout += "\n    then: " + o.then
+	}
+	retries := fmt.Sprint(o.retries)
+	if o.noRetries {
+		retries = "0"
+	}
+	if o.orderFields != "" {
+		timeout += "\n" + strings.TrimRight(o.orderFields, "\n")
+	}
+	serveURL := db.URL
+	if o.serveURL != nil {
+		serveURL = o.serveURL(db.URL)
 	}
 	cfg := fmt.Sprintf(`pipeline: e2e
 nats:
@@ -123,10 +149,10 @@ datasets:
     target: analytics.t
     partition_column: event_date
     source: SELECT id, event_date, amount, note FROM staging.src WHERE event_date = @partition AND staging.gate()
-    retries: %d
+    retries: %s
     retry_delay: 300ms
     max_retry_delay: 1s%s
-%s`, ns.URL(), o.ackWait, o.inFlight, db.URL, o.retries, timeout, o.extraYAML)
+%s`, ns.URL(), o.ackWait, o.inFlight, serveURL, retries, timeout, o.extraYAML)
 	path := filepath.Join(dir, "idem.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	return &world{t: t, ns: ns, nc: nc, js: js, db: db, cfg: path, dir: dir}

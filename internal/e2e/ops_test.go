@@ -114,8 +114,8 @@ func TestSIGTERMPastGraceNaksAndTheNextProcessLoads(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	require.Equal(t, 0, p.exit(t, 30*time.Second), p.output())
 	require.EqualValues(t, 0, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'"))
-	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'failed' AND error_kind = 'transient'"),
-		"the interrupted attempt is audited as a transient failure")
+	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'failed' AND error_kind = 'interrupted'"),
+		"the interrupted attempt is audited as interrupted: it spends no retry")
 
 	w.db.Exec(t, "DELETE FROM staging.gate_on")
 	w.serve()

@@ -188,8 +188,8 @@ func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
 	require.NotContains(t, out, "not-the-password")
 
 	// Under IDEM_SERVE_PERMISSIONS: a load, a fatal dead letter, and a
-	// message that crashes every process that takes it, dead-lettered by the
-	// reconciler (which reads it back by sequence).
+	// message that crashes every process that takes it, dead-lettered as
+	// crashed once its attempts are spent.
 	crash := append(serveEnv, "IDEM_TEST_CRASH=before_load:poison")
 	// The publisher's user publishes through `idem publish`.
 	pub := func(partition, runID string) {

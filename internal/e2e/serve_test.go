@@ -93,7 +93,10 @@ func TestTransientOnLastAttemptIsExhausted(t *testing.T) {
 	dl := w.waitDeadLetters(1)[0]
 	require.Equal(t, "exhausted", dl.Header.Get(consumer.HeaderErrorKind))
 	require.Equal(t, "2", dl.Header.Get(consumer.HeaderDeliveries))
+	// Exactly retries+1 attempts ran, numbered 1 and 2.
 	require.EqualValues(t, 2, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'failed' AND error_kind = 'transient'"))
+	require.EqualValues(t, 2, w.count("SELECT count(*) FROM idem.pipeline_audit"))
+	require.EqualValues(t, 2, w.count("SELECT max(attempt) FROM idem.pipeline_audit"))
 	w.waitSettled()
 }
 
@@ -165,9 +168,13 @@ func TestCrashLoopEndsInDLQAsCrashed(t *testing.T) {
 	require.Equal(t, "poison", dl[0].Header.Get(consumer.HeaderRunID))
 	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'fine' AND status = 'success'")
 	w.waitSettled()
-	// Exactly one copy, however many processes saw the advisory.
+	// Exactly one copy, after exactly retries+1 attempts that died: each
+	// left its `started` row, and the delivery after the last ran nothing.
 	require.Len(t, w.deadLetters(), 1)
-	require.EqualValues(t, 0, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'poison'"), "the poison never reached the database")
+	require.Contains(t, dl[0].Header.Get(consumer.HeaderError), "3 attempts ran and the last one never finished")
+	require.EqualValues(t, 3, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'poison' AND status = 'started'"))
+	require.EqualValues(t, 3, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'poison'"))
+	require.EqualValues(t, 3, w.count("SELECT max(attempt) FROM idem.pipeline_audit WHERE run_id = 'poison'"))
 	cancel()
 }
 

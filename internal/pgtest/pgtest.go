@@ -85,12 +85,21 @@ type DB struct {
 	Pool *pgxpool.Pool
 }
 
-// NewDB creates a fresh database for t, dropped when t ends.
+// NewDB creates a fresh database for t on the shared cluster, dropped when t
+// ends.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
 	if adminURL == "" {
 		t.Fatal("pgtest: call pgtest.Main from TestMain")
 	}
+	return NewDBAt(t, adminURL)
+}
+
+// NewDBAt creates a fresh database for t on the cluster adminURL points at
+// (a test that stops or breaks its server brings its own), dropped when t
+// ends if that server still answers.
+func NewDBAt(t testing.TB, adminURL string) *DB {
+	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("t_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, seq.Add(1))
 	admin, err := pgx.Connect(ctx, adminURL)
