@@ -41,7 +41,7 @@ type Consumer struct {
 	queued  map[string]*atomic.Int32
 	circuit *circuit
 	held    atomic.Int64
-	wg    sync.WaitGroup
+	wg      sync.WaitGroup
 
 	started atomic.Bool
 	// stopCtx is cancelled by the first stop; stopping is its Done channel.

@@ -193,8 +193,8 @@ func consumerConfig(cfg *config.Config, log zerolog.Logger, hooks consumer.Hooks
 			MaxConcurrency: d.MaxConcurrency,
 			Retry: consumer.Retry{
 				MaxAttempts: d.MaxAttempts(),
-				Delay:         d.RetryDelay.Std(),
-				MaxDelay:      d.MaxRetryDelay.Std(),
+				Delay:       d.RetryDelay.Std(),
+				MaxDelay:    d.MaxRetryDelay.Std(),
 			},
 		}
 	}

@@ -32,7 +32,7 @@ type Metrics struct {
 	// CircuitOpens counts the openings.
 	WarehouseUp  prometheus.Gauge
 	CircuitOpens prometheus.Counter
-	BuildInfo       *prometheus.GaugeVec // version
+	BuildInfo    *prometheus.GaugeVec // version
 }
 
 // New registers every collector, plus the Go and process collectors.
