@@ -22,38 +22,72 @@
 //     NumDelivered), its dataset from the subject's last token, and the body
 //     through schemas.Decode with the configured datasets' partition types.
 //  3. Heartbeats start (see below).
-//  4. If the dataset has a MaxConcurrency, the message waits for a turn.
-//  5. The Handler runs, panics recovered as *PanicError.
-//  6. Heartbeats stop; Decide gives the fate; the fate is carried out.
+//  4. While the warehouse circuit is open, the message waits (see below).
+//  5. If the dataset has a MaxConcurrency, the message waits for a turn; if
+//     half the slots already wait for that dataset, it goes back instead.
+//  6. The Handler runs, panics recovered as *PanicError.
+//  7. Decide gives the fate; a Hold goes back to step 4, anything else
+//     stops the heartbeats and is carried out.
 //
-// An invalid body, or a message delivered past its dataset's budget, skips
-// steps 4 and 5: the handler never sees it.
+// An invalid body skips steps 4 to 6: the handler never sees it.
 //
 // # How a message's fate crosses the boundary
 //
-// A Handler says one thing: nil, or an error. Three behaviours are read from
-// it, none of them a type this package imports:
+// A Handler says one thing: nil, or an error. Behaviours are read from it,
+// none of them a type this package imports:
 //
 //   - nil: the work is committed, or was found already done (a duplicate).
-//   - an error for which errors.As finds an interface{ Fatal() bool }
-//     reporting true: retrying cannot help (handlers.FatalError,
-//     schemas.InvalidEventError).
+//   - Fatal() bool reporting true: retrying cannot help
+//     (handlers.FatalError, schemas.InvalidEventError).
+//   - Unavailable() bool reporting true: the warehouse cannot be used at
+//     all (handlers.UnavailableError); the event is not at fault.
+//   - Attempt() int: the number of the load that ran, counted by the
+//     handler in the audit table (handlers.AttemptError). A handler that
+//     reports none is counted by JetStream's deliveries instead.
+//   - BudgetSpent() bool, with Crashed() bool: the message's loads already
+//     ran as often as its budget allows, the last one died (Crashed) or
+//     failed; this delivery ran nothing (handlers.BudgetSpentError).
 //   - the handler context's cause, context.Cause(ctx): ErrShutdown means the
 //     consumer interrupted it, whatever the handler made of the
 //     cancellation.
 //
-// Everything else is transient. The consumer adds what a handler cannot
-// know: the attempt (JetStream's NumDelivered) against the dataset's budget
-// (Retry.MaxAttempts), and whether the handler ran at all. Decide is the
-// one function that maps this to a Fate, pure and table-tested:
+// Everything else is transient. Decide is the one function that maps this to
+// a Fate, pure and table-tested:
 //
 //	handler returned nil                      -> Ack: DoubleAck, confirmed by the server
 //	cause is ErrShutdown                      -> Nak after ShutdownNakDelay; not a failure
+//	no turn for the dataset                   -> Nak after TurnDelay; not a failure
+//	Unavailable() reports true                -> Hold: the warehouse circuit
 //	Fatal() reports true (invalid body too)   -> DeadLetter "fatal", after one delivery
-//	delivered past the dataset's budget       -> DeadLetter "crashed", handler not called
-//	last allowed delivery, handler panicked   -> DeadLetter "crashed"
-//	last allowed delivery, transient error    -> DeadLetter "exhausted"
-//	transient error, deliveries left          -> Nak after Retry.Backoff(attempt)
+//	BudgetSpent(), Crashed()                  -> DeadLetter "crashed", nothing ran
+//	BudgetSpent()                             -> DeadLetter "exhausted", nothing ran
+//	last allowed attempt, handler panicked    -> DeadLetter "crashed"
+//	last allowed attempt, transient error     -> DeadLetter "exhausted"
+//	transient error, attempts left            -> Nak after Retry.Backoff(attempt)
+//
+// # The retry budget counts loads that ran
+//
+// Retry.MaxAttempts (retries+1) is set against the attempt the handler
+// reports, never against JetStream's delivery count: a nak at shutdown, a
+// deferral for want of a turn, a message held through an outage and a
+// redelivery that finds the run done all cost a delivery and no attempt.
+// The handler learns the budget from Message.MaxAttempts and refuses to run
+// past it, so a message whose load kills the process every time ends as
+// crashed after its attempts, from the `started` rows those attempts left.
+//
+// # The warehouse circuit
+//
+// The first Unavailable error opens it: the fetch loop stops fetching (a
+// message fetched now could only wait), every held message waits with its
+// heartbeats going (no delivery, no attempt spent), and Config.Probe is
+// called after ProbeDelay, doubling up to MaxProbeDelay. When a probe
+// succeeds, one waiting message runs first (half open); if its load reaches
+// the warehouse the circuit closes and everything resumes, otherwise it
+// opens again. A stop while open naks the held messages for another replica.
+// Warehouse reports the state for /readyz, Hooks.Circuit each change for a
+// gauge, and the log has one line per change of state, never one per
+// message. Errors on a working connection (a permission denied on one table,
+// a schema mismatch) keep their own fate: they are the event's.
 //
 // Carrying a fate out: Ack is DoubleAck, the only ack the server confirms.
 // Nak is always NakWithDelay: a plain Nak ignores every backoff and
@@ -98,14 +132,12 @@
 // second dead letter of the same message is possible, never a lost one;
 // replaying both is harmless because loads are idempotent.
 //
-// # Crashes and the reconciler
+// # The backstop and the reconciler
 //
-// The consumer's MaxDeliver is the largest dataset budget, so JetStream's
-// own cap never cuts a dataset short; a dataset with a smaller budget is cut
-// by Decide, which dead-letters a delivery past the budget as crashed
-// without running it. When a process dies on a message's last allowed
-// delivery, JetStream stops delivering it, keeps it in the stream and only
-// says so in the advisory $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>.
+// The consumer's MaxDeliver is a loose backstop (DefaultMaxDeliver, far
+// above every budget), not the retry budget. When a message reaches it,
+// JetStream stops delivering it, keeps it in the stream and only says so in
+// the advisory $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>.
 // Advisories are core NATS messages, lost when no one listens, which is
 // exactly when a poison message has taken every replica down; so
 // EnsureStreams captures them in a work-queue stream (AdvisoryStream) and
@@ -116,10 +148,9 @@
 // client has a pull request waiting on the consumer; a serving replica
 // always has one.
 //
-// Every nak counts as a delivery for JetStream. A message interrupted by a
-// stop, or whose dead letter could not be published, on its last allowed
-// delivery is therefore not run again: it ends in the dead-letter stream as
-// crashed, never lost.
+// Every nak counts as a delivery for JetStream, which is why deferrals back
+// off (TurnDelay grows with the delivery count) and why held messages keep
+// their delivery with heartbeats instead of being nak'ed.
 //
 // # Heartbeats
 //
@@ -133,11 +164,12 @@
 //
 // A message holds one of MaxInFlight slots from fetch to fate, so memory and
 // ack-pending messages stay bounded. A dataset at its MaxConcurrency makes
-// its next message wait, heartbeating, while messages of other datasets
-// already fetched run at once. The wait holds a slot: a backlog of one
-// dataset larger than MaxInFlight can fill a process with waiting messages,
-// as JetStream hands out messages in stream order. Per-dataset limits
-// protect Postgres; they do not make datasets fair.
+// its next messages wait, heartbeating, up to half the slots; a message
+// beyond that goes back to the stream (Nak after TurnDelay, no attempt
+// spent), so a backlog of one dataset does not fill the process while other
+// datasets' messages could run. JetStream hands out messages in stream
+// order: per-dataset limits protect Postgres; they make datasets fair only
+// within these bounds.
 //
 // # Stopping
 //
