@@ -36,7 +36,8 @@ const (
 	// DefaultMaxInFlight is how many loads one process runs at once.
 	DefaultMaxInFlight = 16
 	// DefaultRetries is how many times a transient failure is retried, so a
-	// dataset gets DefaultRetries+1 deliveries.
+	// message gets DefaultRetries+1 loads that run (attempts counted in the
+	// audit table, not JetStream deliveries).
 	DefaultRetries = 3
 	// DefaultRetryDelay is the first backoff delay after a transient failure.
 	DefaultRetryDelay = 10 * time.Second

@@ -118,7 +118,7 @@
 //	run_id_column     run_id          append_dedupe only
 //	load_seq_column   load_seq        append_dedupe only
 //	then                              datasets to trigger after a successful load
-//	retries           3               retries after a transient failure; 0 for none
+//	retries           3               retries after a transient failure; 0 for none (loads that ran, not deliveries)
 //	retry_delay       10s             first backoff delay
 //	max_retry_delay   30m             backoff cap; at least retry_delay
 //	timeout           none            statement timeout, at least 1ms
