@@ -40,21 +40,25 @@ clean: ## remove build output
 	rm -rf bin
 
 # Chaos campaigns (internal/chaos): the knobs are read from the environment.
+# The long faults have knobs of their own: CHAOS_LONG_ROUNDS,
+# CHAOS_WAREHOUSE_DOWN_MIN, CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN.
 CHAOS_EVENTS   ?= 30000
 CHAOS_DURATION ?= 25m
 CHAOS_SEED     ?=
 CHAOS_REPLICAS ?= 3
-CHAOS_ENV = CHAOS_EVENTS=$(CHAOS_EVENTS) CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_REPLICAS=$(CHAOS_REPLICAS)
+CHAOS_ENV = CHAOS_EVENTS=$(CHAOS_EVENTS) CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_REPLICAS=$(CHAOS_REPLICAS)
 
 .PHONY: chaos chaos-short
 
-chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED, CHAOS_REPLICAS); figures in bin/chaos-report.json
+chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED, CHAOS_REPLICAS); a random seed unless CHAOS_SEED; figures in bin/chaos-report.json
 	@mkdir -p bin
-	CHAOS_LONG=1 $(CHAOS_ENV) CHAOS_REPORT=$(CURDIR)/bin/chaos-report.json \
+	@seed=$(CHAOS_SEED); seed=$${seed:-$$(( ($$(od -An -N4 -tu4 /dev/urandom) % 999999999) + 1 ))}; \
+	echo "chaos: seed $$seed (replay with make chaos CHAOS_SEED=$$seed)"; \
+	CHAOS_LONG=1 CHAOS_SEED=$$seed $(CHAOS_ENV) CHAOS_REPORT=$(CURDIR)/bin/chaos-report.json \
 		$(GO) test -count=1 -timeout 3h -run '^TestChaosCampaign$$' -v ./internal/chaos/
 	$(MAKE) fuzz FUZZTIME=1m
 
-chaos-short: postgres ## the short chaos campaign that make test runs (about 2 minutes; CHAOS_SEED to replay a seed)
+chaos-short: postgres ## the short chaos campaign that make test runs (about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
 	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./internal/chaos/
 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive

@@ -53,6 +53,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, d := range datasets {
 		r.Datasets = append(r.Datasets, d.name+"("+d.strategy+")")
 	}
+	r.Retries, r.RetryDelay, r.MaxRetryDelay = Retries, RetryDelay.String(), MaxRetryDelay.String()
+	r.RetryScheduleSeconds = retrySchedule(Retries, RetryDelay, MaxRetryDelay).Seconds()
 	c := &campaign{o: o}
 	defer c.close()
 	if err := c.setup(ctx); err != nil {
@@ -84,12 +86,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer stopPub()
 	pubDone := make(chan struct{})
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
-	phaseCtx, endPhase := context.WithDeadline(ctx, start.Add(o.Duration))
-	nemErr := nem.run(phaseCtx, start, sched)
+	// The nemesis starts no fault after the phase, but lets the last one run
+	// its length: a warehouse outage is never cut short.
+	nemErr := nem.run(ctx, start, start.Add(o.Duration), sched)
 	if nemErr == nil {
-		<-phaseCtx.Done()
+		sleepCtx(ctx, time.Until(start.Add(o.Duration)))
 	}
-	endPhase()
 	<-pubDone
 	if nemErr != nil {
 		return nil, nemErr
@@ -225,7 +227,7 @@ func (c *campaign) waitReady(ctx context.Context, within time.Duration) error {
 	for {
 		ready := 0
 		for _, rep := range c.replicas {
-			if b, err := os.ReadFile(rep.logPath()); err == nil && strings.Contains(string(b), "idem serve started") {
+			if logSays(rep.logPath(), serveStarted) {
 				ready++
 			}
 		}
@@ -357,6 +359,17 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 		}
 	}
 	r.Messages.PublishRetries = pub.retries
+	// Messages stored while the warehouse was down: what idem had to hold.
+	for _, ev := range h.events {
+		for _, cp := range ev.copies {
+			for _, f := range h.faults {
+				if cp.acked && !cp.duplicate && f.Kind == FaultWarehouseDown && f.Skipped == "" &&
+					!cp.sentAt.Before(f.Start) && !cp.sentAt.After(f.End) {
+					r.Messages.DuringWarehouseOutages++
+				}
+			}
+		}
+	}
 	if pub.mutFails > 0 {
 		r.note("%d staging changes could not be applied (the database stayed down); the reference is staging as it is", pub.mutFails)
 	}
@@ -367,6 +380,35 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 		}
 		r.Faults.Total++
 		r.Faults.ByKind[f.Kind]++
+		switch f.Kind {
+		case FaultWarehouseDown:
+			r.Faults.LongestWarehouseOutageSeconds = max(r.Faults.LongestWarehouseOutageSeconds, f.Outage.Seconds())
+			r.Faults.SlowestResumeSeconds = max(r.Faults.SlowestResumeSeconds, f.Resumed.Seconds())
+			if f.Resumed == 0 && f.Err == "" {
+				r.violate("warehouse_down at %s: idem finished no load within %s of PostgreSQL coming back (%.1fs outage)",
+					f.Start.Format(time.RFC3339), resumeBound, f.Outage.Seconds())
+			}
+		case FaultPGFast, FaultPGImmediate:
+			r.Faults.LongestWarehouseOutageSeconds = max(r.Faults.LongestWarehouseOutageSeconds, f.Outage.Seconds())
+		case FaultNATSDown, FaultNATSRestart:
+			r.Faults.LongestNATSOutageSeconds = max(r.Faults.LongestNATSOutageSeconds, f.Outage.Seconds())
+		case FaultRollingRestart:
+			r.Faults.ReplicasRolled += f.Param
+		}
+		switch {
+		case f.Err != "" && f.Kind == FaultRollingRestart:
+			// A replica that does not stop on SIGTERM, or whose successor
+			// does not start, is a deploy that hangs.
+			r.violate("rolling restart at %s: %s", f.Start.Format(time.RFC3339), f.Err)
+		case f.Err != "":
+			r.note("fault %s at %s: %s", f.Kind, f.Start.Format(time.RFC3339), f.Err)
+		}
+	}
+	// The point of a long warehouse outage is to outlast every message's
+	// retries: one that did not proves nothing about the circuit.
+	if n := r.Faults.ByKind[FaultWarehouseDown]; n > 0 && r.Faults.LongestWarehouseOutageSeconds <= r.RetryScheduleSeconds {
+		r.violate("the longest warehouse outage (%.1fs) did not outlast the retry schedule (%.1fs): the campaign proves nothing about outages",
+			r.Faults.LongestWarehouseOutageSeconds, r.RetryScheduleSeconds)
 	}
 	x := &r.Exits
 	x.CleanFinal = 0
@@ -389,6 +431,11 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 			r.Faults.ByKind[FaultCrashCommit]++
 		case e.Code == 0:
 			x.GracefulRestarts++
+		case e.Restarted:
+			// A deploy's SIGTERM must end in a clean exit, as the final stop.
+			x.Other++
+			r.violate("replica %d incarnation %d did not stop cleanly on a rolling restart's SIGTERM: exit %d %s: %s",
+				e.Replica, e.Incarnation, e.Code, e.Signal, e.LastLine)
 		case e.Code == 1 && startupFailure(e.LastLine):
 			x.StartupFailure++
 		default:
@@ -410,7 +457,7 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 // NATS was down while it started: the supervisor restarts it.
 func startupFailure(line string) bool {
 	for _, s := range []string{"cannot reach PostgreSQL", "cannot reach NATS", "nats connect", "connect: connection refused",
-		"the database system is", "schema idem", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect"} {
+		"the database system is", "schema idem", "look up stream", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect"} {
 		if strings.Contains(line, s) {
 			return true
 		}

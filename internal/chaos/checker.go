@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,12 +48,20 @@ type window struct {
 
 // faultWindows are the faults' spans, each stretched by the ack wait (a
 // message held by a killed process comes back only after it) and a margin.
+// Outages are stretched further: after NATS comes back, a replica
+// reconnects within its reconnect wait (2 s plus up to 2 s of jitter) before
+// its messages are redelivered.
 func faultWindows(h history, ackWait time.Duration) []window {
 	var out []window
 	for _, f := range h.faults {
-		if f.Skipped == "" {
-			out = append(out, window{f.Kind, f.Start, f.End.Add(ackWait + 2*time.Second)})
+		if f.Skipped != "" {
+			continue
 		}
+		tail := ackWait + 2*time.Second
+		if isOutage(f.Kind) {
+			tail = ackWait + 10*time.Second
+		}
+		out = append(out, window{f.Kind, f.Start, f.End.Add(tail)})
 	}
 	for _, e := range h.exits {
 		if e.Crashed {
@@ -64,25 +73,80 @@ func faultWindows(h history, ackWait time.Duration) []window {
 
 // explained reports whether a fault of one of kinds overlapped [from, to].
 func explained(ws []window, from, to time.Time, kinds ...string) bool {
+	return overlapping(ws, from, to, kinds...) != ""
+}
+
+// overlapping names the kind of the first fault of one of kinds (any kind
+// when none is given) that overlapped [from, to]; "" when none did.
+func overlapping(ws []window, from, to time.Time, kinds ...string) string {
 	for _, w := range ws {
 		if w.start.After(to) || w.end.Before(from) {
 			continue
 		}
-		if len(kinds) == 0 {
-			return true
-		}
-		for _, k := range kinds {
-			if w.kind == k {
-				return true
-			}
+		if len(kinds) == 0 || slices.Contains(kinds, w.kind) {
+			return w.kind
 		}
 	}
-	return false
+	return ""
 }
 
-// processFaults are the faults that can take a delivery away from the
-// process that holds it.
-var processFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart}
+// Which faults may excuse what. A valid event must never be dead-lettered
+// because the warehouse or NATS went away or because of a deploy
+// (outageFaults): idem holds its messages through those without spending
+// their budget. A load that ran and was cut short by a fault does spend
+// one attempt of its message's budget (attemptFaults), so enough of them
+// can exhaust a message: those dead letters are excused, unless the message
+// was dead-lettered during an outage. doc.go gives the reasoning.
+var (
+	// outageFaults: PostgreSQL stopped (fast: sessions get 57P01, then
+	// connections are refused) or its sessions terminated (57P01), NATS
+	// stopped, replicas restarted with SIGTERM.
+	outageFaults = []string{FaultWarehouseDown, FaultPGFast, FaultPGTerminate, FaultNATSDown, FaultNATSRestart, FaultRollingRestart}
+	// attemptFaults end a load that ran: the process dies in it (kill,
+	// crash_commit), stops in it past the ack wait (pause), or its
+	// connection is lost mid-load (a server crash, a reset, a timeout).
+	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultResetPeer, FaultTimeout}
+	// diedFaults are the attemptFaults that leave an attempt without a
+	// verdict, which a "crashed" dead letter reports.
+	diedFaults = []string{FaultKill, FaultCrashCommit, FaultPause}
+	// redeliveryFaults can make JetStream deliver a message again without
+	// any failure: its process died or stopped, its ack was lost, or a
+	// shutdown handed it back.
+	redeliveryFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart, FaultNATSDown, FaultRollingRestart}
+)
+
+func isOutage(kind string) bool { return slices.Contains(outageFaults, kind) }
+
+// verdict is the checker's judgement of a valid event's exhausted or
+// crashed dead letter.
+type verdict int
+
+const (
+	unexplained verdict = iota // no fault that ends loads overlapped its life
+	excused                    // faults that end loads spent its attempts
+	inOutage                   // dead-lettered during an outage or a deploy
+)
+
+// judgeTransient judges the dead letter dl of a valid event first sent at
+// sentAt, and names the fault behind the verdict. An outage around the
+// moment of the dead letter decides, whatever happened before: the outage
+// took the message's last attempt, and idem must hold messages through
+// outages instead. Otherwise a fault that ends loads during the message's
+// life excuses it: for a crashed dead letter (its last attempt died) one
+// that kills or stops the process, for an exhausted one any.
+func judgeTransient(ws []window, sentAt time.Time, dl deadLetter) (verdict, string) {
+	if k := overlapping(ws, dl.failedAt, dl.failedAt, outageFaults...); k != "" {
+		return inOutage, k
+	}
+	kinds := attemptFaults
+	if dl.kind == "crashed" {
+		kinds = diedFaults
+	}
+	if k := overlapping(ws, sentAt, dl.failedAt, kinds...); k != "" {
+		return excused, k
+	}
+	return unexplained, ""
+}
 
 // deadLetter is one message of the dead-letter stream, as the checker reads it.
 type deadLetter struct {
@@ -92,6 +156,7 @@ type deadLetter struct {
 	kind       string
 	err        string
 	deliveries string
+	origSeq    string
 	failedAt   time.Time
 }
 
@@ -120,7 +185,7 @@ func readDeadLetters(ctx context.Context, js jetstream.JetStream) ([]deadLetter,
 		out = append(out, deadLetter{
 			seq: seq, subject: m.Subject, chaosID: m.Header.Get(chaosIDHeader),
 			kind: m.Header.Get("Idem-Error-Kind"), err: m.Header.Get("Idem-Error"),
-			deliveries: m.Header.Get("Idem-Deliveries"), failedAt: at,
+			deliveries: m.Header.Get("Idem-Deliveries"), origSeq: m.Header.Get("Idem-Original-Seq"), failedAt: at,
 		})
 	}
 	return out, nil
@@ -357,6 +422,8 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 		}
 	}
 	ws := faultWindows(h, ackWait)
+	deadValid := map[int]bool{} // valid events with a dead letter
+	evidenceLeft := 10          // violations that quote the audit rows
 	for _, dl := range dls {
 		idx, _, ok := parseChaosID(dl.chaosID)
 		ev := byIdx[idx]
@@ -369,25 +436,28 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 		if ev.fatal != "" {
 			continue
 		}
+		deadValid[idx] = true
 		if dl.kind == "fatal" {
 			c.ValidJudgedFatal++
 			r.violate("valid event %s %s %s dead-lettered as fatal: %s", ev.dataset, ev.partition, ev.runID, dl.err)
 			continue
 		}
 		c.TransientDeadLtrs++
-		kinds := []string(nil) // exhausted: any fault can fail deliveries
-		if dl.kind == "crashed" {
-			kinds = processFaults
-		}
-		if explained(ws, sentAt[dl.chaosID], dl.failedAt, kinds...) {
+		what := fmt.Sprintf("valid event %s %s %s (%s, stream seq %s) dead-lettered %s after %s deliveries at %s",
+			ev.dataset, ev.partition, ev.runID, dl.chaosID, dl.origSeq, dl.kind, dl.deliveries, dl.failedAt.Format("15:04:05.000"))
+		switch v, by := judgeTransient(ws, sentAt[dl.chaosID], dl); v {
+		case excused:
 			c.TransientExplained++
-			r.note("transient dead letter (%s after %s deliveries) of %s %s %s, explained by a fault: %s",
-				dl.kind, dl.deliveries, ev.dataset, ev.partition, ev.runID, cut(dl.err, 160))
-		} else {
-			r.violate("transient dead letter (%s after %s deliveries) of %s %s %s with no fault to explain it: %s",
-				dl.kind, dl.deliveries, ev.dataset, ev.partition, ev.runID, cut(dl.err, 160))
+			r.note("%s, excused by %s, a fault that ends loads: %s", what, by, cut(dl.err, 160))
+		case inOutage:
+			c.ValidDeadLetteredInOutage++
+			r.violate("%s, during %s: an outage or a deploy dead-lettered a valid event: %s%s",
+				what, by, cut(dl.err, 160), evidence(ctx, db, ev, &evidenceLeft))
+		default:
+			r.violate("%s with no fault to explain it: %s%s", what, cut(dl.err, 160), evidence(ctx, db, ev, &evidenceLeft))
 		}
 	}
+	c.ValidEventsDeadLettered = len(deadValid)
 
 	published := map[runKey]bool{}
 	for _, ev := range h.events {
@@ -439,6 +509,52 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 	return nil
 }
 
+// evidence renders the audit rows of ev's run, every copy, for a violation:
+// what each attempt was, when, and how it ended. It spends one of *left, so
+// a campaign with many violations does not query for each.
+func evidence(ctx context.Context, db querier, ev *event, left *int) string {
+	if *left <= 0 {
+		return ""
+	}
+	*left--
+	rows, err := db.Query(ctx, `
+SELECT coalesce(stream_seq, 0), attempt, status || coalesce('/' || error_kind, ''), started_at, finished_at, coalesce(left(error, 100), '')
+  FROM idem.pipeline_audit
+ WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4
+ ORDER BY id`, pipeline, ev.dataset, ev.partition, ev.runID)
+	if err != nil {
+		return "; audit rows: " + err.Error()
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var seq int64
+		var attempt int
+		var status, msg string
+		var started time.Time
+		var finished *time.Time
+		if err := rows.Scan(&seq, &attempt, &status, &started, &finished, &msg); err != nil {
+			return "; audit rows: " + err.Error()
+		}
+		end := "-"
+		if finished != nil {
+			end = finished.Format("15:04:05.000")
+		}
+		p := fmt.Sprintf("seq %d attempt %d %s %s..%s", seq, attempt, status, started.Format("15:04:05.000"), end)
+		if msg != "" {
+			p += " (" + msg + ")"
+		}
+		parts = append(parts, p)
+	}
+	if err := rows.Err(); err != nil {
+		return "; audit rows: " + err.Error()
+	}
+	if len(parts) == 0 {
+		return "; no audit rows"
+	}
+	return "; audit rows: " + strings.Join(parts, "; ")
+}
+
 // countCrashesAfterSuccess counts crash-hook exits whose run had just
 // committed a success (the audit row's finished_at within 10 s before the
 // exit): the ambiguous window between COMMIT and the ack, exactly.
@@ -484,7 +600,7 @@ func checkFatal(ev *event, dls []deadLetter, ws []window, success map[runKey]int
 	}
 	if dl.deliveries != "1" {
 		c.FatalRedelivered++
-		kinds := processFaults
+		kinds := redeliveryFaults
 		if ev.fatal == "empty_partition" {
 			kinds = nil // it reaches the database: any fault can fail its first delivery
 		}

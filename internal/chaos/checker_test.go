@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -117,4 +118,58 @@ VALUES ('chaos', 'replace', '2026-01-01', 'c', 'success', 1, 6, 5, now(), now() 
 	require.NoError(t, checkChains(ctx, db, r))
 	require.Equal(t, 1, r.Check.ChainBreaks)
 	require.Contains(t, r.Violations[0], "deleted 5 rows where the previous load had inserted 6")
+}
+
+// A valid event dead-lettered during an outage or a deploy is a violation,
+// whatever else overlapped its life; one whose attempts faults that end
+// loads could have spent is excused; one with neither is a violation too.
+func TestJudgeTransientNeverExcusesOutages(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	f := func(kind string, from, to float64) *fault { return &fault{Kind: kind, Start: at(from), End: at(to)} }
+	ackWait := 2 * time.Second
+	h := history{
+		faults: []*fault{
+			f(FaultKill, 10, 10),
+			f(FaultWarehouseDown, 20, 50),
+			f(FaultResetPeer, 100, 102),
+			f(FaultNATSDown, 200, 230),
+			f(FaultLatency, 300, 308),
+			f(FaultRollingRestart, 400, 409),
+			f(FaultPause, 500, 504),
+			f(FaultPGTerminate, 600, 600),
+			{Kind: FaultKill, Start: at(700), End: at(700), Skipped: "replica not running"},
+		},
+		exits: []exit{{Crashed: true, At: at(800)}},
+	}
+	ws := faultWindows(h, ackWait)
+	cases := []struct {
+		name         string
+		sent, failed float64
+		kind         string
+		want         verdict
+		by           string
+	}{
+		{"exhausted in a warehouse outage", 21, 30, "exhausted", inOutage, FaultWarehouseDown},
+		{"a kill before does not excuse the outage", 5, 30, "exhausted", inOutage, FaultWarehouseDown},
+		{"the outage's tail: redeliveries after the start", 21, 50 + 11, "exhausted", inOutage, FaultWarehouseDown},
+		{"crashed after NATS came back", 190, 235, "crashed", inOutage, FaultNATSDown},
+		{"crashed in a rolling restart", 395, 405, "crashed", inOutage, FaultRollingRestart},
+		{"exhausted when sessions were terminated", 590, 600.5, "exhausted", inOutage, FaultPGTerminate},
+		{"exhausted after resets", 99, 103, "exhausted", excused, FaultResetPeer},
+		{"crashed after a kill", 9, 12, "crashed", excused, FaultKill},
+		{"crashed after a pause", 499, 505, "crashed", excused, FaultPause},
+		{"crashed after the crash hook", 799, 801, "crashed", excused, FaultCrashCommit},
+		{"crashed after resets: resets never leave an attempt without a verdict", 99, 103, "crashed", unexplained, ""},
+		{"latency fails no load", 299, 306, "exhausted", unexplained, ""},
+		{"a skipped kill did nothing", 699, 701, "crashed", unexplained, ""},
+		{"nothing at all", 900, 910, "exhausted", unexplained, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, by := judgeTransient(ws, at(c.sent), deadLetter{kind: c.kind, failedAt: at(c.failed)})
+			require.Equal(t, c.want, v)
+			require.Equal(t, c.by, by)
+		})
+	}
 }

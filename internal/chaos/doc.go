@@ -20,7 +20,7 @@
 //     through which every idem process connects.
 //  2. Fault phase (Options.Duration): Options.Replicas `idem serve`
 //     processes on the same durable consumer, each restarted by a
-//     supervisor when it dies. A publisher sends Options.Events distinct
+//     supervisor when it dies (or is stopped by a rolling restart). A publisher sends Options.Events distinct
 //     events (1 to 3 copies each, with and without Nats-Msg-Id, some copies
 //     late; replays with new run_ids; staging changes before some of them;
 //     a share of fatal inputs). A nemesis runs the fault schedule; the test
@@ -43,9 +43,13 @@
 // The workload (every event, copy, delay and staging change) and the fault
 // schedule (kinds, times, targets, parameters) are functions of the seed.
 // How they interleave with real processes is not: the same seed replays the
-// same intentions, as in Jepsen, not the same history.
+// same intentions, as in Jepsen, not the same history. TestChaosShort, which
+// `make test` runs, uses a fixed seed (CHAOS_SEED overrides it); `make
+// chaos` draws one and prints it.
 //
 // # What the faults are
+//
+// Short faults, drawn by weight between FaultGapMin and FaultGapMax apart:
 //
 //	kill          SIGKILL of a replica at a random moment
 //	crash_commit  the replica exits right after a load's COMMIT, before the ack
@@ -60,6 +64,79 @@
 //	reset_peer    Toxiproxy reset_peer: connections reset (TCP RST)
 //	timeout       Toxiproxy timeout: data dropped, connections closed after
 //	              the toxic's timeout
+//
+// Long faults, Options.LongRounds rounds of each, in an order the seed
+// draws; the schedule spreads them evenly over the phase, fits each inside
+// it, and fills the time between them with short faults:
+//
+//	warehouse_down   pg_ctl stop -m fast, down WarehouseDownMin to
+//	                 WarehouseDownMax (25-35 s in TestChaosShort, 30 s to
+//	                 3 min in `make chaos`), start; then wait until idem
+//	                 finishes a load again (a violation if not within 60 s,
+//	                 twice idem's longest probe delay): no deploy may
+//	                 restart the processes before they resume by themselves
+//	nats_down        the NATS server shut down for NATSDown (30 s),
+//	                 restarted on the same port and store
+//	rolling_restart  a deploy: SIGTERM to each replica in turn, wait until it
+//	                 exited and its successor started, then the next
+//
+// Faults never overlap: the nemesis runs one at a time and each heals
+// before the next starts; none starts after the phase, but the last one
+// runs its full length. The schedule gives a warehouse outage 30 s more for
+// idem to resume. The report gives the longest outages as measured, stop to
+// start, the messages stored while the warehouse was down (what idem had to
+// hold), and how long idem took to load again after it came back.
+//
+// # Retries, and why the outage is long
+//
+// Every dataset runs with idem's default retries (3, so 4 attempts), a
+// retry_delay of 1 s and a max_retry_delay of 4 s: a message's retries wait
+// 10 s at most in all (retrySchedule, checked against the consumer's own
+// Backoff). Validate refuses a warehouse outage shorter than twice that, and
+// the campaign reports a violation if the longest one measured did not
+// outlast it: an outage that outlives every message's retries is one that
+// would dead-letter everything if idem spent retries on it. The promise
+// under test is that it does not: while PostgreSQL is unusable idem holds
+// its messages, probes, and resumes; the budget counts loads that ran (the
+// audit's attempts), not deliveries, so naks at shutdown, holds and
+// redeliveries after a NATS outage never spend it.
+//
+// # Which dead letters the checker excuses
+//
+// A valid event must never be dead-lettered; the checker judges each copy
+// of a valid event found in the dead-letter stream (judgeTransient):
+//
+//   - fatal: always a violation (misclassification).
+//   - exhausted or crashed at a moment that falls inside an outage or a
+//     deploy (warehouse_down, pg_fast, pg_terminate, nats_down,
+//     nats_restart, rolling_restart; each window stretched by the ack wait
+//     plus 10 s, for reconnects and redeliveries): always a violation,
+//     whatever else happened earlier in the message's life. The outage took
+//     its last attempt, and idem must hold messages through outages. pg_fast
+//     and pg_terminate are short warehouse outages (sessions get 57P01, new
+//     connections are refused), held by the same circuit.
+//   - otherwise excused only if a fault that ends a load that ran overlapped
+//     the message's life: kill, crash_commit and pause (the process dies or
+//     stops in the attempt, which stays `started` and counts), and, for an
+//     exhausted one, also pg_immediate, reset_peer and timeout (a connection
+//     lost mid-load: the load ran and failed, which idem counts by design,
+//     since only the next connect tells whether the warehouse is gone).
+//     Four such hits on one message are needed to spend its budget, so
+//     excused dead letters are rare and each is listed in the notes.
+//   - anything else (only latency, or nothing at all): a violation.
+//
+// The harness injects no poison message (one that kills every process that
+// touches it): the crash hook fires at random per load, after the COMMIT,
+// so its redelivery finds the run done. That is why crash_commit may excuse
+// a crashed dead letter but rarely needs to. Every violation about a valid
+// event's dead letter quotes the audit rows of its run (stream sequence,
+// attempt, status, times, error) as evidence.
+//
+// Fatal inputs must still be dead-lettered exactly once, as fatal; one
+// dead-lettered after more than one delivery is excused by a fault that
+// redelivers without a failure (kill, crash_commit, pause, nats_restart,
+// nats_down, rolling_restart), or, for an empty partition, which reaches the
+// database, by any fault.
 //
 // PostgreSQL runs with synchronous_commit on: idem acknowledges a message
 // only after COMMIT returns, so a commit that a server crash can take back

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -24,7 +25,40 @@ const (
 	FaultLatency     = "latency"
 	FaultResetPeer   = "reset_peer"
 	FaultTimeout     = "timeout"
+
+	// The long faults: outages and a deploy, placed by the schedule rather
+	// than drawn, LongRounds times each.
+	FaultWarehouseDown  = "warehouse_down"
+	FaultNATSDown       = "nats_down"
+	FaultRollingRestart = "rolling_restart"
 )
+
+// longKinds are the long faults of one round.
+var longKinds = []string{FaultWarehouseDown, FaultNATSDown, FaultRollingRestart}
+
+// resumeAllowance is the time the schedule leaves after a warehouse outage
+// for idem to notice the warehouse is back: its longest delay between two
+// probes of an open circuit (consumer.DefaultMaxProbeDelay). The nemesis
+// waits until idem loads again, at most twice that (resumeBound), before
+// the next fault: a deploy right after the outage would restart the
+// processes and hide whether they resume by themselves.
+const (
+	resumeAllowance = 30 * time.Second
+	resumeBound     = 2 * resumeAllowance
+)
+
+// planned is the time the schedule gives f before the next fault's gap.
+func planned(f *fault) time.Duration {
+	if f.Kind == FaultWarehouseDown {
+		return f.Hold + resumeAllowance
+	}
+	return f.Hold
+}
+
+// rollingRestartPlan is the time the schedule sets aside for a rolling
+// restart: per replica, a graceful exit, the supervisor's restart delay and
+// a start. The real one takes what it takes; later faults wait for it.
+func rollingRestartPlan(replicas int) time.Duration { return time.Duration(replicas) * 3 * time.Second }
 
 // faultWeights is how often each scheduled kind is drawn.
 var faultWeights = []struct {
@@ -51,49 +85,104 @@ type fault struct {
 	Param   int           `json:"param,omitempty"`
 	Start   time.Time     `json:"start"`
 	End     time.Time     `json:"end"`
+	// Outage is how long the server was down, measured from the stop
+	// returning to the start returning (PostgreSQL and NATS stops only).
+	Outage time.Duration `json:"outage_ns,omitempty"`
+	// Resumed is how long after a warehouse_down's start returned idem
+	// finished a load again; 0 if it did not within resumeBound.
+	Resumed time.Duration `json:"resumed_ns,omitempty"`
 	Skipped string        `json:"skipped,omitempty"` // why it did not happen
 	Err     string        `json:"error,omitempty"`
 }
 
-// schedule draws the faults of a phase of length d from rng.
+// schedule draws the faults of a phase of length o.Duration from rng. The
+// long faults come first: their lengths and order are drawn, then they are
+// spread evenly, with as much free time before, between and after them.
+// Short faults, drawn by weight, fill the free time. Faults never overlap:
+// the nemesis runs one at a time, and the schedule plans each to start after
+// the previous one ends, with a gap in [FaultGapMin, FaultGapMax].
 func schedule(o Options, rng *rand.Rand) []*fault {
+	long := longFaults(o, rng)
+	var busy time.Duration
+	for _, f := range long {
+		busy += planned(f)
+	}
+	slot := max(o.Duration-busy, 0) / time.Duration(len(long)+1)
+	var out []*fault
+	at := o.FaultGapMin
+	var done time.Duration // holds of the long faults placed
+	for li := 0; li < len(long) || at < o.Duration; {
+		gap := o.FaultGapMin + time.Duration(rng.Int64N(int64(o.FaultGapMax-o.FaultGapMin)+1))
+		f := shortFault(o, rng, at)
+		if li < len(long) {
+			target := slot*time.Duration(li+1) + done
+			if at+f.Hold+o.FaultGapMin > target {
+				// No room for f before the next long fault: the long one now.
+				f = long[li]
+				f.At = max(at, target)
+				done += planned(f)
+				li++
+			}
+		}
+		out = append(out, f)
+		at = f.At + planned(f) + gap
+	}
+	return out
+}
+
+// longFaults draws LongRounds rounds of long faults, each kind once per
+// round in an order the seed draws, with their lengths.
+func longFaults(o Options, rng *rand.Rand) []*fault {
+	var out []*fault
+	for range max(o.LongRounds, 0) {
+		for _, i := range rng.Perm(len(longKinds)) {
+			f := &fault{Kind: longKinds[i]}
+			switch f.Kind {
+			case FaultWarehouseDown:
+				f.Hold = o.WarehouseDownMin + time.Duration(rng.Int64N(int64(o.WarehouseDownMax-o.WarehouseDownMin)+1))
+			case FaultNATSDown:
+				f.Hold = o.NATSDown
+			case FaultRollingRestart:
+				f.Hold = rollingRestartPlan(o.Replicas)
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// shortFault draws one short fault by weight, planned at at.
+func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 	total := 0
 	for _, w := range faultWeights {
 		total += w.weight
 	}
-	var out []*fault
-	at := o.FaultGapMin
-	for at < o.Duration {
-		pick := rng.IntN(total)
-		kind := faultWeights[0].kind
-		for _, w := range faultWeights {
-			if pick < w.weight {
-				kind = w.kind
-				break
-			}
-			pick -= w.weight
+	pick := rng.IntN(total)
+	kind := faultWeights[0].kind
+	for _, w := range faultWeights {
+		if pick < w.weight {
+			kind = w.kind
+			break
 		}
-		f := &fault{Kind: kind, At: at, Replica: rng.IntN(o.Replicas)}
-		ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
-		switch kind {
-		case FaultPause:
-			f.Hold = o.AckWait + ms(500, 3000)
-		case FaultPGFast, FaultPGImmediate:
-			f.Hold = ms(0, 3000)
-		case FaultNATSRestart:
-			f.Hold = ms(0, 2000)
-		case FaultLatency:
-			f.Hold, f.Param = ms(2000, 8000), 50+rng.IntN(350)
-		case FaultResetPeer:
-			f.Hold, f.Param = ms(500, 3000), rng.IntN(300)
-		case FaultTimeout:
-			f.Hold, f.Param = ms(1000, 5000), 200+rng.IntN(2800)
-		}
-		out = append(out, f)
-		gap := o.FaultGapMin + time.Duration(rng.Int64N(int64(o.FaultGapMax-o.FaultGapMin)+1))
-		at += f.Hold + gap
+		pick -= w.weight
 	}
-	return out
+	f := &fault{Kind: kind, At: at, Replica: rng.IntN(o.Replicas)}
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	switch kind {
+	case FaultPause:
+		f.Hold = o.AckWait + ms(500, 3000)
+	case FaultPGFast, FaultPGImmediate:
+		f.Hold = ms(0, 3000)
+	case FaultNATSRestart:
+		f.Hold = ms(0, 2000)
+	case FaultLatency:
+		f.Hold, f.Param = ms(2000, 8000), 50+rng.IntN(350)
+	case FaultResetPeer:
+		f.Hold, f.Param = ms(500, 3000), rng.IntN(300)
+	case FaultTimeout:
+		f.Hold, f.Param = ms(1000, 5000), 200+rng.IntN(2800)
+	}
+	return f
 }
 
 // nemesis runs the schedule, one fault at a time, against the processes,
@@ -111,14 +200,15 @@ type nemesis struct {
 	history []*fault
 }
 
-// run executes the faults in order until the schedule or ctx ends. Every
-// fault heals before run moves on, even when ctx is cancelled mid-fault.
-func (n *nemesis) run(ctx context.Context, start time.Time, faults []*fault) error {
+// run executes the faults in order, starting none after end. Every fault
+// runs its full length and heals before run moves on; only ctx cancels a
+// hold, and healing happens even then.
+func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault) error {
 	for _, f := range faults {
 		if d := time.Until(start.Add(f.At)); d > 0 {
-			sleepCtx(ctx, d)
+			sleepCtx(ctx, min(d, time.Until(end)))
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !time.Now().Before(end) {
 			return nil
 		}
 		f.Start = time.Now()
@@ -131,11 +221,13 @@ func (n *nemesis) run(ctx context.Context, start time.Time, faults []*fault) err
 			f.Err = err.Error()
 			// A fault the harness cannot heal (PostgreSQL that will not start)
 			// ends the campaign: what follows would measure the harness.
-			if f.Kind == FaultPGFast || f.Kind == FaultPGImmediate || f.Kind == FaultNATSRestart {
+			switch f.Kind {
+			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultNATSRestart, FaultNATSDown:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
-		n.logf("fault %-12s replica=%d hold=%s param=%d %s%s", f.Kind, f.Replica, f.Hold, f.Param, f.Skipped, f.Err)
+		n.logf("fault %-15s replica=%d hold=%s took=%s param=%d outage=%s %s%s", f.Kind, f.Replica, f.Hold.Round(time.Millisecond),
+			f.End.Sub(f.Start).Round(time.Millisecond), f.Param, f.Outage.Round(time.Millisecond), f.Skipped, f.Err)
 	}
 	return nil
 }
@@ -156,18 +248,18 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		}
 		sleepCtx(ctx, f.Hold)
 		resume()
-	case FaultPGFast, FaultPGImmediate:
-		mode := "fast"
-		if f.Kind == FaultPGImmediate {
-			mode = "immediate"
-		}
-		sctx, cancel := context.WithTimeout(heal, 2*time.Minute)
-		defer cancel()
-		if err := n.pg.Stop(sctx, mode); err != nil {
+	case FaultPGFast:
+		// fast: every session gets 57P01 (admin shutdown), then connections
+		// are refused until the start.
+		return n.pgDown(ctx, heal, f, "fast")
+	case FaultWarehouseDown:
+		if err := n.pgDown(ctx, heal, f, "fast"); err != nil {
 			return err
 		}
-		sleepCtx(ctx, f.Hold)
-		return n.pg.Restart(sctx, "")
+		f.Resumed = n.waitResumed(ctx, time.Now())
+		return nil
+	case FaultPGImmediate:
+		return n.pgDown(ctx, heal, f, "immediate")
 	case FaultPGTerminate:
 		tctx, cancel := context.WithTimeout(heal, 10*time.Second)
 		defer cancel()
@@ -176,10 +268,25 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 			WHERE datname = $1 AND application_name = 'idem'`, n.dbName).Scan(&k)
 		f.Param = k
 		return err
-	case FaultNATSRestart:
+	case FaultNATSRestart, FaultNATSDown:
 		n.nats.down()
+		down := time.Now()
 		sleepCtx(ctx, f.Hold)
-		return n.nats.up()
+		err := n.nats.up()
+		f.Outage = time.Since(down)
+		return err
+	case FaultRollingRestart:
+		// A deploy: one replica at a time, the next only once its
+		// predecessor's successor has started.
+		var errs []error
+		for _, r := range n.replicas {
+			if err := r.restart(time.Minute, false); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			f.Param++
+		}
+		return errors.Join(errs...)
 	case FaultLatency:
 		attrs := fmt.Sprintf(`{"latency":%d,"jitter":%d}`, f.Param, f.Param/2)
 		return n.withToxic(ctx, f, "latency", attrs, "upstream", "downstream")
@@ -189,6 +296,43 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return n.withToxic(ctx, f, "timeout", fmt.Sprintf(`{"timeout":%d}`, f.Param), "upstream")
 	}
 	return nil
+}
+
+// pgDown stops PostgreSQL with mode, keeps it down for f.Hold and starts it
+// again. Each pg_ctl gets its own two minutes: a three-minute outage must
+// not eat the start's time.
+func (n *nemesis) pgDown(ctx, heal context.Context, f *fault, mode string) error {
+	sctx, cancel := context.WithTimeout(heal, 2*time.Minute)
+	err := n.pg.Stop(sctx, mode)
+	cancel()
+	if err != nil {
+		return err
+	}
+	down := time.Now()
+	sleepCtx(ctx, f.Hold)
+	rctx, cancel := context.WithTimeout(heal, 2*time.Minute)
+	defer cancel()
+	err = n.pg.Restart(rctx, "")
+	f.Outage = time.Since(down)
+	return err
+}
+
+// waitResumed waits until idem finishes a load (a success, or a skip of a
+// run already done) after up, the moment PostgreSQL was started again, and
+// returns how long after up that was; 0 if not within resumeBound.
+func (n *nemesis) waitResumed(ctx context.Context, up time.Time) time.Duration {
+	for time.Since(up) < resumeBound && ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var at *time.Time
+		err := n.db.QueryRow(qctx, `SELECT min(finished_at) FROM idem.pipeline_audit
+			WHERE dag_id = $1 AND status IN ('success', 'skipped') AND finished_at > $2`, pipeline, up).Scan(&at)
+		cancel()
+		if err == nil && at != nil {
+			return max(at.Sub(up), time.Millisecond)
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	return 0
 }
 
 func (n *nemesis) withToxic(ctx context.Context, f *fault, kind, attrs string, streams ...string) error {

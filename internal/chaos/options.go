@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/localpg"
 )
 
@@ -15,7 +16,7 @@ import (
 // environment (FromEnv).
 const (
 	DefaultEvents      = 1500
-	DefaultDuration    = 90 * time.Second
+	DefaultDuration    = 150 * time.Second
 	DefaultReplicas    = 3
 	DefaultPartitions  = 30
 	DefaultFatalShare  = 0.03
@@ -26,13 +27,38 @@ const (
 	DefaultDrainBound  = 2 * time.Minute
 	DefaultFaultGapMin = 1 * time.Second
 	DefaultFaultGapMax = 4 * time.Second
-	// Retries and backoff of every dataset. The horizon (about 30 s) is longer
-	// than any single fault, so a transient failure reaching the dead-letter
-	// stream means faults stacked up, which the report must explain.
-	DefaultRetries       = 12
-	DefaultRetryDelay    = 250 * time.Millisecond
-	DefaultMaxRetryDelay = 3 * time.Second
+	// One round of long faults: the warehouse down for WarehouseDownMin to
+	// WarehouseDownMax, NATS down for NATSDown, a rolling restart.
+	DefaultLongRounds       = 1
+	DefaultWarehouseDownMin = 25 * time.Second
+	DefaultWarehouseDownMax = 35 * time.Second
+	DefaultNATSDown         = 30 * time.Second
 )
+
+// The retry settings the harness writes for every dataset: idem's default
+// number of retries, and a backoff short enough that the whole schedule
+// (retrySchedule, at most 10 s) is a fraction of the shortest warehouse
+// outage. A warehouse outage that dead-letters a message proves the circuit
+// missing, not the schedule too short.
+const (
+	Retries       = config.DefaultRetries
+	RetryDelay    = 1 * time.Second
+	MaxRetryDelay = 4 * time.Second
+)
+
+// retrySchedule is the longest a message's retries can wait in all: the
+// sum of the longest backoff before each retry, as consumer.Retry.Backoff
+// draws it (uniform in [lo, min(2·lo, max)], lo doubling from delay, capped
+// at max). plan_test.go checks it against the consumer's own function.
+func retrySchedule(retries int, delay, maxDelay time.Duration) time.Duration {
+	var total time.Duration
+	lo := delay
+	for range retries {
+		total += min(2*lo, maxDelay)
+		lo = min(2*lo, maxDelay)
+	}
+	return total
+}
 
 // Options of one campaign. Zero fields take the defaults above.
 type Options struct {
@@ -64,6 +90,18 @@ type Options struct {
 	FaultGapMin, FaultGapMax time.Duration
 	// DrainBound is how long after the last fault the backlog must be empty.
 	DrainBound time.Duration
+	// LongRounds is how many rounds of long faults the schedule places,
+	// each a warehouse outage, a NATS outage and a rolling restart, in an
+	// order the seed draws. Negative turns them off.
+	LongRounds int
+	// WarehouseDownMin and WarehouseDownMax bound a warehouse outage:
+	// PostgreSQL stopped, then started again. The minimum must be at least
+	// twice the retry schedule, so the outage outlasts every message's
+	// retries.
+	WarehouseDownMin, WarehouseDownMax time.Duration
+	// NATSDown is how long a NATS outage lasts: the server stopped, then
+	// started again on the same port and store.
+	NATSDown time.Duration
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
@@ -103,6 +141,10 @@ func (o Options) WithDefaults() Options {
 	setDur(&o.FaultGapMin, DefaultFaultGapMin)
 	setDur(&o.FaultGapMax, DefaultFaultGapMax)
 	setDur(&o.DrainBound, DefaultDrainBound)
+	setInt(&o.LongRounds, DefaultLongRounds)
+	setDur(&o.WarehouseDownMin, DefaultWarehouseDownMin)
+	setDur(&o.WarehouseDownMax, max(DefaultWarehouseDownMax, o.WarehouseDownMin))
+	setDur(&o.NATSDown, DefaultNATSDown)
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
@@ -137,12 +179,37 @@ func (o Options) Validate() error {
 	if o.FaultGapMax < o.FaultGapMin {
 		add("FaultGapMax %s is under FaultGapMin %s", o.FaultGapMax, o.FaultGapMin)
 	}
+	if o.LongRounds > 0 {
+		sched := retrySchedule(Retries, RetryDelay, MaxRetryDelay)
+		if o.WarehouseDownMin < 2*sched {
+			add("WarehouseDownMin %s: use at least %s, twice the retry schedule, so the outage outlasts every message's retries",
+				o.WarehouseDownMin, 2*sched)
+		}
+		if o.WarehouseDownMax < o.WarehouseDownMin {
+			add("WarehouseDownMax %s is under WarehouseDownMin %s", o.WarehouseDownMax, o.WarehouseDownMin)
+		}
+		if o.NATSDown <= 0 {
+			add("NATSDown %s: use a positive duration such as 30s", o.NATSDown)
+		}
+		if long := time.Duration(o.LongRounds) * o.longRoundMax(); long > o.Duration*3/4 {
+			add("Duration %s: %d rounds of long faults may take %s, over three quarters of it; raise Duration or lower LongRounds",
+				o.Duration, o.LongRounds, long)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// longRoundMax is the most one round of long faults can take, as the
+// schedule plans it.
+func (o Options) longRoundMax() time.Duration {
+	return o.WarehouseDownMax + resumeAllowance + o.NATSDown + rollingRestartPlan(o.Replicas)
 }
 
 // FromEnv reads the knobs of `make chaos` over o: CHAOS_SEED, CHAOS_EVENTS,
 // CHAOS_DURATION, CHAOS_REPLICAS, CHAOS_PARTITIONS, CHAOS_CRASH_PROB,
-// CHAOS_DRAIN_BOUND, and CHAOS_NO_FAULTS=1 for a control run without faults.
+// CHAOS_DRAIN_BOUND, CHAOS_LONG_ROUNDS, CHAOS_WAREHOUSE_DOWN_MIN,
+// CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN, and CHAOS_NO_FAULTS=1 for a
+// control run without faults.
 // An unreadable value is an error naming the variable.
 func FromEnv(o Options) (Options, error) {
 	var errs []error
@@ -172,6 +239,10 @@ func FromEnv(o Options) (Options, error) {
 	num("CHAOS_PARTITIONS", func(n int64) { o.Partitions = int(n) })
 	dur("CHAOS_DURATION", &o.Duration)
 	dur("CHAOS_DRAIN_BOUND", &o.DrainBound)
+	num("CHAOS_LONG_ROUNDS", func(n int64) { o.LongRounds = int(n) })
+	dur("CHAOS_WAREHOUSE_DOWN_MIN", &o.WarehouseDownMin)
+	dur("CHAOS_WAREHOUSE_DOWN_MAX", &o.WarehouseDownMax)
+	dur("CHAOS_NATS_DOWN", &o.NATSDown)
 	if v := os.Getenv("CHAOS_CRASH_PROB"); v != "" {
 		p, err := strconv.ParseFloat(v, 64)
 		if err != nil {

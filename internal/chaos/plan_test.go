@@ -5,18 +5,23 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // A seed names one workload and one fault schedule: the same seed gives the
 // same intentions, another seed others.
 func TestSeedDecidesWorkloadAndSchedule(t *testing.T) {
-	o := Options{Seed: 42, Events: 500, Duration: time.Minute}.WithDefaults()
+	o := Options{Seed: 42, Events: 500, Duration: time.Minute, LongRounds: -1}.WithDefaults()
 	summary := func(seed int64) string {
 		o := o
 		o.Seed = seed
@@ -54,7 +59,81 @@ func TestSeedDecidesWorkloadAndSchedule(t *testing.T) {
 			require.Greater(t, f.Hold, o.AckWait, "a pause must outlast the ack wait")
 		}
 	}
-	require.GreaterOrEqual(t, len(faults), 5, "a minute of faults draws most kinds: %v", faults)
+	require.GreaterOrEqual(t, len(faults), 5, "a minute of short faults draws most kinds: %v", faults)
+}
+
+// The schedule places every long fault LongRounds times, each inside the
+// phase and none overlapping another fault, with a warehouse outage that
+// outlasts the whole retry schedule; short faults fill the rest.
+func TestScheduleHasLongFaultsThatFit(t *testing.T) {
+	short := Options{}.WithDefaults()
+	long := Options{Events: 30000, Duration: 25 * time.Minute, Partitions: 100, LongRounds: 4,
+		WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 3 * time.Minute}.WithDefaults()
+	sched := retrySchedule(Retries, RetryDelay, MaxRetryDelay)
+	minShort := map[string]int{"short": 6, "long": 100}
+	for name, o := range map[string]Options{"short": short, "long": long} {
+		o.Bin, o.PG, o.Dir = "idem", &localpg.Server{}, t.TempDir()
+		require.NoError(t, o.Validate(), name)
+		for seed := range uint64(50) {
+			fs := schedule(o, rand.New(rand.NewPCG(seed, 2)))
+			byKind := map[string]int{}
+			var longest, prevEnd time.Duration
+			for i, f := range fs {
+				byKind[f.Kind]++
+				if i > 0 {
+					require.GreaterOrEqual(t, f.At, prevEnd+o.FaultGapMin, "%s seed %d: fault %d (%s) overlaps the one before", name, seed, i, f.Kind)
+				}
+				prevEnd = f.At + planned(f)
+				if slices.Contains(longKinds, f.Kind) {
+					require.LessOrEqual(t, f.At+planned(f), o.Duration, "%s seed %d: %s ends after the phase", name, seed, f.Kind)
+				}
+				if f.Kind == FaultWarehouseDown {
+					require.GreaterOrEqual(t, f.Hold, o.WarehouseDownMin)
+					require.LessOrEqual(t, f.Hold, o.WarehouseDownMax)
+					require.Greater(t, f.Hold, 2*sched, "a warehouse outage must outlast the retry schedule twice over")
+					longest = max(longest, f.Hold)
+				}
+			}
+			for _, k := range longKinds {
+				require.Equal(t, o.LongRounds, byKind[k], "%s seed %d: %s", name, seed, k)
+			}
+			require.GreaterOrEqual(t, len(fs)-3*o.LongRounds, minShort[name], "%s seed %d: short faults %v", name, seed, byKind)
+			require.Positive(t, longest)
+		}
+	}
+	if testing.Verbose() {
+		o := short
+		for _, f := range schedule(o, rand.New(rand.NewPCG(shortSeed, 2))) {
+			t.Logf("seed %d: %7s %-15s hold %s", shortSeed, f.At.Round(time.Millisecond), f.Kind, f.Hold.Round(time.Millisecond))
+		}
+	}
+}
+
+// retrySchedule is the consumer's own backoff at its longest, summed over
+// the retries; it is a fraction of the shortest warehouse outage, and
+// Validate refuses an outage that would not outlast it twice.
+func TestRetryScheduleIsTheConsumersAndShort(t *testing.T) {
+	for _, c := range []struct{ delay, maxDelay time.Duration }{
+		{RetryDelay, MaxRetryDelay}, {time.Second, time.Second}, {250 * time.Millisecond, 3 * time.Second}, {10 * time.Second, 30 * time.Minute},
+	} {
+		var want time.Duration
+		for a := 1; a <= Retries; a++ {
+			want += consumer.Retry{Delay: c.delay, MaxDelay: c.maxDelay}.Backoff(a, 1)
+		}
+		require.Equal(t, want, retrySchedule(Retries, c.delay, c.maxDelay), "%+v", c)
+	}
+	require.Equal(t, 3, Retries, "the campaign runs idem's default retries")
+	require.Equal(t, consumer.DefaultMaxProbeDelay, resumeAllowance, "the schedule leaves idem its longest probe delay after an outage")
+	sched := retrySchedule(Retries, RetryDelay, MaxRetryDelay)
+	require.Equal(t, 10*time.Second, sched)
+	require.GreaterOrEqual(t, DefaultWarehouseDownMin, 2*sched)
+
+	o := Options{Bin: "idem", PG: &localpg.Server{}, Dir: t.TempDir(), WarehouseDownMin: sched}.WithDefaults()
+	require.ErrorContains(t, o.Validate(), "WarehouseDownMin 10s: use at least 20s")
+	o = Options{Bin: "idem", PG: &localpg.Server{}, Dir: t.TempDir(), Duration: time.Minute}.WithDefaults()
+	require.ErrorContains(t, o.Validate(), "rounds of long faults")
+	o.LongRounds = -1
+	require.NoError(t, o.Validate(), "no long faults, no constraint")
 }
 
 // checkRuns must see a lost event, a run loaded twice, a fatal input missing
@@ -80,20 +159,22 @@ func TestCheckRunsSeesLostDoubledAndMisfiledEvents(t *testing.T) {
 		return ev
 	}
 	fine, lost, twice := mk(0, "fine", ""), mk(1, "lost", ""), mk(2, "twice", "")
+	outage := mk(6, "outage", "")
 	missing, filed, misfiled := mk(3, "bad-missing", "wrong_type"), mk(4, "bad-filed", "wrong_type"), mk(5, "bad-misfiled", "wrong_type")
 	_, err = db.Exec(ctx, `
 WITH a AS (INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at)
            VALUES ('chaos', 'replace', '2026-01-01', 'fine', 'success', 1, now()),
                   ('chaos', 'replace', '2026-01-01', 'twice', 'success', 1, now()),
-                  ('chaos', 'replace', '2026-01-01', 'twice', 'success', 2, now())
+                  ('chaos', 'replace', '2026-01-01', 'twice', 'success', 2, now()),
+                  ('chaos', 'replace', '2026-01-01', 'outage', 'failed', 1, now())
            RETURNING id, run_id, attempt)
 INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
-SELECT 'chaos', 'replace', '2026-01-01', run_id, id FROM a WHERE attempt = 1`)
+SELECT 'chaos', 'replace', '2026-01-01', run_id, id FROM a WHERE attempt = 1 AND run_id <> 'outage'`)
 	require.NoError(t, err)
 	for _, dl := range []struct {
 		ev   *event
 		kind string
-	}{{filed, "fatal"}, {misfiled, "exhausted"}} {
+	}{{filed, "fatal"}, {misfiled, "exhausted"}, {outage, "exhausted"}} {
 		m := nats.NewMsg("idem.dlq.replace")
 		m.Header.Set(chaosIDHeader, dl.ev.copies[0].chaosID())
 		m.Header.Set("Idem-Error-Kind", dl.kind)
@@ -105,10 +186,15 @@ SELECT 'chaos', 'replace', '2026-01-01', run_id, id FROM a WHERE attempt = 1`)
 	}
 
 	r := &Report{}
-	h := history{events: []*event{fine, lost, twice, missing, filed, misfiled}}
+	down := &fault{Kind: FaultWarehouseDown, Start: now.Add(-time.Second), End: now.Add(time.Second)}
+	h := history{events: []*event{fine, lost, twice, missing, filed, misfiled, outage}, faults: []*fault{down}}
 	require.NoError(t, checkRuns(ctx, db, js, h, time.Second, r))
 	c := r.Check
-	require.Equal(t, 3, c.ValidEvents)
+	require.Equal(t, 4, c.ValidEvents)
+	require.Equal(t, 1, c.ValidDeadLettered, "outage: never loaded")
+	require.Equal(t, 1, c.ValidEventsDeadLettered)
+	require.Equal(t, 1, c.ValidDeadLetteredInOutage)
+	require.Zero(t, c.TransientExplained, "an outage excuses nothing")
 	require.Equal(t, 1, c.SucceededOnce, "fine")
 	require.Equal(t, 1, c.UnaccountedEvents, "lost")
 	require.Equal(t, 1, c.SuccessNotOne, "twice")
@@ -120,5 +206,8 @@ SELECT 'chaos', 'replace', '2026-01-01', run_id, id FROM a WHERE attempt = 1`)
 	// The append rows of checkerDB's hand load are in the ledger but were
 	// never published here: unexpected.
 	require.Positive(t, c.UnexpectedLedger)
-	require.Len(t, r.Violations, 1+1+1+1+c.UnexpectedLedger)
+	require.Len(t, r.Violations, 1+1+1+1+1+c.UnexpectedLedger)
+	require.True(t, slices.ContainsFunc(r.Violations, func(v string) bool {
+		return strings.Contains(v, "during warehouse_down") && strings.Contains(v, "audit rows: seq 0 attempt 1 failed")
+	}), "the outage's dead letter is a violation that quotes the audit: %q", r.Violations)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +23,10 @@ type exit struct {
 	Replica     int       `json:"replica"`
 	Incarnation int       `json:"incarnation"`
 	At          time.Time `json:"at"`
-	Code        int       `json:"code"`   // -1 when killed by a signal
-	Signal      string    `json:"signal"` // "" unless killed by a signal
-	Killed      bool      `json:"killed"` // by the nemesis
+	Code        int       `json:"code"`                // -1 when killed by a signal
+	Signal      string    `json:"signal"`              // "" unless killed by a signal
+	Killed      bool      `json:"killed"`              // by the nemesis
+	Restarted   bool      `json:"restarted,omitempty"` // SIGTERM of a rolling restart
 	Crashed     bool      `json:"crashed"`
 	CrashRun    string    `json:"crash_run,omitempty"` // the run_id the crash hook named
 	Final       bool      `json:"final"`               // the stop at the end of the campaign
@@ -46,6 +48,7 @@ type replica struct {
 	cmd         *exec.Cmd
 	incarnation int
 	killAsked   bool
+	restartAsk  bool
 	paused      bool
 	stopping    bool
 	exits       []exit
@@ -76,13 +79,13 @@ func (r *replica) supervise() {
 			time.Sleep(restartDelay)
 			continue
 		}
-		r.cmd, r.killAsked, r.paused, r.curLog = cmd, false, false, logPath
+		r.cmd, r.killAsked, r.restartAsk, r.paused, r.curLog = cmd, false, false, false, logPath
 		r.mu.Unlock()
 
 		werr := cmd.Wait()
 		r.mu.Lock()
 		e := exit{Replica: r.id, Incarnation: inc, At: time.Now(), Code: cmd.ProcessState.ExitCode(),
-			Killed: r.killAsked, Final: r.stopping, Log: logPath}
+			Killed: r.killAsked, Restarted: r.restartAsk, Final: r.stopping, Log: logPath}
 		r.cmd = nil
 		r.mu.Unlock()
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -202,34 +205,79 @@ func (r *replica) logPath() string {
 }
 
 // disableCrash turns the crash hook off: the running process is restarted
-// gracefully (SIGTERM, its loads finish and are acked), as a deploy would,
-// and its successors start without the hook. It returns once the new
-// process has started, or after a minute.
+// gracefully, as a deploy would, and its successors start without the hook.
 func (r *replica) disableCrash() {
 	r.mu.Lock()
-	if r.prob == 0 {
-		r.mu.Unlock()
-		return
-	}
-	r.prob = 0
-	inc := r.incarnation
-	if r.cmd != nil {
-		_ = r.cmd.Process.Signal(syscall.SIGCONT)
-		_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	}
+	on := r.prob != 0
 	r.mu.Unlock()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	if on {
+		_ = r.restart(time.Minute, true)
+	}
+}
+
+// restart is one step of a rolling restart: once the replica runs a process
+// that has said it started, SIGCONT and SIGTERM to it, so it finishes or
+// hands back its loads and exits 0; the supervisor starts its successor.
+// restart returns when the successor has said it started, or an error when
+// that took longer than within. crashOff turns the crash hook off for the
+// successors.
+func (r *replica) restart(within time.Duration, crashOff bool) error {
+	deadline := time.Now().Add(within)
+	inc := 0
+	for inc == 0 {
+		r.mu.Lock()
+		cur, running, path, stopping := r.incarnation, r.cmd != nil, r.curLog, r.stopping
+		r.mu.Unlock()
+		if stopping {
+			return nil
+		}
+		if running && logSays(path, serveStarted) {
+			r.mu.Lock()
+			if r.incarnation == cur && r.cmd != nil && !r.stopping {
+				inc = cur
+				if crashOff {
+					r.prob = 0
+				}
+				r.restartAsk = true
+				_ = r.cmd.Process.Signal(syscall.SIGCONT)
+				_ = r.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			r.mu.Unlock()
+		}
+		if inc == 0 {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("chaos: replica %d: no started process to restart within %s", r.id, within)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for {
 		r.mu.Lock()
 		newer, path := r.incarnation > inc && r.cmd != nil, r.curLog
 		r.mu.Unlock()
-		if newer {
-			if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), "idem serve started") {
-				return
-			}
+		if newer && logSays(path, serveStarted) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: replica %d: incarnation %d not replaced by a started process within %s", r.id, inc, within)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// serveStarted is the line `idem serve` logs once it consumes.
+const serveStarted = "idem serve started"
+
+// logSays reports whether the first 256 KiB of the log at path contain s:
+// startup lines come first, and a long log is not read again and again.
+func logSays(path, s string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 256<<10))
+	return strings.Contains(string(b), s)
 }
 
 func (r *replica) history() []exit {

@@ -18,6 +18,12 @@ type Report struct {
 	AckWait    string   `json:"ack_wait"`
 	CrashProb  float64  `json:"crash_prob"`
 	NoFaults   bool     `json:"no_faults,omitempty"`
+	// The retry settings every dataset ran with, and the longest a
+	// message's retries can wait in all: every warehouse_down outlasts it.
+	Retries              int     `json:"retries"`
+	RetryDelay           string  `json:"retry_delay"`
+	MaxRetryDelay        string  `json:"max_retry_delay"`
+	RetryScheduleSeconds float64 `json:"retry_schedule_seconds"`
 
 	FaultPhaseSeconds float64 `json:"fault_phase_seconds"`
 	DrainSeconds      float64 `json:"drain_seconds"` // last fault healed -> nothing pending
@@ -59,6 +65,9 @@ type MessageFigures struct {
 	LateCopies         int    `json:"late_copies"`          // 10-150 s after the first
 	PublishRetries     int    `json:"publish_retries"`      // failed attempts, retried (NATS down)
 	StoredInStream     uint64 `json:"stored_in_stream"`     // events stream's last sequence
+	// DuringWarehouseOutages counts copies stored while a warehouse_down
+	// fault had PostgreSQL stopped: messages idem had to hold.
+	DuringWarehouseOutages int `json:"stored_during_warehouse_outages"`
 }
 
 // FaultFigures counts injected faults by kind.
@@ -70,6 +79,14 @@ type FaultFigures struct {
 	// success of the run they name; the others followed a skip or a failure
 	// (still after the handler's last transaction, before the ack or nak).
 	CrashAfterSuccess int `json:"crash_commit_after_success"`
+	// The longest time PostgreSQL and NATS were down, stop to start.
+	LongestWarehouseOutageSeconds float64 `json:"longest_warehouse_outage_seconds"`
+	LongestNATSOutageSeconds      float64 `json:"longest_nats_outage_seconds"`
+	// SlowestResumeSeconds is the longest time from PostgreSQL coming back
+	// after a warehouse_down to idem finishing a load again.
+	SlowestResumeSeconds float64 `json:"slowest_resume_seconds"`
+	// ReplicasRolled counts the replicas the rolling restarts restarted.
+	ReplicasRolled int `json:"replicas_rolled"`
 }
 
 // ExitFigures counts how idem processes ended.
@@ -78,7 +95,7 @@ type ExitFigures struct {
 	KilledByChaos    int `json:"killed"`
 	CrashHook        int `json:"crash_hook"`
 	StartupFailure   int `json:"failed_to_start"`   // exit 1 while a dependency was down
-	GracefulRestarts int `json:"graceful_restarts"` // SIGTERM, exit 0: the crash hook turned off before the settle phase
+	GracefulRestarts int `json:"graceful_restarts"` // SIGTERM, exit 0: rolling restarts, and the crash hook turned off before the settle phase
 	Other            int `json:"other"`
 	CleanFinal       int `json:"clean_final_stops"`
 }
@@ -106,8 +123,15 @@ type CheckFigures struct {
 	UnexpectedLedger   int `json:"unexpected_ledger_rows"`
 	ValidDeadLettered  int `json:"valid_dead_lettered"`    // valid events whose every copy ended in the DLQ
 	ValidJudgedFatal   int `json:"valid_judged_fatal"`     // a valid copy dead-lettered as fatal: misclassification
-	TransientDeadLtrs  int `json:"transient_dead_letters"` // exhausted or crashed copies
-	TransientExplained int `json:"transient_explained"`
+	TransientDeadLtrs  int `json:"transient_dead_letters"` // exhausted or crashed copies of valid events
+	TransientExplained int `json:"transient_explained"`    // of which excused: faults that end loads, no outage
+	// ValidEventsDeadLettered counts valid events with at least one copy in
+	// the dead-letter stream, excused or not: the figure the promise is
+	// about ("outages and deploys never dead-letter a valid event").
+	ValidEventsDeadLettered int `json:"valid_events_dead_lettered"`
+	// ValidDeadLetteredInOutage counts copies of valid events dead-lettered
+	// during an outage or a deploy: never excused.
+	ValidDeadLetteredInOutage int `json:"valid_dead_lettered_in_outage"`
 
 	FatalInputs          int  `json:"fatal_inputs"`
 	FatalDeadLettered    int  `json:"fatal_dead_lettered_once"`
@@ -152,6 +176,12 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "== idem chaos campaign: %s ==\n", verdict)
 	fmt.Fprintf(w, "seed %d, %d replicas, datasets %s, %d partitions each, ack_wait %s, crash_prob %g\n",
 		r.Seed, r.Replicas, strings.Join(r.Datasets, ","), r.Partitions, r.AckWait, r.CrashProb)
+	fmt.Fprintf(w, "headline      %d events, %d faults; lost %d rows and %d events, doubled %d rows and %d runs; "+
+		"%d valid events dead-lettered (%d copies during outages or deploys); longest warehouse outage %.1fs against a retry schedule of %.1fs\n",
+		r.Events.Total, r.Faults.Total, c.LostRows, c.UnaccountedEvents, c.DoubledRows, c.RunsLoadedTwice+c.SuccessNotOne,
+		c.ValidEventsDeadLettered, c.ValidDeadLetteredInOutage, r.Faults.LongestWarehouseOutageSeconds, r.RetryScheduleSeconds)
+	fmt.Fprintf(w, "retries       %d, retry_delay %s, max_retry_delay %s: a message's retries wait %.1fs at most\n",
+		r.Retries, r.RetryDelay, r.MaxRetryDelay, r.RetryScheduleSeconds)
 	fmt.Fprintf(w, "duration      fault phase %.0fs, drain %.1fs (bound %.0fs), wall %.0fs\n",
 		r.FaultPhaseSeconds, r.DrainSeconds, r.DrainBoundSeconds, r.WallSeconds)
 	e := r.Events
@@ -162,6 +192,10 @@ func (r *Report) Print(w io.Writer) {
 		m.Published, m.ExtraCopies, m.LateCopies, m.WithMsgID, m.DedupedByJetStream, m.StoredInStream, m.PublishRetries)
 	fmt.Fprintf(w, "faults        %d injected: %s (%d skipped; %d crash_commit right after a committed success)\n",
 		r.Faults.Total, kinds(r.Faults.ByKind), r.Faults.Skipped, r.Faults.CrashAfterSuccess)
+	fmt.Fprintf(w, "outages       longest warehouse %.1fs (%d messages stored during warehouse outages, loads again %.1fs after it at the slowest), "+
+		"longest NATS %.1fs, %d replicas restarted by rolling restarts\n",
+		r.Faults.LongestWarehouseOutageSeconds, r.Messages.DuringWarehouseOutages, r.Faults.SlowestResumeSeconds,
+		r.Faults.LongestNATSOutageSeconds, r.Faults.ReplicasRolled)
 	x := r.Exits
 	fmt.Fprintf(w, "processes     %d starts, %d killed, %d crash-hook exits, %d failed to start, %d graceful restarts, %d other exits, %d clean final stops\n",
 		x.Starts, x.KilledByChaos, x.CrashHook, x.StartupFailure, x.GracefulRestarts, x.Other, x.CleanFinal)
@@ -172,9 +206,11 @@ func (r *Report) Print(w io.Writer) {
 		c.ChainBreaks, c.ReadsSampled, c.ReadsSawDoubled)
 	fmt.Fprintf(w, "ledger        %d valid events: %d succeeded exactly once, %d not once, %d unaccounted, %d unexpected rows, %d dead-lettered\n",
 		c.ValidEvents, c.SucceededOnce, c.SuccessNotOne, c.UnaccountedEvents, c.UnexpectedLedger, c.ValidDeadLettered)
-	fmt.Fprintf(w, "dead letters  correct: %v; fatal %d/%d once (missing %d, duplicated %d, wrong reason %d, after >1 delivery %d of which explained %d); transient %d (explained %d); valid judged fatal %d; unknown %d\n",
+	fmt.Fprintf(w, "dead letters  correct: %v; fatal %d/%d once (missing %d, duplicated %d, wrong reason %d, after >1 delivery %d of which explained %d); "+
+		"valid events %d: transient copies %d (excused %d, during outages or deploys %d), judged fatal %d; unknown %d\n",
 		c.DLQCorrect, c.FatalDeadLettered, c.FatalInputs, c.FatalMissing, c.FatalDuplicated, c.FatalWrongReason,
-		c.FatalRedelivered, c.FatalRedeliveredExpl, c.TransientDeadLtrs, c.TransientExplained, c.ValidJudgedFatal, c.UnknownDeadLetters)
+		c.FatalRedelivered, c.FatalRedeliveredExpl, c.ValidEventsDeadLettered, c.TransientDeadLtrs, c.TransientExplained,
+		c.ValidDeadLetteredInOutage, c.ValidJudgedFatal, c.UnknownDeadLetters)
 	fmt.Fprintf(w, "processes     panics %d, drained within bound %v, clean final stops %v\n", c.Panics, c.Drained, c.CleanStops)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)

@@ -259,6 +259,10 @@ type publisher struct {
 	mu       sync.Mutex
 	retries  int // publish attempts that failed and were retried
 	mutFails int
+	// dbDown is set when a mutation gave up, until one succeeds: while the
+	// warehouse is down for minutes, each mutation tries once, so the
+	// publisher keeps its pace and idem gets events to hold.
+	dbDown bool
 }
 
 func (p *publisher) run(ctx context.Context, start time.Time, items []item) {
@@ -284,7 +288,12 @@ func (p *publisher) run(ctx context.Context, start time.Time, items []item) {
 }
 
 func (p *publisher) mutate(ctx context.Context, m *mutation) {
-	deadline := time.Now().Add(20 * time.Second)
+	// Long enough for a short PostgreSQL restart, short enough that a
+	// warehouse outage does not stall the publishing of events.
+	deadline := time.Now().Add(6 * time.Second)
+	if p.dbDown {
+		deadline = time.Now()
+	}
 	for ctx.Err() == nil {
 		var err error
 		if m.insert {
@@ -293,13 +302,13 @@ func (p *publisher) mutate(ctx context.Context, m *mutation) {
 			_, err = p.db.Exec(ctx, updateRowsSQL(m.ds.staging), partitionKey(m.p), m.n, m.r)
 		}
 		if err == nil {
-			m.done = true
+			m.done, p.dbDown = true, false
 			return
 		}
 		// A commit lost with a restarting server is retried: the insert skips
 		// existing keys, the update only raises versions again.
-		if time.Now().After(deadline) {
-			m.failErr = err.Error()
+		if !time.Now().Before(deadline) {
+			m.failErr, p.dbDown = err.Error(), true
 			p.mu.Lock()
 			p.mutFails++
 			p.mu.Unlock()
