@@ -108,6 +108,12 @@ type Config struct {
 	// circuit is open: nil when it can. Nil Probe: the circuit lets one load
 	// through after each delay instead.
 	Probe func(ctx context.Context) error
+	// Fleet, when set, enables the fleet: replicas say in a key-value bucket
+	// which datasets they know, and an event for a dataset this replica
+	// does not know is left for a live replica that does, or waits
+	// Fleet.Grace for one (a config rolling out) before it is
+	// dead-lettered as fatal. Without it such an event is fatal at once.
+	Fleet *FleetConfig
 	// ProbeDelay is the first delay between probes, doubling up to
 	// MaxProbeDelay. Defaults DefaultProbeDelay and DefaultMaxProbeDelay.
 	ProbeDelay    time.Duration

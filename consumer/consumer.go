@@ -40,6 +40,7 @@ type Consumer struct {
 	turns   map[string]chan struct{}
 	queued  map[string]*atomic.Int32
 	circuit *circuit
+	fleet   *fleet
 	held    atomic.Int64
 	wg      sync.WaitGroup
 
@@ -86,6 +87,15 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		}
 	}
 	return c, nil
+}
+
+// Fleet lists the live replicas' entries in the fleet bucket (nil without a
+// fleet): which config version each runs and which datasets it knows.
+func (c *Consumer) Fleet(ctx context.Context) ([]Member, error) {
+	if c.fleet == nil {
+		return nil, nil
+	}
+	return c.fleet.view(ctx)
 }
 
 // Warehouse reports the warehouse circuit: up while it is closed; otherwise
@@ -138,6 +148,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 
+	if c.cfg.Fleet != nil {
+		if f, err := openFleet(ctx, c.js, *c.cfg.Fleet, sortedKeys(c.cfg.Datasets), c.log); err != nil {
+			// Without the fleet an event for a dataset this replica lacks is
+			// dead-lettered at once, as before there was one.
+			c.log.Error().Err(err).Str("bucket", c.cfg.Fleet.Bucket).
+				Msg("fleet bucket not usable (run `idem streams`, check the permissions): events for datasets this replica does not know are dead-lettered at once")
+		} else {
+			c.fleet = f
+			fctx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
+			fleetDone := make(chan struct{})
+			go func() { defer close(fleetDone); f.run(fctx) }()
+			defer func() { stopFleet(); <-fleetDone }()
+		}
+	}
 	c.log.Info().Str("stream", c.cfg.Stream).Str("consumer", c.cfg.Consumer).Int("max_in_flight", c.cfg.MaxInFlight).Msg("consuming")
 	err := c.fetchLoop(hard)
 	if err != nil {

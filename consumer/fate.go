@@ -138,6 +138,7 @@ type Input struct {
 //	Err == nil                                   -> Ack (DoubleAck)
 //	Cause or Err is ErrShutdown                  -> Nak after ShutdownDelay (not a failure)
 //	Err is errNoTurn                             -> Nak after TurnDelay(Delivery) (not a failure)
+//	Err is errElsewhere or errRollout            -> Nak after 2s: another replica knows the dataset, or may soon
 //	Err has Unavailable() == true                -> Hold (the warehouse circuit)
 //	Err has Fatal() == true                      -> DeadLetter fatal
 //	Err has BudgetSpent(), and Crashed()         -> DeadLetter crashed (nothing ran)
@@ -158,6 +159,8 @@ func Decide(in Input) Fate {
 		return Fate{Action: Nak, Delay: in.ShutdownDelay, Shutdown: true}
 	case errors.Is(in.Err, errNoTurn):
 		return Fate{Action: Nak, Delay: TurnDelay(in.Delivery), Deferred: true}
+	case errors.Is(in.Err, errElsewhere) || errors.Is(in.Err, errRollout):
+		return Fate{Action: Nak, Delay: fleetNakDelay, Deferred: true}
 	case has(in.Err, func(e interface{ Unavailable() bool }) bool { return e.Unavailable() }):
 		return Fate{Action: Hold}
 	case isFatal(in.Err):
@@ -196,6 +199,14 @@ func reportedAttempt(err error) int {
 // as many messages waiting for a turn; this one goes back to the stream for
 // later rather than take a slot that other datasets could use.
 var errNoTurn = errors.New("consumer: the dataset is at its max_concurrency with a full queue")
+
+// errElsewhere: the event's dataset is not in this replica's config, but a
+// live replica of the fleet has it. errRollout: no replica has it yet, and
+// the event is younger than the fleet's grace.
+var (
+	errElsewhere = errors.New("consumer: another live replica knows this dataset")
+	errRollout   = errors.New("consumer: no live replica knows this dataset yet; waiting for the rollout")
+)
 
 // TurnDelay is the redelivery delay of a message deferred for want of a
 // turn: one second per delivery so far, at most 30 s, so a long queue is

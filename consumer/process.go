@@ -63,7 +63,7 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		ShutdownDelay: c.cfg.ShutdownNakDelay,
 	}
 	if d.decodeErr != nil {
-		in.Err, in.Attempt = d.decodeErr, d.m.NumDelivered
+		in.Err, in.Attempt = c.unknownDataset(hard, d), d.m.NumDelivered
 		return in, 0, false, false
 	}
 	trial, ok := c.circuit.pass()
@@ -100,6 +100,31 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 // (half the slots), never so many that other datasets find none free.
 func (c *Consumer) maxQueued(limit int) int {
 	return max(limit, c.cfg.MaxInFlight/2)
+}
+
+// unknownDataset decides what to do with an event this replica cannot read:
+// when the only problem is a dataset it does not know, and the fleet says a
+// live replica knows it, or the event is younger than the grace (a config
+// still rolling out), the event waits for another delivery; otherwise its
+// decoding error stands, and it is dead-lettered as fatal.
+func (c *Consumer) unknownDataset(ctx context.Context, d *delivery) error {
+	if c.fleet == nil || !has(d.decodeErr, func(e interface{ UnknownDataset() bool }) bool { return e.UnknownDataset() }) {
+		return d.decodeErr
+	}
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
+	defer cancel()
+	known, err := c.fleet.knows(fctx, d.token)
+	age := c.cfg.Now().Sub(d.m.Published)
+	switch {
+	case known:
+		return errElsewhere
+	case age < c.fleet.cfg.Grace:
+		if err != nil {
+			d.log.Warn().Err(err).Msg("fleet not readable: the event waits as if its dataset were rolling out")
+		}
+		return errRollout
+	}
+	return fmt.Errorf("%w; no live replica knows it after %s", d.decodeErr, c.fleet.cfg.Grace)
 }
 
 type turnResult int

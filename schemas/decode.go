@@ -56,7 +56,9 @@ func Decode(subject string, body []byte, lookup Lookup) (Event, error) {
 	if lookup != nil {
 		t, ok := lookup(e.Dataset)
 		if !ok {
-			return Event{}, invalid("dataset", fmt.Sprintf("%s is not a configured dataset; add it under datasets: in the config or fix the publisher", quote(e.Dataset)))
+			err := invalid("dataset", fmt.Sprintf("%s is not a configured dataset; add it under datasets: in the config or fix the publisher", quote(e.Dataset)))
+			err.unknownDataset = true
+			return Event{}, err
 		}
 		if t != "" {
 			typ = t

@@ -16,7 +16,14 @@ type InvalidEventError struct {
 	Field string
 	// Reason is a sentence saying what is wrong and, where there is one, the fix.
 	Reason string
+
+	unknownDataset bool
 }
+
+// UnknownDataset reports the rejection of an event that is well formed but
+// names a dataset the caller's lookup does not know: a replica whose config
+// lacks a dataset another replica has may leave it to that one.
+func (e *InvalidEventError) UnknownDataset() bool { return e.unknownDataset }
 
 // Error renders the rejection on one printable line, because it ends up in
 // logs and in the Idem-Error header of a dead letter.

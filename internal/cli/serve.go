@@ -107,6 +107,11 @@ func serve(ctx context.Context, d serveDeps) error {
 	h.Enqueued = outbox.Wake
 	ccfg := consumerConfig(cfg, log, m.Hooks())
 	ccfg.ShutdownGrace = d.grace
+	version := configVersion(cfg)
+	m.ConfigInfo.WithLabelValues(version).Set(1)
+	ccfg.Fleet = &consumer.FleetConfig{
+		Bucket: cfg.NATS.FleetBucketName(), Replica: replicaName(), Version: version, Grace: cfg.NATS.UnknownGrace(),
+	}
 	connCfg := d.pool.Config().ConnConfig
 	ccfg.Probe = func(ctx context.Context) error {
 		if err := handlers.Probe(ctx, connCfg); err != nil {
@@ -130,7 +135,7 @@ func serve(ctx context.Context, d serveDeps) error {
 		return err
 	}
 
-	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, d.pool, d.nc, c, log)
+	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, d.pool, d.nc, c, version, log)
 	if err != nil {
 		return err
 	}
@@ -139,7 +144,8 @@ func serve(ctx context.Context, d serveDeps) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	log.Info().Str("http", addr).Str("pipeline", cfg.Pipeline).Strs("datasets", cfg.DatasetNames()).Msg("idem serve started")
+	log.Info().Str("http", addr).Str("pipeline", cfg.Pipeline).Strs("datasets", cfg.DatasetNames()).Str("config_version", version).
+		Str("replica", ccfg.Fleet.Replica).Msg("idem serve started")
 	if d.ready != nil {
 		d.ready(addr)
 	}
@@ -258,7 +264,7 @@ func checkDatasets(ctx context.Context, pool *pgxpool.Pool, h *handlers.Handler,
 	}
 }
 
-func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Conn, c *consumer.Consumer, log zerolog.Logger) (*http.Server, string, error) {
+func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Conn, c *consumer.Consumer, version string, log zerolog.Logger) (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -280,9 +286,11 @@ func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Con
 			for _, p := range problems {
 				fmt.Fprintln(w, p)
 			}
+			fmt.Fprintln(w, "config", version)
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		fmt.Fprintln(w, "config", version)
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

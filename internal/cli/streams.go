@@ -46,12 +46,15 @@ deploy. Run this command to apply it.`,
 			if err != nil {
 				return err
 			}
+			if _, err := consumer.EnsureFleet(cmd.Context(), js, consumer.FleetConfig{Bucket: cfg.NATS.FleetBucketName()}); err != nil {
+				return fmt.Errorf("fleet bucket %s: %w", cfg.NATS.FleetBucketName(), err)
+			}
 			status := "ok"
 			if len(changed) > 0 {
 				status = "updated"
 			}
-			fmt.Fprintf(e.out, "stream %s (%s.>), dead letters %s (%s.>), consumer %s: %s\n",
-				sc.Stream, sc.SubjectPrefix, sc.DLQStream, sc.DLQSubjectPrefix, sc.Consumer, status)
+			fmt.Fprintf(e.out, "stream %s (%s.>), dead letters %s (%s.>), consumer %s, fleet bucket %s: %s\n",
+				sc.Stream, sc.SubjectPrefix, sc.DLQStream, sc.DLQSubjectPrefix, sc.Consumer, cfg.NATS.FleetBucketName(), status)
 			return nil
 		},
 	}

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -126,4 +130,28 @@ func samplePartition(t schemas.PartitionType) string {
 		return "idem-validate"
 	}
 	return "2000-01-01"
+}
+
+// configVersion names what a config makes idem do: a hash of the pipeline
+// and the datasets, the same on every replica that runs the same datasets,
+// whatever the secrets, URLs or comments.
+func configVersion(cfg *config.Config) string {
+	b, err := json.Marshal(struct {
+		Pipeline string
+		Datasets map[string]*config.Dataset
+	}{cfg.Pipeline, cfg.Datasets})
+	if err != nil {
+		return "unknown"
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// replicaName names this process in the fleet: host and pid.
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }

@@ -126,6 +126,13 @@ type NATS struct {
 	// Replicas of the streams idem creates (1 to 5; 3 in production). An
 	// existing stream is never changed. Default 1.
 	Replicas int `yaml:"replicas,omitempty"`
+	// FleetBucket is the key-value bucket where the replicas of the consumer
+	// say which datasets they know (see FleetBucketName).
+	FleetBucket string `yaml:"fleet_bucket,omitempty"`
+	// UnknownDatasetGrace is how long an event for a dataset no live replica
+	// knows waits for a config that is rolling out before it is
+	// dead-lettered as fatal; 0 means DefaultUnknownDatasetGrace.
+	UnknownDatasetGrace Duration `yaml:"unknown_dataset_grace,omitempty"`
 
 	// Creds is the path of a .creds file (JWT and nkey seed).
 	// Env IDEM_NATS_CREDS.
@@ -144,6 +151,26 @@ type NATS struct {
 	TokenFile string `yaml:"token_file,omitempty"`
 	// TLS configures TLS to the server; empty means whatever the URL says.
 	TLS TLS `yaml:"tls,omitempty"`
+}
+
+// DefaultUnknownDatasetGrace: see NATS.UnknownDatasetGrace.
+const DefaultUnknownDatasetGrace = 5 * time.Minute
+
+// FleetBucketName is FleetBucket, or idem_fleet_<consumer> when empty: one
+// fleet per durable consumer.
+func (n *NATS) FleetBucketName() string {
+	if n.FleetBucket != "" {
+		return n.FleetBucket
+	}
+	return "idem_fleet_" + n.Consumer
+}
+
+// UnknownGrace is UnknownDatasetGrace, or DefaultUnknownDatasetGrace.
+func (n *NATS) UnknownGrace() time.Duration {
+	if n.UnknownDatasetGrace == 0 {
+		return DefaultUnknownDatasetGrace
+	}
+	return n.UnknownDatasetGrace.Std()
 }
 
 // DuplicateWindow is Duplicates, or DefaultDuplicates when it is zero.

@@ -142,6 +142,12 @@ func (c *Config) validateTop(v *validator) {
 			v.add("nats.tls.key", "tls.cert is set without its key; mutual TLS needs both cert and key")
 		}
 	}
+	if b := c.NATS.FleetBucketName(); !validBucket(b) {
+		v.add("nats.fleet_bucket", "%q is not a key-value bucket name; use letters, digits, '-' and '_' (e.g. idem_fleet)", b)
+	}
+	if c.NATS.UnknownDatasetGrace < 0 {
+		v.add("nats.unknown_dataset_grace", "%s must not be negative; e.g. 5m, the longest a rolling deploy takes", c.NATS.UnknownDatasetGrace)
+	}
 	if c.NATS.Replicas < 0 || c.NATS.Replicas > 5 {
 		v.add("nats.replicas", "%d is not a replica count; JetStream takes 1 to 5 (3 in production)", c.NATS.Replicas)
 	}
@@ -457,4 +463,17 @@ func closest(s string, candidates []string) string {
 		}
 	}
 	return best
+}
+
+// validBucket: JetStream key-value bucket names are [a-zA-Z0-9_-]+.
+func validBucket(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if !(r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }

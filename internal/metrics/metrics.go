@@ -33,6 +33,8 @@ type Metrics struct {
 	WarehouseUp  prometheus.Gauge
 	CircuitOpens prometheus.Counter
 	BuildInfo    *prometheus.GaugeVec // version
+	// ConfigInfo is 1 for the config version this process runs.
+	ConfigInfo *prometheus.GaugeVec // version
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -75,12 +77,15 @@ func New(version string) *Metrics {
 		CircuitOpens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_warehouse_circuit_opens_total", Help: "Times the warehouse circuit opened: PostgreSQL could not be used at all.",
 		}),
+		ConfigInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idem_config_info", Help: "Always 1; the version label is a hash of the pipeline and datasets this process runs.",
+		}, []string{"version"}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idem_build_info", Help: "Always 1; the version label tells the build.",
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

@@ -1,0 +1,196 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Fleet defaults.
+const (
+	// DefaultFleetRefresh is how often a replica rewrites its entry in the
+	// fleet bucket; an entry older than three refreshes has expired (the
+	// bucket's MaxAge), so a replica that died drops out within 30 s.
+	DefaultFleetRefresh = 10 * time.Second
+	// DefaultUnknownGrace is how long an event for a dataset that no live
+	// replica knows waits (a config still rolling out) before it is
+	// dead-lettered as fatal: long enough for a rolling deploy, short enough
+	// that a publisher's typo pages someone the same hour.
+	DefaultUnknownGrace = 5 * time.Minute
+	// fleetNakDelay is the redelivery delay of an event left for another
+	// replica or for the rollout.
+	fleetNakDelay = 2 * time.Second
+	// fleetCacheFor bounds how stale the view of the fleet may be when an
+	// unknown dataset is looked up.
+	fleetCacheFor = 2 * time.Second
+)
+
+// Member is one live replica's entry in the fleet bucket.
+type Member struct {
+	Replica  string    `json:"replica"`
+	Version  string    `json:"version"` // the config's version (a hash)
+	Datasets []string  `json:"datasets"`
+	Updated  time.Time `json:"updated"`
+}
+
+// FleetConfig names the bucket where the replicas of one consumer say which
+// datasets they know, so that an event for a dataset this replica does not
+// know yet (a config rolling out) is left for one that does instead of
+// being dead-lettered.
+type FleetConfig struct {
+	// Bucket is the key-value bucket, shared by every replica of the
+	// durable consumer. Required to enable the fleet.
+	Bucket string
+	// Replica names this process, unique in the fleet (host and pid).
+	Replica string
+	// Version is the config's version, reported to the fleet.
+	Version string
+	// Refresh and Grace default to DefaultFleetRefresh and
+	// DefaultUnknownGrace.
+	Refresh time.Duration
+	Grace   time.Duration
+}
+
+// fleet keeps this replica's entry fresh and answers whether some live
+// replica knows a dataset.
+type fleet struct {
+	cfg  FleetConfig
+	kv   jetstream.KeyValue
+	self Member
+	log  zerolog.Logger
+
+	mu      sync.Mutex
+	members []Member
+	read    time.Time
+}
+
+// EnsureFleet creates the fleet bucket when missing (`idem streams`, and
+// `idem serve` when its permissions allow) and returns it.
+func EnsureFleet(ctx context.Context, js jetstream.JetStream, cfg FleetConfig) (jetstream.KeyValue, error) {
+	setDuration(&cfg.Refresh, DefaultFleetRefresh)
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      cfg.Bucket,
+			Description: "idem: the datasets each live replica knows",
+			TTL:         3 * cfg.Refresh,
+			History:     1,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	return kv, err
+}
+
+// openFleet opens the bucket (creating it when missing) and writes this
+// replica's entry.
+func openFleet(ctx context.Context, js jetstream.JetStream, cfg FleetConfig, datasets []string, log zerolog.Logger) (*fleet, error) {
+	setDuration(&cfg.Refresh, DefaultFleetRefresh)
+	setDuration(&cfg.Grace, DefaultUnknownGrace)
+	kv, err := EnsureFleet(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(datasets)
+	f := &fleet{cfg: cfg, kv: kv, log: log, self: Member{Replica: cfg.Replica, Version: cfg.Version, Datasets: datasets}}
+	if err := f.publish(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// key is the replica's key: NATS keys allow [-/_=.a-zA-Z0-9].
+func (f *fleet) key() string {
+	b := []byte(f.cfg.Replica)
+	for i, c := range b {
+		ok := c == '-' || c == '_' || c == '=' || c == '.' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func (f *fleet) publish(ctx context.Context) error {
+	m := f.self
+	m.Updated = time.Now().UTC()
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = f.kv.Put(ctx, f.key(), b)
+	return err
+}
+
+// run refreshes the entry until ctx ends, then removes it: a replica that
+// stops leaves the fleet at once, one that dies within the bucket's TTL.
+func (f *fleet) run(ctx context.Context) {
+	t := time.NewTicker(f.cfg.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = f.kv.Delete(dctx, f.key())
+			cancel()
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, f.cfg.Refresh)
+			if err := f.publish(pctx); err != nil && ctx.Err() == nil {
+				f.log.Warn().Err(err).Str("bucket", f.cfg.Bucket).Msg("fleet entry not refreshed")
+			}
+			cancel()
+		}
+	}
+}
+
+// knows reports whether a live replica other than this one knows dataset,
+// and the members seen.
+func (f *fleet) knows(ctx context.Context, dataset string) (bool, error) {
+	members, err := f.view(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range members {
+		if m.Replica != f.self.Replica && time.Since(m.Updated) < 3*f.cfg.Refresh {
+			if _, ok := slices.BinarySearch(m.Datasets, dataset); ok {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// view lists the live members, read at most every fleetCacheFor.
+func (f *fleet) view(ctx context.Context) ([]Member, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Since(f.read) < fleetCacheFor {
+		return f.members, nil
+	}
+	keys, err := f.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Member
+	for k := range keys.Keys() {
+		e, err := f.kv.Get(ctx, k)
+		if err != nil {
+			continue // expired or deleted meanwhile
+		}
+		var m Member
+		if json.Unmarshal(e.Value(), &m) == nil {
+			slices.Sort(m.Datasets)
+			out = append(out, m)
+		}
+	}
+	f.members, f.read = out, time.Now()
+	return out, nil
+}

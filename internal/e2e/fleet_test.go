@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/consumer"
+)
+
+// TestMixedConfigVersionsDeadLetterNothing runs the moment of a rolling
+// deploy that adds a dataset: one replica on the old config (orders only),
+// one on the new (orders and neworders). Every event of the new dataset
+// loads once, whichever replica JetStream hands it to; none is
+// dead-lettered. An event for a dataset no replica knows still is, as
+// fatal, once the grace has passed.
+func TestMixedConfigVersionsDeadLetterNothing(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{})
+	w.db.Exec(t, "CREATE TABLE analytics.t2 (LIKE analytics.t)")
+	old, err := os.ReadFile(w.cfg)
+	require.NoError(t, err)
+	oldCfg := strings.Replace(string(old), "  max_in_flight:", "  unknown_dataset_grace: 3s\n  max_in_flight:", 1)
+	require.NoError(t, os.WriteFile(w.cfg, []byte(oldCfg), 0o600))
+	newCfg := oldCfg + `  neworders:
+    strategy: delete_insert
+    target: analytics.t2
+    partition_column: event_date
+    source: SELECT id, event_date, amount, note FROM staging.src WHERE event_date = @partition
+`
+	newPath := filepath.Join(w.dir, "idem-new.yaml")
+	require.NoError(t, os.WriteFile(newPath, []byte(newCfg), 0o600))
+
+	w.streams()
+	a := w.serve()
+	b := w.serveConfig(newPath)
+	require.NotEqual(t, configVersionOf(a), configVersionOf(b), "two config versions, reported at start")
+
+	for d := 1; d <= 20; d++ {
+		body := fmt.Sprintf(`{"dataset":"neworders","partition":"2026-11-%02d","run_id":"r1"}`, d)
+		_, err := w.js.Publish(t.Context(), "idem.ready.neworders", []byte(body))
+		require.NoError(t, err)
+	}
+	w.waitCount(20, "SELECT count(*) FROM idem.run_ledger WHERE task_id = 'neworders'")
+	w.waitSettled()
+	require.Empty(t, w.deadLetters(), "an event of the new dataset was dead-lettered by the old replica")
+	require.EqualValues(t, 20, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'neworders' AND status = 'success'"),
+		"each loaded once")
+	_, metrics := get(t, "http://"+a.httpAddr()+"/metrics")
+	t.Logf("the old replica left %d deliveries to the new one", metricValue(metrics, `idem_events_total{dataset="_invalid",outcome="deferred"}`))
+
+	// A publisher's typo: no replica knows it; dead-lettered after the grace.
+	sent := time.Now()
+	_, err = w.js.Publish(t.Context(), "idem.ready.nosuch", []byte(`{"dataset":"nosuch","partition":"2026-11-01","run_id":"r1"}`))
+	require.NoError(t, err)
+	dl := w.waitDeadLetters(1)[0]
+	require.Equal(t, "fatal", dl.Header.Get(consumer.HeaderErrorKind))
+	require.Contains(t, dl.Header.Get(consumer.HeaderError), "no live replica knows it after 3s")
+	require.GreaterOrEqual(t, time.Since(sent), 3*time.Second, "dead-lettered only after the grace")
+	require.Equal(t, "idem.dlq._invalid", dl.Subject)
+}
+
+func (w *world) serveConfig(path string) *proc {
+	saved := w.cfg
+	w.cfg = path
+	defer func() { w.cfg = saved }()
+	return w.serve()
+}
+
+// configVersionOf reads the config version from the process's start line.
+func configVersionOf(p *proc) string {
+	out := p.output()
+	i := strings.Index(out, `"config_version":"`)
+	if i < 0 {
+		return ""
+	}
+	rest := out[i+len(`"config_version":"`):]
+	return rest[:strings.Index(rest, `"`)]
+}
+
+// metricValue is the value of one sample line of a /metrics page, 0 when absent.
+func metricValue(page, sample string) int {
+	for _, l := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(l, sample+" "); ok {
+			var n float64
+			_, _ = fmt.Sscan(v, &n)
+			return int(n)
+		}
+	}
+	return 0
+}
