@@ -63,6 +63,8 @@
 //	dlq_subject_prefix   idem.dlq                dead letters go to <prefix>.<dataset>
 //	ack_wait             30s                     at least 1s, under duplicates; longer loads send heartbeats
 //	duplicates           2m                      duplicate window of the streams idem creates; over 30s
+//	fleet_bucket         idem_fleet_<consumer>   key-value bucket where replicas list the datasets they know
+//	unknown_dataset_grace 5m                     how long an event for a dataset no live replica knows waits
 //	max_in_flight        16                      loads running at once in one process
 //	replicas             1                       replicas of the streams idem creates (1-5; 3 in production)
 //	creds                                        path of a .creds file
