@@ -132,6 +132,18 @@
 // second dead letter of the same message is possible, never a lost one;
 // replaying both is harmless because loads are idempotent.
 //
+// # The fleet: mixed config versions
+//
+// With Config.Fleet, every replica writes the datasets it knows into a
+// key-value bucket under its own key, refreshed every Refresh, removed on
+// stop, expired after 3×Refresh when the process died. An event whose only
+// fault is a dataset this replica does not know (the schemas error's
+// UnknownDataset) goes back to the stream after 2 s, spending no attempt,
+// while a live replica knows it or while it is younger than Fleet.Grace (a
+// config rolling out); after that its decoding error stands and it is
+// dead-lettered as fatal. Without a usable bucket the consumer logs it and
+// dead-letters such events at once.
+//
 // # The backstop and the reconciler
 //
 // The consumer's MaxDeliver is a loose backstop (DefaultMaxDeliver, far
