@@ -98,6 +98,10 @@ func TestDecide(t *testing.T) {
 			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
 		{name: "no turn defers, whatever the attempt", err: errNoTurn, attempt: 3,
 			want: Fate{Action: Nak, Delay: 2 * time.Second, Deferred: true}},
+		{name: "a dataset another replica knows is left to it", err: errElsewhere, attempt: 1,
+			want: Fate{Action: Nak, Delay: fleetNakDelay, Deferred: true}},
+		{name: "a dataset still rolling out waits", err: errRollout, attempt: 1,
+			want: Fate{Action: Nak, Delay: fleetNakDelay, Deferred: true}},
 		{name: "invalid body (fatal decode error) dead-letters", err: &fatalError{"invalid event: body: is empty"}, attempt: 1,
 			want: Fate{Action: DeadLetter, Kind: KindFatal, Delay: time.Second}},
 	}
