@@ -39,7 +39,7 @@ func TestMixedConfigVersionsDeadLetterNothing(t *testing.T) {
 	w.streams()
 	a := w.serve()
 	b := w.serveConfig(newPath)
-	require.NotEqual(t, configVersionOf(a), configVersionOf(b), "two config versions, reported at start")
+	require.NotEqual(t, a.startField("config_version"), b.startField("config_version"), "two config versions, reported at start")
 
 	for d := 1; d <= 20; d++ {
 		body := fmt.Sprintf(`{"dataset":"neworders","partition":"2026-11-%02d","run_id":"r1"}`, d)
@@ -70,17 +70,6 @@ func (w *world) serveConfig(path string) *proc {
 	w.cfg = path
 	defer func() { w.cfg = saved }()
 	return w.serve()
-}
-
-// configVersionOf reads the config version from the process's start line.
-func configVersionOf(p *proc) string {
-	out := p.output()
-	i := strings.Index(out, `"config_version":"`)
-	if i < 0 {
-		return ""
-	}
-	rest := out[i+len(`"config_version":"`):]
-	return rest[:strings.Index(rest, `"`)]
 }
 
 // metricValue is the value of one sample line of a /metrics page, 0 when absent.

@@ -216,13 +216,17 @@ func (p *proc) output() string {
 }
 
 // httpAddr is where the process serves /metrics, from its start-up log line.
-func (p *proc) httpAddr() string {
+func (p *proc) httpAddr() string { return p.startField("http") }
+
+// startField is a string field of the first log line that has it (the
+// start-up line's http, config_version, replica).
+func (p *proc) startField(key string) string {
 	out := p.output()
-	i := strings.Index(out, `"http":"`)
+	i := strings.Index(out, `"`+key+`":"`)
 	if i < 0 {
 		return ""
 	}
-	rest := out[i+len(`"http":"`):]
+	rest := out[i+len(key)+4:]
 	return rest[:strings.Index(rest, `"`)]
 }
 
