@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,11 @@ type Member struct {
 	Version  string    `json:"version"` // the config's version (a hash)
 	Datasets []string  `json:"datasets"`
 	Updated  time.Time `json:"updated"`
+	// Definitions holds each dataset's definition as its caller wrote it,
+	// so that a new config can be compared with the one the fleet runs
+	// (`idem validate --fleet`). The consumer never reads it; replicas of
+	// older versions leave it empty.
+	Definitions map[string]json.RawMessage `json:"definitions,omitempty"`
 }
 
 // FleetConfig names the bucket where the replicas of one consumer say which
@@ -55,6 +61,8 @@ type FleetConfig struct {
 	// DefaultUnknownGrace.
 	Refresh time.Duration
 	Grace   time.Duration
+	// Definitions is copied into this replica's entry (Member.Definitions).
+	Definitions map[string]json.RawMessage
 }
 
 // fleet keeps this replica's entry fresh and answers whether some live
@@ -99,7 +107,9 @@ func openFleet(ctx context.Context, js jetstream.JetStream, cfg FleetConfig, dat
 		return nil, err
 	}
 	slices.Sort(datasets)
-	f := &fleet{cfg: cfg, kv: kv, log: log, self: Member{Replica: cfg.Replica, Version: cfg.Version, Datasets: datasets}}
+	f := &fleet{cfg: cfg, kv: kv, log: log, self: Member{
+		Replica: cfg.Replica, Version: cfg.Version, Datasets: datasets, Definitions: cfg.Definitions,
+	}}
 	if err := f.publish(ctx); err != nil {
 		return nil, err
 	}
@@ -175,13 +185,46 @@ func (f *fleet) view(ctx context.Context) ([]Member, error) {
 	if time.Since(f.read) < fleetCacheFor {
 		return f.members, nil
 	}
-	keys, err := f.kv.ListKeys(ctx)
+	out, err := readMembers(ctx, f.kv)
+	if err != nil {
+		return nil, err
+	}
+	f.members, f.read = out, time.Now()
+	return out, nil
+}
+
+// ReadFleet lists the live replicas in bucket, sorted by name, without a
+// running Consumer (`idem validate --fleet`). An entry older than three
+// DefaultFleetRefresh is not live, even when the bucket still holds it.
+// A missing bucket is jetstream.ErrBucketNotFound.
+func ReadFleet(ctx context.Context, js jetstream.JetStream, bucket string) ([]Member, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	all, err := readMembers(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	live := all[:0]
+	for _, m := range all {
+		if time.Since(m.Updated) < 3*DefaultFleetRefresh {
+			live = append(live, m)
+		}
+	}
+	slices.SortFunc(live, func(a, b Member) int { return strings.Compare(a.Replica, b.Replica) })
+	return live, nil
+}
+
+// readMembers reads every entry of the bucket, datasets sorted.
+func readMembers(ctx context.Context, kv jetstream.KeyValue) ([]Member, error) {
+	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []Member
 	for k := range keys.Keys() {
-		e, err := f.kv.Get(ctx, k)
+		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue // expired or deleted meanwhile
 		}
@@ -191,6 +234,5 @@ func (f *fleet) view(ctx context.Context) ([]Member, error) {
 			out = append(out, m)
 		}
 	}
-	f.members, f.read = out, time.Now()
 	return out, nil
 }

@@ -57,7 +57,7 @@ from several processes at once: it applies only the missing migrations.`,
 }
 
 func validateCmd(e *env) *cobra.Command {
-	var offline bool
+	var offline, fleet bool
 	c := &cobra.Command{
 		Use:   "validate",
 		Short: "Check the config, and with a database, that tables and columns fit",
@@ -66,6 +66,11 @@ the fix. When postgres.url (or IDEM_DATABASE_URL) is set and --offline is not,
 also plan every dataset's load against the database without running it: missing
 tables or columns, a source whose columns do not fit the target, a merge key
 without a unique index, a schema idem that needs 'idem migrate'.
+
+With --fleet, also read which config versions the live 'idem serve' replicas
+run (the fleet bucket in NATS) and print, per version, its replicas and what
+the new config changes: datasets added, removed, and the fields changed. A
+difference does not change the exit code.
 
 Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,10 +111,14 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 				where = "config and database"
 			}
 			fmt.Fprintf(e.out, "%s: ok, %d dataset(s) (%s)\n", e.configPath, len(cfg.Datasets), where)
+			if fleet {
+				return e.validateFleet(cmd.Context(), cfg)
+			}
 			return nil
 		},
 	}
 	c.Flags().BoolVar(&offline, "offline", false, "check the config file only, never connect to the database")
+	c.Flags().BoolVar(&fleet, "fleet", false, "also print what the config changes against the versions the live replicas run (reads NATS)")
 	return c
 }
 

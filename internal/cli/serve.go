@@ -111,6 +111,7 @@ func serve(ctx context.Context, d serveDeps) error {
 	m.ConfigInfo.WithLabelValues(version).Set(1)
 	ccfg.Fleet = &consumer.FleetConfig{
 		Bucket: cfg.NATS.FleetBucketName(), Replica: replicaName(), Version: version, Grace: cfg.NATS.UnknownGrace(),
+		Definitions: datasetDefinitions(cfg),
 	}
 	connCfg := d.pool.Config().ConnConfig
 	ccfg.Probe = func(ctx context.Context) error {
