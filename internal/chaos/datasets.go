@@ -143,6 +143,12 @@ func sourceSQL(d dataset) string {
 	return "SELECT " + columns + " FROM " + d.staging + " WHERE event_date = @partition AND staging.gate()"
 }
 
+// unknownDatasetGrace is how long an event for a dataset no replica knows
+// (the unknown_dataset fatal input) waits for a config rollout before idem
+// dead-letters it: short, so it is dead-lettered within the campaign; idem
+// naks it every 2 s meanwhile.
+const unknownDatasetGrace = 10 * time.Second
+
 // configYAML is the idem config every replica runs with. Its retry settings
 // are the ones retrySchedule measures.
 func configYAML(natsURL, pgURL string, o Options) string {
@@ -152,12 +158,13 @@ nats:
   url: %s
   ack_wait: %s
   max_in_flight: %d
+  unknown_dataset_grace: %s
 postgres:
   url: %s
 http:
   addr: 127.0.0.1:0
 datasets:
-`, natsURL, o.AckWait, o.MaxInFlight, pgURL)
+`, natsURL, o.AckWait, o.MaxInFlight, unknownDatasetGrace, pgURL)
 	for _, d := range datasets {
 		fmt.Fprintf(&b, "  %s:\n    strategy: %s\n    target: %s\n%s    source: %s\n", d.name, d.strategy, d.target, d.yaml, sourceSQL(d))
 		// No retries line: idem's default (Retries) is what the campaign proves.

@@ -136,7 +136,10 @@
 // dead-lettered after more than one delivery is excused by a fault that
 // redelivers without a failure (kill, crash_commit, pause, nats_restart,
 // nats_down, rolling_restart), or, for an empty partition, which reaches the
-// database, by any fault.
+// database, by any fault. An event for a dataset no replica knows
+// (unknown_dataset) is redelivered by design while it waits for a config
+// rollout (nats.unknown_dataset_grace, 10 s here), so its deliveries are
+// not counted.
 //
 // PostgreSQL runs with synchronous_commit on: idem acknowledges a message
 // only after COMMIT returns, so a commit that a server crash can take back
