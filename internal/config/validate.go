@@ -142,7 +142,9 @@ func (c *Config) validateTop(v *validator) {
 			v.add("nats.tls.key", "tls.cert is set without its key; mutual TLS needs both cert and key")
 		}
 	}
-	if b := c.NATS.FleetBucketName(); !validBucket(b) {
+	// The default name derives from the consumer's, whose own problems are
+	// reported above; only a name that is bad on its own is reported here.
+	if b := c.NATS.FleetBucketName(); !validBucket(b) && (c.NATS.FleetBucket != "" || !strings.ContainsAny(c.NATS.Consumer, ".*>/\\ \t")) {
 		v.add("nats.fleet_bucket", "%q is not a key-value bucket name; use letters, digits, '-' and '_' (e.g. idem_fleet)", b)
 	}
 	if c.NATS.UnknownDatasetGrace < 0 {

@@ -21,12 +21,11 @@ import (
 // fatal, once the grace has passed.
 func TestMixedConfigVersionsDeadLetterNothing(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, opts{})
+	w := newWorld(t, opts{unknownGrace: "3s"})
 	w.db.Exec(t, "CREATE TABLE analytics.t2 (LIKE analytics.t)")
 	old, err := os.ReadFile(w.cfg)
 	require.NoError(t, err)
-	oldCfg := strings.Replace(string(old), "  max_in_flight:", "  unknown_dataset_grace: 3s\n  max_in_flight:", 1)
-	require.NoError(t, os.WriteFile(w.cfg, []byte(oldCfg), 0o600))
+	oldCfg := string(old)
 	newCfg := oldCfg + `  neworders:
     strategy: delete_insert
     target: analytics.t2

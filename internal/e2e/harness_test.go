@@ -81,6 +81,8 @@ type opts struct {
 	// pgAdmin is the admin URL of a cluster of the test's own (one it may
 	// stop); the shared cluster when empty.
 	pgAdmin string
+	// unknownGrace sets nats.unknown_dataset_grace.
+	unknownGrace string
 	// serveURL, when set, rewrites the config's postgres.url: it is given the
 	// database's URL and returns the one idem serve connects with.
 	serveURL func(dbURL string) string
@@ -130,6 +132,10 @@ func newWorld(t *testing.T, o opts) *world {
 	if o.orderFields != "" {
 		timeout += "\n" + strings.TrimRight(o.orderFields, "\n")
 	}
+	natsExtra := ""
+	if o.unknownGrace != "" {
+		natsExtra = "\n  unknown_dataset_grace: " + o.unknownGrace
+	}
 	serveURL := db.URL
 	if o.serveURL != nil {
 		serveURL = o.serveURL(db.URL)
@@ -138,7 +144,7 @@ func newWorld(t *testing.T, o opts) *world {
 nats:
   url: %s
   ack_wait: %s
-  max_in_flight: %d
+  max_in_flight: %d%s
 postgres:
   url: %s
 http:
@@ -152,7 +158,7 @@ datasets:
     retries: %s
     retry_delay: 300ms
     max_retry_delay: 1s%s
-%s`, ns.URL(), o.ackWait, o.inFlight, serveURL, retries, timeout, o.extraYAML)
+%s`, ns.URL(), o.ackWait, o.inFlight, natsExtra, serveURL, retries, timeout, o.extraYAML)
 	path := filepath.Join(dir, "idem.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	return &world{t: t, ns: ns, nc: nc, js: js, db: db, cfg: path, dir: dir}
