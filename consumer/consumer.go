@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -35,10 +36,9 @@ type Consumer struct {
 	// slots holds one token per message fetched and not yet settled, so a
 	// fetch never asks for more messages than there are free workers.
 	slots chan struct{}
-	// turns bounds, per dataset with a MaxConcurrency, the handlers running;
-	// queued counts, per such dataset, the messages waiting for a turn.
-	turns   map[string]chan struct{}
-	queued  map[string]*atomic.Int32
+	// sets is the current generation of the configured datasets; a
+	// delivery keeps the one it was read with until its fate (Reload).
+	sets    atomic.Pointer[datasets]
 	circuit *circuit
 	fleet   *fleet
 	held    atomic.Int64
@@ -74,19 +74,35 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		log:    cfg.Log,
 		dl:     newDeadLetterer(js, cfg),
 		slots:  make(chan struct{}, cfg.MaxInFlight),
-		turns:  map[string]chan struct{}{},
-		queued: map[string]*atomic.Int32{},
 	}
+	c.sets.Store(newDatasets(cfg.Datasets, nil))
 	c.stopCtx, c.stopNow = context.WithCancel(context.Background())
 	c.stopping = c.stopCtx.Done()
 	c.circuit = newCircuit(cfg, c.stopping)
-	for name, d := range cfg.Datasets {
-		if d.MaxConcurrency > 0 {
-			c.turns[name] = make(chan struct{}, d.MaxConcurrency)
-			c.queued[name] = &atomic.Int32{}
+	return c, nil
+}
+
+// Reload replaces the configured datasets, as a reloaded config says, and
+// tells the fleet (version and definitions as in Config.Fleet). A message
+// already fetched keeps the datasets it was read with: a running load
+// finishes under the config it started with. A dataset whose
+// MaxConcurrency is unchanged keeps its turns; a changed one gets new
+// turns, so for as long as loads of the old limit run, both limits apply
+// side by side.
+func (c *Consumer) Reload(ctx context.Context, ds map[string]Dataset, version string, defs map[string]json.RawMessage) error {
+	cfg := c.cfg
+	cfg.Datasets = ds
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c.sets.Store(newDatasets(cfg.Datasets, c.sets.Load()))
+	if c.fleet != nil {
+		if err := c.fleet.update(ctx, sortedKeys(cfg.Datasets), version, defs); err != nil {
+			c.log.Warn().Err(err).Msg("fleet entry not updated after the reload; the next refresh writes it")
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // Fleet lists the live replicas' entries in the fleet bucket (nil without a
@@ -149,7 +165,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 
 	if c.cfg.Fleet != nil {
-		if f, err := openFleet(ctx, c.js, *c.cfg.Fleet, sortedKeys(c.cfg.Datasets), c.log); err != nil {
+		if f, err := openFleet(ctx, c.js, *c.cfg.Fleet, sortedKeys(c.sets.Load().byName), c.log); err != nil {
 			// Without the fleet an event for a dataset this replica lacks is
 			// dead-lettered at once, as before there was one.
 			c.log.Error().Err(err).Str("bucket", c.cfg.Fleet.Bucket).

@@ -70,7 +70,8 @@ type FleetConfig struct {
 type fleet struct {
 	cfg  FleetConfig
 	kv   jetstream.KeyValue
-	self Member
+	selfMu sync.Mutex
+	self   Member
 	log  zerolog.Logger
 
 	mu      sync.Mutex
@@ -129,7 +130,9 @@ func (f *fleet) key() string {
 }
 
 func (f *fleet) publish(ctx context.Context) error {
+	f.selfMu.Lock()
 	m := f.self
+	f.selfMu.Unlock()
 	m.Updated = time.Now().UTC()
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -169,7 +172,7 @@ func (f *fleet) knows(ctx context.Context, dataset string) (bool, error) {
 		return false, err
 	}
 	for _, m := range members {
-		if m.Replica != f.self.Replica && time.Since(m.Updated) < 3*f.cfg.Refresh {
+		if m.Replica != f.cfg.Replica && time.Since(m.Updated) < 3*f.cfg.Refresh {
 			if _, ok := slices.BinarySearch(m.Datasets, dataset); ok {
 				return true, nil
 			}
@@ -235,4 +238,14 @@ func readMembers(ctx context.Context, kv jetstream.KeyValue) ([]Member, error) {
 		}
 	}
 	return out, nil
+}
+
+// update replaces this replica's datasets, version and definitions after a
+// reload, and tells the fleet at once.
+func (f *fleet) update(ctx context.Context, datasets []string, version string, defs map[string]json.RawMessage) error {
+	slices.Sort(datasets)
+	f.selfMu.Lock()
+	f.self.Datasets, f.self.Version, f.self.Definitions = datasets, version, defs
+	f.selfMu.Unlock()
+	return f.publish(ctx)
 }

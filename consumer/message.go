@@ -3,6 +3,7 @@ package consumer
 import (
 	"bytes"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,8 @@ type delivery struct {
 	// token is the subject's last token when it is a valid dataset name,
 	// configured or not: the Idem-Dataset header of a dead letter.
 	token     string
+	// set is the generation of the datasets the message was read with.
+	set       *datasets
 	retry     Retry
 	decodeErr error
 	log       zerolog.Logger
@@ -81,12 +84,13 @@ func (c *Consumer) newDelivery(msg jetstream.Msg) (*delivery, error) {
 	}
 	d.token = subjectDataset(c.cfg.SubjectPrefix, msg.Subject())
 	d.retry = invalidRetry
-	if ds, ok := c.cfg.Datasets[d.token]; ok {
+	d.set = c.sets.Load()
+	if ds, ok := d.set.byName[d.token]; ok {
 		d.dataset, d.retry = d.token, ds.Retry
 		d.m.Dataset = d.token
 		d.m.MaxAttempts = ds.Retry.MaxAttempts
 	}
-	d.m.Event, d.decodeErr = schemas.Decode(msg.Subject(), msg.Data(), c.cfg.lookup)
+	d.m.Event, d.decodeErr = schemas.Decode(msg.Subject(), msg.Data(), d.set.lookup)
 	d.log = messageLogger(c.log, d.token, d.m.Event, d.m.NumDelivered, d.m.StreamSeq, d.m.Subject, d.decodeErr == nil)
 	return d, nil
 }
@@ -134,4 +138,42 @@ func cloneHeader(h nats.Header) nats.Header {
 		out[k] = append([]string(nil), vs...)
 	}
 	return out
+}
+
+// datasets is one generation of the configured datasets and their turns.
+type datasets struct {
+	byName map[string]Dataset
+	turns  map[string]*turns
+}
+
+// turns bounds the handlers of one dataset with a MaxConcurrency running
+// at once (running), and counts its messages waiting for a turn (queued).
+type turns struct {
+	running chan struct{}
+	queued  atomic.Int32
+}
+
+// newDatasets builds a generation; datasets whose MaxConcurrency did not
+// change since prev keep prev's turns.
+func newDatasets(byName map[string]Dataset, prev *datasets) *datasets {
+	s := &datasets{byName: byName, turns: map[string]*turns{}}
+	for name, d := range byName {
+		if d.MaxConcurrency <= 0 {
+			continue
+		}
+		if prev != nil {
+			if t, ok := prev.turns[name]; ok && cap(t.running) == d.MaxConcurrency {
+				s.turns[name] = t
+				continue
+			}
+		}
+		s.turns[name] = &turns{running: make(chan struct{}, d.MaxConcurrency)}
+	}
+	return s
+}
+
+// lookup tells schemas.Decode the datasets' partition types.
+func (s *datasets) lookup(dataset string) (schemas.PartitionType, bool) {
+	d, ok := s.byName[dataset]
+	return d.PartitionType, ok
 }

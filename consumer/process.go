@@ -141,27 +141,26 @@ const (
 // dataset's backlog does not fill the slots other datasets could use.
 // Other datasets' messages never wait behind it.
 func (c *Consumer) takeTurn(d *delivery) (release func(), _ turnResult) {
-	turn, limited := c.turns[d.dataset]
+	t, limited := d.set.turns[d.dataset]
 	if !limited {
 		return func() {}, turnTaken
 	}
 	select {
-	case turn <- struct{}{}:
+	case t.running <- struct{}{}:
 	default:
-		q := c.queued[d.dataset]
-		if int(q.Add(1)) > c.maxQueued(cap(turn)) {
-			q.Add(-1)
+		if int(t.queued.Add(1)) > c.maxQueued(cap(t.running)) {
+			t.queued.Add(-1)
 			return nil, turnFull
 		}
-		defer q.Add(-1)
-		d.log.Debug().Int("max_concurrency", cap(turn)).Msg("dataset at its concurrency limit: waiting for a turn")
+		defer t.queued.Add(-1)
+		d.log.Debug().Int("max_concurrency", cap(t.running)).Msg("dataset at its concurrency limit: waiting for a turn")
 		select {
-		case turn <- struct{}{}:
+		case t.running <- struct{}{}:
 		case <-c.stopping:
 			return nil, turnStopped
 		}
 	}
-	return func() { <-turn }, turnTaken
+	return func() { <-t.running }, turnTaken
 }
 
 // call runs the handler, turning a panic into a *PanicError.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -55,7 +56,28 @@ type Handler struct {
 	// spent one of the message's attempts.
 	Started func(dataset, runID string, attempt int)
 
+	// mu guards Datasets once the handler serves: Replace swaps the map, a
+	// load keeps the *Dataset it started with.
+	mu         sync.RWMutex
 	unrecorded unrecorded
+}
+
+// dataset is the configured dataset of that name, as of now.
+func (h *Handler) dataset(name string) (*Dataset, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	ds, ok := h.Datasets[name]
+	return ds, ok
+}
+
+// Replace swaps the configured datasets (a reloaded config). Loads already
+// running finish with the datasets they started with; the next events get
+// the new ones. A dataset carried over unchanged should be passed as the
+// same *Dataset, so its one-time setup is not run again.
+func (h *Handler) Replace(ds map[string]*Dataset) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Datasets = ds
 }
 
 // TriggeredByAttribute is the event attribute that names the upstream run
@@ -81,7 +103,7 @@ type Outcome struct {
 
 // Lookup tells the decoder a dataset's partition type.
 func (h *Handler) Lookup(dataset string) (schemas.PartitionType, bool) {
-	ds, ok := h.Datasets[dataset]
+	ds, ok := h.dataset(dataset)
 	if !ok {
 		return "", false
 	}
@@ -117,7 +139,7 @@ func (h *Handler) HandleMessage(ctx context.Context, subject string, body []byte
 // attempts are used up; nothing ran), or transient. Every error after the
 // `started` row is an *AttemptError carrying the attempt's number.
 func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome, error) {
-	ds, ok := h.Datasets[ev.Dataset]
+	ds, ok := h.dataset(ev.Dataset)
 	if !ok {
 		return Outcome{}, Fatal(ReasonUnknownDataset, fmt.Errorf("dataset %q is not configured", ev.Dataset))
 	}
@@ -304,12 +326,21 @@ func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, au
 // will fail with the same reason.
 func (h *Handler) Prepare(ctx context.Context) map[string]error {
 	failed := map[string]error{}
-	for name, ds := range h.Datasets {
+	h.mu.RLock()
+	all := maps.Clone(h.Datasets)
+	h.mu.RUnlock()
+	for name, ds := range all {
 		if err := h.prepare(ctx, ds); err != nil {
 			failed[name] = Classify(err)
 		}
 	}
 	return failed
+}
+
+// PrepareDataset runs ds's one-time setup now (a dataset added by a config
+// reload, checked before it serves); its error is classified.
+func (h *Handler) PrepareDataset(ctx context.Context, ds *Dataset) error {
+	return Classify(h.prepare(ctx, ds))
 }
 
 // prepare runs the strategy's one-time setup (append_dedupe's view) in its own

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,7 +57,7 @@ message, drains the connection and exits 0.`,
 				return err
 			}
 			defer nc.Close()
-			return serve(cmd.Context(), serveDeps{cfg: cfg, pool: pool, nc: nc, log: log, grace: grace})
+			return serve(cmd.Context(), serveDeps{cfg: cfg, pool: pool, nc: nc, log: log, grace: grace, reload: e.validConfig})
 		},
 	}
 	c.Flags().DurationVar(&grace, "grace", consumer.DefaultShutdownGrace, "how long in-flight loads may finish after SIGTERM before they are interrupted and nak'ed")
@@ -80,6 +84,8 @@ type serveDeps struct {
 	grace time.Duration
 	// ready, when set, is called once the consumer is fetching.
 	ready func(addr string)
+	// reload, when set, reads the config again on SIGHUP.
+	reload func() (*config.Config, error)
 }
 
 // serve runs the service until ctx is cancelled; it returns nil after a
@@ -109,6 +115,8 @@ func serve(ctx context.Context, d serveDeps) error {
 	ccfg.ShutdownGrace = d.grace
 	version := configVersion(cfg)
 	m.ConfigInfo.WithLabelValues(version).Set(1)
+	var current atomic.Pointer[string]
+	current.Store(&version)
 	ccfg.Fleet = &consumer.FleetConfig{
 		Bucket: cfg.NATS.FleetBucketName(), Replica: replicaName(), Version: version, Grace: cfg.NATS.UnknownGrace(),
 		Definitions: datasetDefinitions(cfg),
@@ -136,7 +144,7 @@ func serve(ctx context.Context, d serveDeps) error {
 		return err
 	}
 
-	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, d.pool, d.nc, c, version, log)
+	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, d.pool, d.nc, c, &current, log)
 	if err != nil {
 		return err
 	}
@@ -153,6 +161,14 @@ func serve(ctx context.Context, d serveDeps) error {
 
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(ctx)
+	if d.reload != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		r := &reloader{load: d.reload, pool: d.pool, h: h, c: c, m: m, log: log, version: &current, cur: cfg, dss: dss}
+		wg.Add(1)
+		go func() { defer wg.Done(); r.run(bgCtx, hup) }()
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -265,7 +281,7 @@ func checkDatasets(ctx context.Context, pool *pgxpool.Pool, h *handlers.Handler,
 	}
 }
 
-func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Conn, c *consumer.Consumer, version string, log zerolog.Logger) (*http.Server, string, error) {
+func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Conn, c *consumer.Consumer, version *atomic.Pointer[string], log zerolog.Logger) (*http.Server, string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -287,11 +303,11 @@ func startHTTP(addr string, m *metrics.Metrics, pool *pgxpool.Pool, nc *nats.Con
 			for _, p := range problems {
 				fmt.Fprintln(w, p)
 			}
-			fmt.Fprintln(w, "config", version)
+			fmt.Fprintln(w, "config", *version.Load())
 			return
 		}
 		fmt.Fprintln(w, "ready")
-		fmt.Fprintln(w, "config", version)
+		fmt.Fprintln(w, "config", *version.Load())
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

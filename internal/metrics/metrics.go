@@ -35,6 +35,8 @@ type Metrics struct {
 	BuildInfo    *prometheus.GaugeVec // version
 	// ConfigInfo is 1 for the config version this process runs.
 	ConfigInfo *prometheus.GaugeVec // version
+	// ConfigReloads counts SIGHUP reloads by result: applied, refused.
+	ConfigReloads *prometheus.CounterVec
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -77,6 +79,9 @@ func New(version string) *Metrics {
 		CircuitOpens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_warehouse_circuit_opens_total", Help: "Times the warehouse circuit opened: PostgreSQL could not be used at all.",
 		}),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_config_reloads_total", Help: "Config reloads (SIGHUP) by result: applied, or refused (the old config keeps serving; the log says why).",
+		}, []string{"result"}),
 		ConfigInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "idem_config_info", Help: "Always 1; the version label is a hash of the pipeline and datasets this process runs.",
 		}, []string{"version"}),
@@ -85,7 +90,7 @@ func New(version string) *Metrics {
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
