@@ -68,11 +68,11 @@ type FleetConfig struct {
 // fleet keeps this replica's entry fresh and answers whether some live
 // replica knows a dataset.
 type fleet struct {
-	cfg  FleetConfig
-	kv   jetstream.KeyValue
+	cfg    FleetConfig
+	kv     jetstream.KeyValue
 	selfMu sync.Mutex
 	self   Member
-	log  zerolog.Logger
+	log    zerolog.Logger
 
 	mu      sync.Mutex
 	members []Member

@@ -53,7 +53,7 @@ type delivery struct {
 	dataset string
 	// token is the subject's last token when it is a valid dataset name,
 	// configured or not: the Idem-Dataset header of a dead letter.
-	token     string
+	token string
 	// set is the generation of the datasets the message was read with.
 	set       *datasets
 	retry     Retry
