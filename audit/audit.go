@@ -256,9 +256,11 @@ type Begun struct {
 	Spent bool
 }
 
-// Begin records the start of an attempt in one statement. When the ledger
-// already holds a success for the run and force is false, it writes a
-// finished `skipped` row. Otherwise it counts the loads of the same message
+// Begin records the start of an attempt in one statement. When the run is
+// already done it writes a finished `skipped` row: without force, when the
+// ledger holds a success for the run; with force, when this very message
+// (the stream sequence) already loaded, so a forced event redelivered after
+// its commit does not load again. Otherwise it counts the loads of the same message
 // that already ran and, when budget is 0 or that count is below it, writes
 // the `started` row; at the budget it writes nothing and reports Spent.
 func Begin(ctx context.Context, db Querier, a Attempt, budget int) (Begun, error) {
@@ -290,8 +292,11 @@ func Begin(ctx context.Context, db Querier, a Attempt, budget int) (Begun, error
 // partition's rows through pipeline_audit_partition_idx.
 const beginSQL = `
 WITH done AS (
-     SELECT NOT $6 AND EXISTS (SELECT 1 FROM idem.run_ledger
-             WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5) AS yes),
+     SELECT CASE WHEN NOT $6 THEN EXISTS (SELECT 1 FROM idem.run_ledger
+                  WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5)
+            ELSE $7::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
+                  WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
+                    AND stream_seq = $7 AND status = 'success') END AS yes),
 prior AS (
      SELECT count(*)::int AS n, (array_agg(status ORDER BY id DESC))[1] AS last
        FROM idem.pipeline_audit
@@ -344,7 +349,20 @@ func QueueSucceeded(b *pgx.Batch, k RunKey, done *bool) {
 	b.Queue(succeededSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
 }
 
+// QueueMessageSucceeded queues on b whether message seq of run k already
+// loaded (a forced event's duplicate check), storing the answer in done.
+func QueueMessageSucceeded(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
+	b.Queue(`SELECT $5::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
+	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success')`,
+		k.Pipeline, k.Dataset, k.Partition, k.RunID, nullSeq(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+}
+
 // QueueEnqueue queues Enqueue on b.
-func QueueEnqueue(b *pgx.Batch, e OutboxEvent) {
-	b.Queue(enqueueSQL, e.Subject, e.MsgID, e.Body, e.AuditID)
+func QueueEnqueue(b *pgx.Batch, prefix string, e OutboxEvent) error {
+	subject, msgID, body, err := e.wire(prefix)
+	if err != nil {
+		return fmt.Errorf("audit: outbox: %w", err)
+	}
+	b.Queue(enqueueSQL, subject, msgID, body, e.AuditID)
+	return nil
 }

@@ -5,25 +5,40 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/schemas"
 )
 
-// OutboxEvent is a downstream event written in the load's transaction.
+// OutboxEvent is a downstream event written in the load's transaction: what
+// the event is, never how it travels (the subject and the Nats-Msg-Id are
+// the relay's, from schemas).
 type OutboxEvent struct {
-	Subject string
-	MsgID   string // Nats-Msg-Id
-	Body    []byte
+	Event   schemas.PartitionReady
 	AuditID int64 // the upstream attempt that caused it
+}
+
+// wire is how e is published today: subject under prefix, body, message id.
+func (e OutboxEvent) wire(prefix string) (subject, msgID string, body []byte, err error) {
+	body, err = e.Event.Marshal()
+	if err != nil {
+		return "", "", nil, err
+	}
+	return schemas.Subject(prefix, e.Event.Dataset), e.Event.TriggeredMsgID(e.AuditID), body, nil
 }
 
 const enqueueSQL = `
 		INSERT INTO idem.outbox (subject, msg_id, body, audit_id) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (msg_id) DO NOTHING`
 
-// Enqueue writes e to idem.outbox inside the caller's transaction. An event
-// with the same MsgID already queued is left alone: it is the same event.
-func Enqueue(ctx context.Context, db Querier, e OutboxEvent) error {
-	_, err := db.Exec(ctx, enqueueSQL, e.Subject, e.MsgID, e.Body, e.AuditID)
+// Enqueue writes e to idem.outbox inside the caller's transaction, for the
+// subject prefix prefix. An event with the same message id already queued is
+// left alone: it is the same event.
+func Enqueue(ctx context.Context, db Querier, prefix string, e OutboxEvent) error {
+	subject, msgID, body, err := e.wire(prefix)
 	if err != nil {
+		return fmt.Errorf("audit: outbox: %w", err)
+	}
+	if _, err := db.Exec(ctx, enqueueSQL, subject, msgID, body, e.AuditID); err != nil {
 		return fmt.Errorf("audit: outbox: %w", err)
 	}
 	return nil

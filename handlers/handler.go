@@ -35,6 +35,10 @@ type Dataset struct {
 	// Then names the downstream datasets a success of this one triggers, for
 	// the same partition and run_id, through the outbox.
 	Then []string
+	// Upstreams names the datasets whose Then lists this one. With more than
+	// one it is a join: a success of one upstream triggers it only when
+	// every other upstream's latest attempt for the partition succeeded.
+	Upstreams []string
 
 	prepareMu sync.Mutex
 	prepared  bool
@@ -248,7 +252,9 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 		}
 		b.Queue(lockSQL, a.Pipeline+"\x1f"+a.Dataset+"\x1f"+a.Partition)
 		var done bool
-		if !a.Force {
+		if a.Force {
+			audit.QueueMessageSucceeded(b, a.RunKey, a.StreamSeq, &done)
+		} else {
 			audit.QueueSucceeded(b, a.RunKey, &done)
 		}
 		plan := ds.Strategy.Describe(b, p)
@@ -265,12 +271,31 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 			return err
 		}
 		out.Rows = res
-		// Round trip 3: the audit row, the ledger, the downstream events.
+		// Round trip 3: the audit row, the ledger, the downstream events (a
+		// join's only once its other upstreams are known to be ready: one
+		// more round trip, for joins only).
 		b = &pgx.Batch{}
 		audit.QueueSucceed(b, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
 		audit.QueueRecordSuccess(b, a.RunKey, id, a.Force)
-		if err := h.queueDownstream(b, ds, a, id); err != nil {
+		joins, err := h.queueDownstream(b, ds, a, id)
+		if err != nil {
 			return err
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil || len(joins) == 0 {
+			return err
+		}
+		b = &pgx.Batch{}
+		for _, j := range joins {
+			if *j.ready {
+				if err := h.enqueue(b, j.down, a, id); err != nil {
+					return err
+				}
+			} else {
+				zerolog.Ctx(ctx).Debug().Str("join", j.down).Msg("join waits for its other upstreams")
+			}
+		}
+		if b.Len() == 0 {
+			return nil
 		}
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -290,34 +315,61 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 	return out, err
 }
 
-// queueDownstream queues one event per downstream dataset into the outbox,
-// inside the load's transaction: the downstream runs if and only if this load
-// committed. The downstream inherits the partition and the run_id, so one
-// pipeline run keeps one run_id end to end; its Nats-Msg-Id is
-// <downstream>:<partition>:<run_id>, except for a forced rerun, which gets the
-// upstream attempt's id appended so JetStream's duplicate window does not
-// swallow it.
-func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, auditID int64) error {
+// pendingJoin is a join whose readiness round trip 3 asks.
+type pendingJoin struct {
+	down  string
+	ready *bool
+}
+
+// queueDownstream queues, inside the load's transaction, one event per
+// downstream dataset into the outbox: the downstream runs if and only if
+// this load committed. A downstream with other upstreams (a join) is not
+// queued here: its lock and readiness check are, and it is returned, to be
+// queued once the answer is known.
+func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, auditID int64) ([]pendingJoin, error) {
+	var joins []pendingJoin
+	for _, down := range ds.Then {
+		var others []string
+		if d, ok := h.dataset(down); ok {
+			for _, up := range d.Upstreams {
+				if up != ds.Name {
+					others = append(others, up)
+				}
+			}
+		}
+		if len(others) == 0 {
+			if err := h.enqueue(b, down, a, auditID); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		j := pendingJoin{down: down, ready: new(bool)}
+		audit.QueueJoinReady(b, a.Pipeline, down, a.Partition, others, j.ready)
+		joins = append(joins, j)
+	}
+	return joins, nil
+}
+
+// enqueue queues the event of downstream down that upstream attempt auditID
+// triggers. It inherits the partition and the run_id, so one pipeline run
+// keeps one run_id end to end, and it is forced: every upstream commit
+// brings its downstream up to date, even for a run_id the downstream
+// already loaded (a join's second upstream, an upstream rerun on new
+// data). Its message id names the upstream attempt, so a relay that
+// publishes it twice is deduplicated and its redelivery is skipped.
+func (h *Handler) enqueue(b *pgx.Batch, down string, a audit.Attempt, auditID int64) error {
+	ev := schemas.PartitionReady{
+		Dataset: down, Partition: a.Partition, RunID: a.RunID, Force: true,
+		Attributes: map[string]string{TriggeredByAttribute: a.Dataset + ":" + a.Partition + ":" + a.RunID},
+	}
+	if _, err := ev.Marshal(); err != nil {
+		return Fatal(ReasonInvalidEvent, fmt.Errorf("downstream event for %s: %w", down, err))
+	}
 	prefix := h.SubjectPrefix
 	if prefix == "" {
 		prefix = "idem.ready"
 	}
-	for _, down := range ds.Then {
-		ev := schemas.PartitionReady{
-			Dataset: down, Partition: a.Partition, RunID: a.RunID, Force: a.Force,
-			Attributes: map[string]string{TriggeredByAttribute: a.Dataset + ":" + a.Partition + ":" + a.RunID},
-		}
-		body, err := ev.Marshal()
-		if err != nil {
-			return Fatal(ReasonInvalidEvent, fmt.Errorf("downstream event for %s: %w", down, err))
-		}
-		msgID := ev.MsgID()
-		if a.Force {
-			msgID += fmt.Sprintf(":%d", auditID)
-		}
-		audit.QueueEnqueue(b, audit.OutboxEvent{Subject: prefix + "." + down, MsgID: msgID, Body: body, AuditID: auditID})
-	}
-	return nil
+	return audit.QueueEnqueue(b, prefix, audit.OutboxEvent{Event: ev, AuditID: auditID})
 }
 
 // Prepare runs every dataset's one-time setup (append_dedupe's view) now, so

@@ -20,9 +20,11 @@ func TestDownstreamEventsAreQueuedInTheLoadTransaction(t *testing.T) {
 	e.mustLoad("2026-11-28", "r1", false)
 	require.Equal(t, 1, woken)
 	require.EqualValues(t, 2, e.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL"))
-	require.EqualValues(t, 1, e.db.Int(t, `SELECT count(*) FROM idem.outbox
-		WHERE subject = 'idem.ready.daily' AND msg_id = 'daily:2026-11-28:r1'
-		  AND convert_from(body, 'UTF8')::jsonb = '{"dataset":"daily","partition":"2026-11-28","run_id":"r1","attributes":{"triggered_by":"ds:2026-11-28:r1"}}'::jsonb`))
+	// Forced, so it brings the downstream up to date even for a run_id it
+	// already loaded; its message id names the upstream attempt.
+	require.EqualValues(t, 1, e.db.Int(t, `SELECT count(*) FROM idem.outbox o JOIN idem.pipeline_audit a ON a.id = o.audit_id
+		WHERE subject = 'idem.ready.daily' AND msg_id = 'daily:2026-11-28:r1:' || a.id AND a.status = 'success'
+		  AND convert_from(body, 'UTF8')::jsonb = '{"dataset":"daily","partition":"2026-11-28","run_id":"r1","force":true,"attributes":{"triggered_by":"ds:2026-11-28:r1"}}'::jsonb`))
 
 	// A redelivery does no work and queues nothing.
 	e.mustLoad("2026-11-28", "r1", false)
@@ -35,13 +37,15 @@ func TestDownstreamEventsAreQueuedInTheLoadTransaction(t *testing.T) {
 	require.ErrorIs(t, err, strategies.ErrEmptySource)
 	require.EqualValues(t, 2, e.db.Int(t, "SELECT count(*) FROM idem.outbox"))
 
-	// A forced rerun of the same run gets a distinct Nats-Msg-Id, or JetStream's
-	// duplicate window would swallow the downstream rerun.
+	// A forced rerun of the same run is a new upstream commit: new events,
+	// with message ids of their own, or JetStream's duplicate window would
+	// swallow the downstream rerun.
 	e.stage("2026-11-28", 1, 5, 1, 2)
 	e.mustLoad("2026-11-28", "r1", true)
 	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(*) FROM idem.outbox"))
 	require.EqualValues(t, 2, e.db.Int(t, `SELECT count(*) FROM idem.outbox o JOIN idem.pipeline_audit a ON a.id = o.audit_id
 		WHERE o.msg_id LIKE '%:2026-11-28:r1:' || a.id AND a.force AND convert_from(o.body, 'UTF8')::jsonb ->> 'force' = 'true'`))
+	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(DISTINCT msg_id) FROM idem.outbox"))
 }
 
 func TestTriggeredByIsRecorded(t *testing.T) {

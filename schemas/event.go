@@ -53,6 +53,18 @@ func (e PartitionReady) MsgID() string {
 	return e.Dataset + ":" + e.Partition + ":" + e.RunID
 }
 
+// Subject is the subject of an event of dataset under prefix (e.g.
+// "idem.ready"): "<prefix>.<dataset>".
+func Subject(prefix, dataset string) string { return prefix + "." + dataset }
+
+// TriggeredMsgID is the Nats-Msg-Id of an event that upstream attempt
+// auditID triggered (the outbox of `then:`): one per upstream commit, so a
+// relay that publishes the same row twice is deduplicated, and two
+// upstream commits are two events.
+func (e PartitionReady) TriggeredMsgID(auditID int64) string {
+	return fmt.Sprintf("%s:%d", e.MsgID(), auditID)
+}
+
 // Marshal renders e as the compact JSON a publisher sends. It refuses what
 // Decode would refuse whatever the configuration (a bad dataset name, an
 // unprintable run_id, ...), so nothing idem publishes is dead-lettered for its

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,7 +63,9 @@ type published struct {
 // eventMsg builds the message for ev: validated exactly as the consumer will
 // validate it (so a bad event is refused here, not dead-lettered later), with
 // the canonical partition key (so 2026-11-28T13 and 2026-11-28T13:00:00Z are
-// one run) and Nats-Msg-Id <dataset>:<partition>:<run_id>.
+// one run) and Nats-Msg-Id <dataset>:<partition>:<run_id>. A forced event
+// gets a message id of its own (":force:" and the time), so JetStream's
+// duplicate window never swallows a deliberate rerun.
 func eventMsg(cfg *config.Config, ev schemas.PartitionReady) (*nats.Msg, error) {
 	subject := cfg.NATS.SubjectPrefix + "." + ev.Dataset
 	body, err := ev.Marshal()
@@ -78,7 +81,11 @@ func eventMsg(cfg *config.Config, ev schemas.PartitionReady) (*nats.Msg, error) 
 		return nil, err
 	}
 	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, ev.MsgID())
+	id := ev.MsgID()
+	if ev.Force {
+		id += ":force:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
 	return msg, nil
 }
 
@@ -105,7 +112,7 @@ func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Confi
 		return published{}, fmt.Errorf("publish %s: %w", msg.Subject, err)
 	}
 	return published{Dataset: canon.Dataset, Partition: canon.Partition, RunID: canon.RunID, Subject: msg.Subject,
-		Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate, MsgID: canon.MsgID()}, nil
+		Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate, MsgID: msg.Header.Get(jetstream.MsgIDHeader)}, nil
 }
 
 // manualRunID is a unique, readable run id for a hand-made publish.

@@ -75,7 +75,11 @@ func (r *reloader) reload(ctx context.Context) error {
 			touched = append(touched, name)
 			continue
 		}
-		built[name] = r.dss[name] // unchanged: keep its state (its view is prepared)
+		// Unchanged: keep its state (its view is prepared), unless another
+		// dataset's then: made it a join or stopped it being one.
+		if old, ok := r.dss[name]; ok && slices.Equal(old.Upstreams, built[name].Upstreams) {
+			built[name] = old
+		}
 	}
 	sort.Strings(touched)
 	for _, name := range touched {
