@@ -23,6 +23,38 @@ type PartitionStatus struct {
 	// success queued this partition's latest attempt; empty when a scheduler
 	// or an operator published it.
 	TriggeredBy string `json:"triggered_by,omitempty"`
+	// WaitingFor lists, for a join not loaded, each upstream whose latest
+	// attempt for the partition is not a success, as "<dataset>: <status>".
+	WaitingFor []string `json:"waiting_for,omitempty"`
+}
+
+// UpstreamStates returns, for each day from..to and each upstream, the
+// status of the upstream's latest attempt for that day ("missing" when it
+// never ran), skips aside: what a join waits for.
+func UpstreamStates(ctx context.Context, db Querier, pipeline string, upstreams []string, from, to time.Time) (map[string]map[string]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id,
+		       coalesce((SELECT a.status FROM idem.pipeline_audit a
+		                  WHERE a.dag_id = $1 AND a.task_id = u.task_id AND a.logical_date = d::date AND a.status <> 'skipped'
+		                  ORDER BY a.id DESC LIMIT 1), 'missing')
+		  FROM generate_series($3::date, $4::date, interval '1 day') AS d, unnest($2::text[]) AS u(task_id)`,
+		pipeline, upstreams, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("audit: upstream states: %w", err)
+	}
+	out := map[string]map[string]string{}
+	var day, ds, status string
+	_, err = pgx.ForEachRow(rows, []any{&day, &ds, &status}, func() error {
+		if out[day] == nil {
+			out[day] = map[string]string{}
+		}
+		out[day][ds] = status
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: upstream states: %w", err)
+	}
+	return out, nil
 }
 
 // StatusRange returns one entry per day from..to (inclusive), in order;

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,6 +94,11 @@ Exit code 1 when any partition in the range is not success.`,
 			if err != nil {
 				return err
 			}
+			if ups := cfg.Upstreams(args[0]); len(ups) > 1 {
+				if err := markWaiting(cmd.Context(), pool, cfg.Pipeline, ups, f, t, st); err != nil {
+					return err
+				}
+			}
 			notOK := 0
 			for _, s := range st {
 				if s.Status != audit.StatusSuccess {
@@ -112,7 +119,11 @@ Exit code 1 when any partition in the range is not success.`,
 					if s.FinishedAt != nil {
 						fin = s.FinishedAt.UTC().Format(time.RFC3339)
 					}
-					tb.add(s.Partition, s.Status, orDash(s.RunID), rows, fmt.Sprint(s.Attempts), fin, orDash(s.TriggeredBy), truncateCell(s.Error, 80))
+					errOrWait := s.Error
+					if len(s.WaitingFor) > 0 {
+						errOrWait = "join waiting for " + strings.Join(s.WaitingFor, ", ")
+					}
+					tb.add(s.Partition, s.Status, orDash(s.RunID), rows, fmt.Sprint(s.Attempts), fin, orDash(s.TriggeredBy), truncateCell(errOrWait, 80))
 				}
 				if err := tb.print(e.out, isTerminal(e.out)); err != nil {
 					return err
@@ -174,4 +185,24 @@ func truncateCell(s string, n int) string {
 		return orDash(s)
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// markWaiting says, for each partition of a join that is not loaded, which
+// upstreams it waits for.
+func markWaiting(ctx context.Context, db audit.Querier, pipeline string, upstreams []string, from, to time.Time, st []audit.PartitionStatus) error {
+	states, err := audit.UpstreamStates(ctx, db, pipeline, upstreams, from, to)
+	if err != nil {
+		return err
+	}
+	for i := range st {
+		if st[i].Status == audit.StatusSuccess {
+			continue
+		}
+		for _, up := range upstreams {
+			if s := states[st[i].Partition][up]; s != audit.StatusSuccess {
+				st[i].WaitingFor = append(st[i].WaitingFor, up+": "+s)
+			}
+		}
+	}
+	return nil
 }

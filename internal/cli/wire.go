@@ -117,12 +117,8 @@ func datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then}
 	}
-	for _, name := range cfg.DatasetNames() {
-		for _, down := range cfg.Datasets[name].Then {
-			if ds, ok := out[down]; ok {
-				ds.Upstreams = append(ds.Upstreams, name)
-			}
-		}
+	for name, ds := range out {
+		ds.Upstreams = cfg.Upstreams(name)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -351,6 +352,18 @@ func (d *Dataset) TargetTable() (schema, table string) { return splitQualified(d
 // ViewName splits View into schema and view name; a bare name is in the
 // public schema.
 func (d *Dataset) ViewName() (schema, name string) { return splitQualified(d.View) }
+
+// Upstreams names the datasets whose then: lists dataset, in name order.
+// More than one make it a join.
+func (c *Config) Upstreams(dataset string) []string {
+	var out []string
+	for _, name := range c.DatasetNames() {
+		if slices.Contains(c.Datasets[name].Then, dataset) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // DatasetNames lists the configured dataset names, sorted.
 func (c *Config) DatasetNames() []string {

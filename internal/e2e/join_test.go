@@ -187,6 +187,11 @@ func TestFatalUpstreamKeepsTheJoinFromRunning(t *testing.T) {
 	d.waitSettled()
 	require.Zero(t, d.revenueRuns(p), "the join ran on one upstream while the other's latest attempt failed")
 	require.EqualValues(t, 0, d.count("SELECT count(*) FROM idem.outbox WHERE msg_id LIKE 'revenue:%'"))
+	// The operator sees what the join waits for.
+	code, out := runIdem(t, nil, "audit", "status", "revenue", "--config", d.cfg, "--from", p, "--to", p)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "join waiting for shop: failed")
+	require.NotContains(t, out, "orders: ")
 }
 
 func TestUpstreamsCommittingTogetherTriggerTheJoin(t *testing.T) {
