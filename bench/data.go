@@ -12,7 +12,8 @@ import (
 	"github.com/idem-data/idem/strategies"
 )
 
-// The row shape of perf-limits.md, so its bare figures compare.
+// One row shape (an orders table) for every measurement, so idem and the
+// bare statements load the same rows.
 const (
 	rowCols = "order_id, customer_id, total, status, event_date, updated_at"
 	rowDDL  = "(order_id bigint, customer_id bigint, total numeric(12,2), status text, event_date date, updated_at timestamptz)"

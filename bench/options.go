@@ -11,7 +11,7 @@ type Mode string
 
 // Modes, from the full report to the smoke test's few events.
 const (
-	// ModeFull is `make bench`: the sizes of issue 6 (20-40 minutes).
+	// ModeFull is `make bench`: the sizes the benchmark targets are set at (20-40 minutes).
 	ModeFull Mode = "full"
 	// ModeQuick is `make bench-quick`: about a minute, 100k-row partitions only.
 	ModeQuick Mode = "quick"

@@ -10,9 +10,10 @@ import (
 	"strconv"
 )
 
-// pgbench scripts: the floor, and the issue's reference (perf-limits A6
-// "1tx"): the audit row started, the floor, the audit row updated, in one
-// transaction. :d picks a partition at random.
+// pgbench scripts: the floor, and the reference of the small-event target
+// (the one-transaction pattern run by pgbench): the audit row started, the
+// floor, the audit row updated, in one transaction. :d picks a partition at
+// random.
 const (
 	pgbenchFloor = `\set d random(0, %[1]d)
 BEGIN;

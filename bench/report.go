@@ -295,14 +295,14 @@ func (r *Results) stepsAt() int {
 	return 1
 }
 
-// Verdict is one target of issue 6, as measured.
+// Verdict is one benchmark target, as measured.
 type Verdict struct {
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
 	Met      bool   `json:"met"`
 }
 
-// Verdicts checks the issue's targets against r. The 1M-row targets use the
+// Verdicts checks the benchmark targets against r. The 1M-row targets use the
 // largest size measured, which the text names.
 func (r *Results) Verdicts() []Verdict {
 	var out []Verdict
@@ -417,7 +417,7 @@ func frac(a, b *Method) float64 {
 
 // VerdictTable renders the verdicts.
 func (r *Results) VerdictTable() string {
-	t := &table{head: []string{"target (issue 6)", "measured", "verdict"}}
+	t := &table{head: []string{"target", "measured", "verdict"}}
 	for _, v := range r.Verdicts() {
 		verdict := "**missed**"
 		if v.Met {

@@ -39,7 +39,7 @@ func (e *env) setupSmall(ctx context.Context) error {
 		"CREATE TABLE bench.small_src "+rowDDL,
 		"INSERT INTO bench.small_src "+rowsSQL(smallBase, 0, p, 10),
 		"CREATE INDEX ON bench.small_src (event_date)",
-		// Pre-filled: every small load is a rerun, as in perf-limits A6.
+		// Pre-filled: every small load is a rerun, as in the pgbench reference.
 		"CREATE TABLE bench.small_t "+rowDDL,
 		"INSERT INTO bench.small_t SELECT * FROM bench.small_src",
 		"CREATE INDEX ON bench.small_t (event_date)",

@@ -13,7 +13,7 @@ var chartSeries = []struct {
 	{MIdem, "idem end to end", "#1f5fbf", ""},
 	{MLimit, "limit (i): idem's SQL, pgx loop", "#e07b00", ""},
 	{MFloor, "floor (ii): DELETE + INSERT, pgx", "#2a9d3a", "6 4"},
-	{MPgbench1tx, "pgbench, 1 tx with audit (issue target)", "#7b4fb0", "2 3"},
+	{MPgbench1tx, "pgbench, 1 tx with audit (target reference)", "#7b4fb0", "2 3"},
 	{MNaive, "naive consumer (doubles rows)", "#c0392b", "10 4"},
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Dead-letter headers, SPEC section 1. The original's headers are kept
+// Dead-letter headers (docs/SPEC.md, wire contract). The original's headers are kept
 // beside them, every value of a repeated key included.
 const (
 	HeaderError            = "Idem-Error"

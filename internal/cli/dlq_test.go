@@ -144,7 +144,7 @@ func requireUsage(t *testing.T, r result, args ...string) {
 	require.True(t, errors.As(r.e, &usage), "%v: want a usage error, got %v", args, r.e)
 }
 
-// The scenario of issue 4: a dead letter caused by a schema mismatch,
+// An operator's scenario: a dead letter caused by a schema mismatch,
 // replayed once the table is fixed, loads and leaves the DLQ.
 func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
 	w := newCLIWorld(t)

@@ -13,7 +13,7 @@ import (
 	"github.com/idem-data/idem/schemas"
 )
 
-// specYAML is the SPEC section 2 example, plus the daily_revenue dataset its
+// specYAML is the README's configuration example, plus the daily_revenue dataset its
 // then: names, plus every optional field.
 const specYAML = `
 pipeline: shop                      # audit dag_id
