@@ -42,7 +42,7 @@ func TestSuccessAcksOnce(t *testing.T) {
 	require.Equal(t, 1, e.hook.event("orders/acked"))
 	require.Zero(t, e.streamMsgs(testDLQ))
 
-	// Every log line about the message carries SPEC's keys, the handler's
+	// Every log line about the message carries the keys of docs/SPEC.md, the handler's
 	// own lines included (its logger comes from the context).
 	var about int
 	for _, l := range e.logs.lines(t) {

@@ -459,7 +459,7 @@ func TestBackfillUsage(t *testing.T) {
 	require.Contains(t, r.err, "run 'idem streams'")
 }
 
-// The measurement: plan and publish 365 daily partitions, each
+// A year's backfill: plan and publish 365 daily partitions, each
 // confirmed by JetStream. Reported, not asserted.
 func TestBackfill365DailyPartitions(t *testing.T) {
 	w := newCLIWorld(t)

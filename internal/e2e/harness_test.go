@@ -1,6 +1,6 @@
 // Package e2e runs the idem binary as a child process against a real NATS
 // server (in this test process, so it outlives the children it serves) and a
-// real PostgreSQL, and checks the delivery guarantees of SPEC section 3 from
+// real PostgreSQL, and checks the delivery guarantees of docs/SPEC.md from
 // the outside: what is in the tables, the audit, and the dead-letter stream.
 package e2e
 
