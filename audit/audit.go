@@ -356,13 +356,3 @@ func QueueMessageSucceeded(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
 	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success')`,
 		k.Pipeline, k.Dataset, k.Partition, k.RunID, nullSeq(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
 }
-
-// QueueEnqueue queues Enqueue on b.
-func QueueEnqueue(b *pgx.Batch, prefix string, e OutboxEvent) error {
-	subject, msgID, body, err := e.wire(prefix)
-	if err != nil {
-		return fmt.Errorf("audit: outbox: %w", err)
-	}
-	b.Queue(enqueueSQL, subject, msgID, body, e.AuditID)
-	return nil
-}

@@ -2,7 +2,9 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,75 +19,175 @@ type OutboxEvent struct {
 	AuditID int64 // the upstream attempt that caused it
 }
 
-// wire is how e is published today: subject under prefix, body, message id.
-func (e OutboxEvent) wire(prefix string) (subject, msgID string, body []byte, err error) {
-	body, err = e.Event.Marshal()
-	if err != nil {
-		return "", "", nil, err
-	}
-	return schemas.Subject(prefix, e.Event.Dataset), e.Event.TriggeredMsgID(e.AuditID), body, nil
-}
-
-const enqueueSQL = `
-		INSERT INTO idem.outbox (subject, msg_id, body, audit_id) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (msg_id) DO NOTHING`
-
-// Enqueue writes e to idem.outbox inside the caller's transaction, for the
-// subject prefix prefix. An event with the same message id already queued is
-// left alone: it is the same event.
-func Enqueue(ctx context.Context, db Querier, prefix string, e OutboxEvent) error {
-	subject, msgID, body, err := e.wire(prefix)
-	if err != nil {
+// QueueEnqueue queues on b, inside the caller's transaction, the insert of e
+// into idem.outbox. An event already queued by the same upstream attempt is
+// left alone: it is the same message. An event that could never be published
+// (one Marshal refuses) is refused here, before it is stored.
+func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
+	if _, err := e.Event.Marshal(); err != nil {
 		return fmt.Errorf("audit: outbox: %w", err)
 	}
-	if _, err := db.Exec(ctx, enqueueSQL, subject, msgID, body, e.AuditID); err != nil {
-		return fmt.Errorf("audit: outbox: %w", err)
+	var attrs []byte
+	if len(e.Event.Attributes) > 0 {
+		var err error
+		if attrs, err = json.Marshal(e.Event.Attributes); err != nil {
+			return fmt.Errorf("audit: outbox: %w", err)
+		}
 	}
+	b.Queue(`
+		INSERT INTO idem.outbox (dataset, partition_key, run_id, force, attributes, audit_id)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (audit_id, dataset, partition_key, run_id) DO NOTHING`,
+		e.Event.Dataset, e.Event.Partition, e.Event.RunID, e.Event.Force, attrs, e.AuditID)
 	return nil
 }
 
-// OutboxRow is a queued event.
+// OutboxRow is a claimed event.
 type OutboxRow struct {
-	ID       int64
-	Subject  string
-	MsgID    string
-	Body     []byte
+	ID int64
+	OutboxEvent
+	// Attempts counts the publishes already tried (this one not included).
 	Attempts int
+	// Claim is when the claim lapses; it also names the claim, so a relay
+	// whose claim lapsed cannot decide the fate of a row another one holds.
+	Claim time.Time
 }
 
-// ClaimPending locks up to limit unsent events, oldest first, skipping rows
-// another relay holds: several replicas relay in parallel without sending
-// one row twice at once. The lock lasts until tx ends.
-func ClaimPending(ctx context.Context, tx pgx.Tx, limit int) ([]OutboxRow, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT id, subject, msg_id, body, attempts FROM idem.outbox
-		 WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+// ClaimOutbox claims up to limit due events for lease, in one short
+// statement: due first (a row that failed went behind by its backoff), then
+// oldest. Rows another relay claims are skipped, and stay skipped until their
+// claim lapses (a relay that died), so replicas share the outbox without a
+// transaction held while they publish.
+func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration) ([]OutboxRow, error) {
+	rows, err := db.Query(ctx, `
+		WITH due AS (
+			SELECT id FROM idem.outbox
+			 WHERE sent_at IS NULL AND next_attempt_at <= now()
+			   AND (claimed_until IS NULL OR claimed_until <= now())
+			 ORDER BY next_attempt_at, id
+			 LIMIT $1
+			   FOR UPDATE SKIP LOCKED)
+		UPDATE idem.outbox o SET claimed_until = now() + $2 * interval '1 microsecond'
+		  FROM due WHERE o.id = due.id
+		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until`,
+		limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("audit: outbox claim: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
 		var o OutboxRow
-		err := r.Scan(&o.ID, &o.Subject, &o.MsgID, &o.Body, &o.Attempts)
+		e := &o.Event
+		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim)
 		return o, err
 	})
 }
 
-// MarkSent records that JetStream acknowledged the event.
-func MarkSent(ctx context.Context, tx pgx.Tx, id int64, streamSeq uint64) error {
-	_, err := tx.Exec(ctx, `UPDATE idem.outbox SET sent_at = clock_timestamp(), stream_seq = $2, attempts = attempts + 1, last_error = NULL WHERE id = $1`,
-		id, int64(streamSeq))
-	return err
+// OutboxSent is a publish JetStream acknowledged.
+type OutboxSent struct {
+	ID        int64
+	StreamSeq uint64
 }
 
-// MarkFailed records a failed publish; the row stays pending.
-func MarkFailed(ctx context.Context, tx pgx.Tx, id int64, cause error) error {
-	_, err := tx.Exec(ctx, `UPDATE idem.outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1`, id, truncate(cause.Error(), 1000))
-	return err
+// MarkOutboxSent records publishes JetStream acknowledged. Whoever published
+// a row, it is sent: the mark holds even for a claim that lapsed.
+func MarkOutboxSent(ctx context.Context, db Querier, sent []OutboxSent) error {
+	if len(sent) == 0 {
+		return nil
+	}
+	ids, seqs := make([]int64, len(sent)), make([]int64, len(sent))
+	for i, s := range sent {
+		ids[i], seqs[i] = s.ID, int64(s.StreamSeq)
+	}
+	_, err := db.Exec(ctx, `
+		UPDATE idem.outbox o
+		   SET sent_at = clock_timestamp(), stream_seq = s.seq, attempts = o.attempts + 1,
+		       claimed_until = NULL, last_error = NULL
+		  FROM unnest($1::bigint[], $2::bigint[]) AS s(id, seq)
+		 WHERE o.id = s.id AND o.sent_at IS NULL`, ids, seqs)
+	if err != nil {
+		return fmt.Errorf("audit: outbox mark sent: %w", err)
+	}
+	return nil
 }
 
-// PendingOutbox counts unsent events (for metrics and tests).
-func PendingOutbox(ctx context.Context, db Querier) (int64, error) {
-	var n int64
-	err := db.QueryRow(ctx, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL").Scan(&n)
-	return n, err
+// OutboxFailed is a publish that failed, and when to try the row again.
+type OutboxFailed struct {
+	ID      int64
+	Err     error
+	RetryIn time.Duration
+}
+
+// MarkOutboxFailed records failed publishes of claim and moves each row back
+// by its own delay, ending the claim. Rows no longer under claim (it lapsed
+// and another relay took them) are left to their new holder.
+func MarkOutboxFailed(ctx context.Context, db Querier, claim time.Time, failed []OutboxFailed) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	ids, delays, errs := make([]int64, len(failed)), make([]int64, len(failed)), make([]string, len(failed))
+	for i, f := range failed {
+		ids[i], delays[i], errs[i] = f.ID, f.RetryIn.Microseconds(), truncate(f.Err.Error(), 1000)
+	}
+	_, err := db.Exec(ctx, `
+		UPDATE idem.outbox o
+		   SET attempts = o.attempts + 1, last_error = s.err, claimed_until = NULL,
+		       next_attempt_at = clock_timestamp() + s.delay * interval '1 microsecond'
+		  FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS s(id, delay, err)
+		 WHERE o.id = s.id AND o.sent_at IS NULL AND o.claimed_until = $4`, ids, delays, errs, claim)
+	if err != nil {
+		return fmt.Errorf("audit: outbox mark failed: %w", err)
+	}
+	return nil
+}
+
+// ReleaseOutbox ends claim on rows that were not tried (the relay is
+// stopping): they are due again at once, with no attempt spent.
+func ReleaseOutbox(ctx context.Context, db Querier, claim time.Time, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := db.Exec(ctx, `UPDATE idem.outbox SET claimed_until = NULL
+		 WHERE id = ANY($1) AND sent_at IS NULL AND claimed_until = $2`, ids, claim)
+	if err != nil {
+		return fmt.Errorf("audit: outbox release: %w", err)
+	}
+	return nil
+}
+
+// PurgeOutbox deletes up to limit events sent more than retention ago, in
+// one short statement, and says how many it deleted. Pending rows are never
+// deleted, however old.
+func PurgeOutbox(ctx context.Context, db Querier, retention time.Duration, limit int) (int64, error) {
+	ct, err := db.Exec(ctx, `
+		DELETE FROM idem.outbox WHERE id IN (
+			SELECT id FROM idem.outbox
+			 WHERE sent_at < now() - $1 * interval '1 microsecond'
+			 LIMIT $2
+			   FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("audit: outbox purge: %w", err)
+	}
+	return ct.RowsAffected(), nil
+}
+
+// OutboxBacklog is what waits in the outbox.
+type OutboxBacklog struct {
+	// Pending counts events not yet sent, due or backing off.
+	Pending int64
+	// Oldest is the age of the oldest pending event; 0 when none is.
+	Oldest time.Duration
+}
+
+// PendingOutbox reads the outbox's backlog.
+func PendingOutbox(ctx context.Context, db Querier) (OutboxBacklog, error) {
+	var b OutboxBacklog
+	var oldest float64
+	err := db.QueryRow(ctx, `
+		SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+		  FROM idem.outbox WHERE sent_at IS NULL`).Scan(&b.Pending, &oldest)
+	if err != nil {
+		return OutboxBacklog{}, fmt.Errorf("audit: outbox backlog: %w", err)
+	}
+	b.Oldest = max(time.Duration(oldest*float64(time.Second)), 0)
+	return b, nil
 }

@@ -365,11 +365,7 @@ func (h *Handler) enqueue(b *pgx.Batch, down string, a audit.Attempt, auditID in
 	if _, err := ev.Marshal(); err != nil {
 		return Fatal(ReasonInvalidEvent, fmt.Errorf("downstream event for %s: %w", down, err))
 	}
-	prefix := h.SubjectPrefix
-	if prefix == "" {
-		prefix = "idem.ready"
-	}
-	return audit.QueueEnqueue(b, prefix, audit.OutboxEvent{Event: ev, AuditID: auditID})
+	return audit.QueueEnqueue(b, audit.OutboxEvent{Event: ev, AuditID: auditID})
 }
 
 // Prepare runs every dataset's one-time setup (append_dedupe's view) now, so

@@ -108,8 +108,13 @@ func serve(ctx context.Context, d serveDeps) error {
 		return err
 	}
 	m := metrics.New(Version)
-	outbox := relay.New(d.pool, js, cfg.NATS.Stream, log)
+	outbox, err := relay.New(d.pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix}, log)
+	if err != nil {
+		return err
+	}
 	outbox.Published = func(n int) { m.OutboxPublished.Add(float64(n)) }
+	outbox.Failed = func(n int) { m.OutboxPublishFailures.Add(float64(n)) }
+	outbox.Backlog = func(b audit.OutboxBacklog) { m.OutboxBacklogSet(b.Pending, b.Oldest) }
 	h.Enqueued = outbox.Wake
 	ccfg := consumerConfig(cfg, log, m.Hooks())
 	ccfg.ShutdownGrace = d.grace

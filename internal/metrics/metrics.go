@@ -28,6 +28,13 @@ type Metrics struct {
 	InFlight     prometheus.Gauge
 	// OutboxPublished counts downstream events the relay published.
 	OutboxPublished prometheus.Counter
+	// OutboxPublishFailures counts relay publishes that failed (the row
+	// retries after its backoff).
+	OutboxPublishFailures prometheus.Counter
+	// OutboxBacklog and OutboxOldestPending describe idem.outbox, the whole
+	// table: every replica reports the same values (aggregate with max).
+	OutboxBacklog       prometheus.Gauge
+	OutboxOldestPending prometheus.Gauge
 	// WarehouseUp is 1 while the warehouse circuit is closed, 0 while open;
 	// CircuitOpens counts the openings.
 	WarehouseUp  prometheus.Gauge
@@ -73,6 +80,15 @@ func New(version string) *Metrics {
 		OutboxPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_outbox_published_total", Help: "Downstream events (then:) published from the outbox.",
 		}),
+		OutboxPublishFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_outbox_publish_failures_total", Help: "Outbox publishes that failed; the row is retried after its own backoff.",
+		}),
+		OutboxBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_outbox_backlog", Help: "Downstream events in idem.outbox not yet published (due or backing off); the same for every replica.",
+		}),
+		OutboxOldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idem_outbox_oldest_pending_seconds", Help: "Age of the oldest unpublished event in idem.outbox; 0 when none waits.",
+		}),
 		WarehouseUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_warehouse_up", Help: "1 while PostgreSQL takes loads; 0 while the warehouse circuit is open (fetching paused, messages held, probing).",
 		}),
@@ -92,6 +108,9 @@ func New(version string) *Metrics {
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
 		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	for _, c := range []prometheus.Collector{m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)
@@ -129,6 +148,12 @@ func (m *Metrics) Load(dataset, status string, d time.Duration, rows int64) {
 	case "skipped":
 		m.Duplicates.WithLabelValues(dataset).Inc()
 	}
+}
+
+// OutboxBacklogSet records the outbox's backlog (the relay's Backlog hook).
+func (m *Metrics) OutboxBacklogSet(pending int64, oldest time.Duration) {
+	m.OutboxBacklog.Set(float64(pending))
+	m.OutboxOldestPending.Set(oldest.Seconds())
 }
 
 // Handler serves /metrics.

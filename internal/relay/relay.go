@@ -3,60 +3,88 @@
 // end: a downstream event exists if and only if its upstream load committed,
 // and it is published at least once, deduplicated by its Nats-Msg-Id.
 //
-// Every `idem serve` runs a relay. Rows are claimed with FOR UPDATE SKIP
-// LOCKED, so replicas share the work without sending one row twice at once; a
-// relay that dies after the PubAck and before marking the row sent leaves it
-// pending, and the next publish of it is dropped by JetStream's duplicate
-// window (and, past the window, skipped by the consumer's run ledger).
+// Every `idem serve` runs a relay. A pass claims due rows in one short
+// statement (a lease, not a lock), publishes them outside any transaction,
+// and records each outcome in one more statement: the relay's DB cannot even
+// begin a transaction. A failed row is moved back by its own exponential
+// backoff, so it never holds back newer rows; a relay that dies leaves its
+// rows claimed until the lease lapses, and their re-publish is dropped by
+// JetStream's duplicate window (past it, skipped by the consumer's ledger).
+// The outbox stores what an event is; the subject, the body and the message
+// id are derived here, from package schemas. Sent rows are deleted after
+// Config.Retention.
 //
-// Watermill's forwarder was considered: it keeps its own tables and a
-// database/sql connection, while our outbox row must be written with the
-// load's pgx transaction; the loop below is smaller than the glue.
+// Watermill's SQL subscriber and forwarder were measured against these
+// needs and do not meet them: see docs/ARCHITECTURE.md.
 package relay
 
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/schemas"
 )
 
-// DB is what the relay needs of the pool.
+// DB is what the relay needs of the pool: single statements, no Begin.
 type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Defaults.
+// markTimeout bounds the statements that record a pass's outcomes, which
+// run even when the relay is stopping; finalPassTimeout bounds the last
+// pass made after Run's context ends; maxPurgeBatches bounds one purge, so
+// a large first purge does not hold up publishing (the rest waits for the
+// next interval).
 const (
-	DefaultInterval = 500 * time.Millisecond
-	DefaultBatch    = 100
+	markTimeout      = 5 * time.Second
+	finalPassTimeout = 5 * time.Second
+	maxPurgeBatches  = 20
 )
 
 // Relay moves outbox rows to JetStream.
 type Relay struct {
-	DB     DB
-	JS     jetstream.JetStream
-	Stream string // the events stream the subjects must land in
-	Log    zerolog.Logger
-	// Interval between polls when nothing wakes the relay. Default DefaultInterval.
-	Interval time.Duration
-	// Batch is the most rows one pass claims. Default DefaultBatch.
-	Batch int
-	// Published is called with the number of events each pass sent.
+	// Published, Failed: the number of publishes JetStream acknowledged,
+	// and of those that failed, after each pass.
 	Published func(n int)
+	Failed    func(n int)
+	// Backlog receives the outbox's backlog every Config.BacklogInterval.
+	Backlog func(audit.OutboxBacklog)
 
-	wake chan struct{}
+	db     DB
+	js     jetstream.JetStream
+	cfg    Config
+	log    zerolog.Logger
+	retry  consumer.Retry
+	jitter func() float64
+	wake   chan struct{}
 }
 
-// New returns a relay with defaults filled.
-func New(db DB, js jetstream.JetStream, stream string, log zerolog.Logger) *Relay {
-	return &Relay{DB: db, JS: js, Stream: stream, Log: log, Interval: DefaultInterval, Batch: DefaultBatch, wake: make(chan struct{}, 1)}
+// New returns a relay for cfg (zero fields take their defaults), or why cfg
+// is wrong.
+func New(db DB, js jetstream.JetStream, cfg Config, log zerolog.Logger) (*Relay, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{
+		db: db, js: js, cfg: cfg, log: log,
+		retry:  consumer.Retry{Delay: cfg.RetryDelay, MaxDelay: cfg.MaxRetryDelay},
+		jitter: rand.Float64,
+		wake:   make(chan struct{}, 1),
+	}, nil
 }
 
 // Wake asks for a pass now (after a commit that queued events).
@@ -67,72 +95,173 @@ func (r *Relay) Wake() {
 	}
 }
 
-// Run relays until ctx is done, then makes one last pass.
+// Run relays until ctx is done, then makes one last pass. Between passes it
+// deletes sent rows past the retention and reports the backlog.
 func (r *Relay) Run(ctx context.Context) error {
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
+	poll := time.NewTicker(r.cfg.Interval)
+	defer poll.Stop()
+	purge := time.NewTicker(r.cfg.PurgeInterval)
+	defer purge.Stop()
+	backlog := time.NewTicker(r.cfg.BacklogInterval)
+	defer backlog.Stop()
+	r.reportBacklog(ctx)
 	for {
-		for {
-			n, err := r.Flush(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.Log.Warn().Err(err).Msg("outbox relay: pass failed; retrying")
-			}
-			if n < r.Batch || err != nil {
-				break
-			}
-		}
+		r.drain(ctx)
 		select {
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalPassTimeout)
 			_, _ = r.Flush(fctx)
 			cancel()
 			return nil
-		case <-t.C:
+		case <-poll.C:
 		case <-r.wake:
+		case <-purge.C:
+			r.purge(ctx)
+		case <-backlog.C:
+			r.reportBacklog(ctx)
 		}
 	}
 }
 
-// Flush makes one pass: it claims up to Batch pending rows, publishes each
-// and waits for its PubAck, marks it sent, and commits. It returns how many
-// were sent.
-func (r *Relay) Flush(ctx context.Context) (int, error) {
-	tx, err := r.DB.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := audit.ClaimPending(ctx, tx, r.Batch)
-	if err != nil || len(rows) == 0 {
-		return 0, err
-	}
-	sent := 0
-	var firstErr error
-	for _, row := range rows {
-		msg := &nats.Msg{Subject: row.Subject, Data: row.Body, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, row.MsgID)
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ack, err := r.JS.PublishMsg(pctx, msg, jetstream.WithExpectStream(r.Stream))
-		cancel()
+// drain makes passes while they find full batches.
+func (r *Relay) drain(ctx context.Context) {
+	for ctx.Err() == nil {
+		p, err := r.Flush(ctx)
 		if err != nil {
-			firstErr = errors.Join(firstErr, err)
-			if merr := audit.MarkFailed(ctx, tx, row.ID, err); merr != nil {
-				return sent, merr
+			if ctx.Err() == nil {
+				r.log.Warn().Err(err).Msg("outbox relay: pass failed; retrying")
 			}
-			continue
+			return
 		}
-		if err := audit.MarkSent(ctx, tx, row.ID, ack.Sequence); err != nil {
-			return sent, err
+		if p.Claimed < r.cfg.Batch {
+			return
 		}
-		r.Log.Info().Str("subject", row.Subject).Str("msg_id", row.MsgID).Uint64("stream_seq", ack.Sequence).
-			Bool("duplicate", ack.Duplicate).Msg("outbox: downstream event published")
-		sent++
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+}
+
+// Pass is what one Flush did.
+type Pass struct {
+	Claimed, Sent, Failed int
+}
+
+// Flush makes one pass: it claims up to Config.Batch due rows, publishes
+// them all at once, each waiting for its PubAck, and records each outcome:
+// sent, failed and moved back by its backoff, or (when ctx ends first)
+// released untried. The error is the database's; failed publishes are
+// counted in Pass and recorded on their rows.
+func (r *Relay) Flush(ctx context.Context) (Pass, error) {
+	rows, err := audit.ClaimOutbox(ctx, r.db, r.cfg.Batch, r.cfg.Lease)
+	if err != nil || len(rows) == 0 {
+		return Pass{}, err
 	}
-	if r.Published != nil && sent > 0 {
-		r.Published(sent)
+	// The claim has committed: nothing is locked while NATS answers.
+	errs := make([]error, len(rows))
+	acks := make([]*jetstream.PubAck, len(rows))
+	var wg sync.WaitGroup
+	for i := range rows {
+		wg.Go(func() { acks[i], errs[i] = r.publish(ctx, rows[i]) })
 	}
-	return sent, firstErr
+	wg.Wait()
+	return r.settle(ctx, rows, acks, errs)
+}
+
+// publish sends row with the subject, body and message id schemas derive.
+func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.PubAck, error) {
+	body, err := row.Event.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	msg := &nats.Msg{Subject: schemas.Subject(r.cfg.SubjectPrefix, row.Event.Dataset), Data: body}
+	return r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID(row)), jetstream.WithExpectStream(r.cfg.Stream))
+}
+
+func msgID(row audit.OutboxRow) string { return row.Event.TriggeredMsgID(row.AuditID) }
+
+// settle records the outcome of each publish of one claim. It runs on a
+// context that survives ctx, so a relay that is stopping still says what it
+// sent and does not leave rows claimed until the lease lapses.
+func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jetstream.PubAck, errs []error) (Pass, error) {
+	var (
+		sent     []audit.OutboxSent
+		failed   []audit.OutboxFailed
+		released []int64
+		first    error
+	)
+	for i, row := range rows {
+		log := r.log.With().Str("dataset", row.Event.Dataset).Str("partition", row.Event.Partition).
+			Str("run_id", row.Event.RunID).Str("msg_id", msgID(row)).Int("attempt", row.Attempts+1).Logger()
+		switch err := errs[i]; {
+		case err == nil:
+			sent = append(sent, audit.OutboxSent{ID: row.ID, StreamSeq: acks[i].Sequence})
+			log.Info().Uint64("stream_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).
+				Msg("outbox: downstream event published")
+		case ctx.Err() != nil:
+			// Stopping, not the row's fault: it is due again at once.
+			released = append(released, row.ID)
+		default:
+			delay := r.retry.Backoff(row.Attempts+1, r.jitter())
+			failed = append(failed, audit.OutboxFailed{ID: row.ID, Err: err, RetryIn: delay})
+			if first == nil {
+				first = err
+			}
+			log.Debug().Err(err).Dur("retry_in", delay).Msg("outbox: publish failed")
+		}
+	}
+	if len(failed) > 0 {
+		r.log.Warn().Err(first).Int("failed", len(failed)).Int("claimed", len(rows)).
+			Msg("outbox: publishes failed; each row retries after its own backoff")
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	claim := rows[0].Claim // one statement claimed them all
+	err := errors.Join(
+		audit.MarkOutboxSent(mctx, r.db, sent),
+		audit.MarkOutboxFailed(mctx, r.db, claim, failed),
+		audit.ReleaseOutbox(mctx, r.db, claim, released),
+	)
+	if r.Published != nil && len(sent) > 0 {
+		r.Published(len(sent))
+	}
+	if r.Failed != nil && len(failed) > 0 {
+		r.Failed(len(failed))
+	}
+	return Pass{Claimed: len(rows), Sent: len(sent), Failed: len(failed)}, err
+}
+
+// purge deletes sent rows past the retention, one small batch per
+// statement, until a batch comes back short or maxPurgeBatches ran.
+func (r *Relay) purge(ctx context.Context) {
+	var total int64
+	for range maxPurgeBatches {
+		n, err := audit.PurgeOutbox(ctx, r.db, r.cfg.Retention, r.cfg.PurgeBatch)
+		total += n
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn().Err(err).Msg("outbox relay: purge failed; retrying at the next interval")
+			}
+			break
+		}
+		if n < int64(r.cfg.PurgeBatch) {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.Info().Int64("deleted", total).Dur("retention", r.cfg.Retention).Msg("outbox: sent rows past the retention deleted")
+	}
+}
+
+func (r *Relay) reportBacklog(ctx context.Context) {
+	if r.Backlog == nil {
+		return
+	}
+	b, err := audit.PendingOutbox(ctx, r.db)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn().Err(err).Msg("outbox relay: backlog unknown")
+		}
+		return
+	}
+	r.Backlog(b)
 }
