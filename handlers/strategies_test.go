@@ -152,7 +152,7 @@ func TestDeleteInsertRejectsRowsOfOtherPartitions(t *testing.T) {
 
 func TestDeleteInsertTruncatesExactChild(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, fixtureNamed("delete_insert_partitioned"))
+	e := newEnv(t, fixtureNamed("delete_insert_partitioned"), func(s *strategies.Spec) { s.TruncatePartition = true })
 	e.stage("2026-11-28", 1, 10, 0, 1)
 	e.stage("2026-11-29", 100, 10, 0, 1)
 	out := e.mustLoad("2026-11-28", "r1", false)

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -55,12 +57,19 @@ func (s *AppendDedupe) target(dp *Plan) (*table, []string, error) {
 }
 
 // Prepare creates the index that serves the view and (re)creates the view over
-// the target's other columns.
+// the target's other columns, each only when the catalog shows it is missing or
+// different. It runs at every start of every replica, while reports read the
+// view: CREATE OR REPLACE VIEW takes ACCESS EXCLUSIVE on the view, so it would
+// wait for every running reader and make every later one wait behind it, even
+// to change nothing. When DDL is needed it waits at most LockTimeout.
 func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
+	// Prepare runs in a transaction of its own: the bound holds for all of it
+	// (the temporary view below takes ACCESS SHARE on the target too).
+	b := &pgx.Batch{}
+	queueLockTimeout(b)
 	// The view only needs the target; an empty source describes fine.
 	spec := s.spec
 	spec.Source = "SELECT 1"
-	b := &pgx.Batch{}
 	dp := describe(b, spec, Params{}, false)
 	if err := send(ctx, tx, b); err != nil {
 		return err
@@ -77,6 +86,8 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 			visible = append(visible, c.Name)
 		}
 	}
+	body := " AS\nSELECT " + quoteAll("d.", visible) + "\n  FROM (SELECT DISTINCT ON (" + quoteAll("", key) + ") *\n" +
+		"          FROM " + t.ident() + "\n         ORDER BY " + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC) AS d"
 	// DDL needs ownership even when it would change nothing (CREATE INDEX IF
 	// NOT EXISTS checks the owner first), so a role with only SELECT and
 	// INSERT on the target may run idem once an administrator made them:
@@ -92,31 +103,41 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 	if err := send(ctx, tx, b); err != nil {
 		return err
 	}
+	keepView := !ownView && slices.Equal(viewCols, visible)
+	if !keepView && len(viewCols) > 0 {
+		// A view idem owns is kept only when its definition is the one
+		// idem would write, so a changed key or column still reaches it.
+		if keepView, err = sameView(ctx, tx, s.spec.View, body); err != nil {
+			return s.lockErr(err, "the target "+t.String())
+		}
+	}
 	if !haveIndex {
 		if _, err := tx.Exec(ctx, "CREATE INDEX IF NOT EXISTS "+q(idx)+" ON "+t.ident()+
 			" ("+quoteAll("", key)+", "+q(s.spec.LoadSeqColumn)+" DESC)"); err != nil {
-			return err
+			return s.lockErr(err, "the target "+t.String()+" (to create index "+idx+")")
 		}
 	}
-	if !ownView && slices.Equal(viewCols, visible) {
-		// Made by an administrator for a role that may not replace it, and
-		// it shows exactly the target's other columns. A view idem owns is
-		// always refreshed, so a changed key reaches its definition.
+	if keepView {
+		// Unchanged, or made by an administrator for a role that may not
+		// replace it and showing exactly the target's other columns.
 		return nil
 	}
-	body := " AS\nSELECT " + quoteAll("d.", visible) + "\n  FROM (SELECT DISTINCT ON (" + quoteAll("", key) + ") *\n" +
-		"          FROM " + t.ident() + "\n         ORDER BY " + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC) AS d"
+	return s.lockErr(replaceView(ctx, tx, s.spec.View, body), "the view "+s.spec.View.String())
+}
+
+// replaceView (re)creates view with body.
+func replaceView(ctx context.Context, tx pgx.Tx, view Table, body string) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = sp.Exec(ctx, "CREATE OR REPLACE VIEW "+s.spec.View.ident()+body)
+	_, err = sp.Exec(ctx, "CREATE OR REPLACE VIEW "+view.ident()+body)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P16" {
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidTableDefinition {
 		// The target lost or reordered columns: CREATE OR REPLACE cannot drop
 		// view columns, so rebuild it.
 		_ = sp.Rollback(ctx)
-		_, err = tx.Exec(ctx, "DROP VIEW "+s.spec.View.ident()+"; CREATE VIEW "+s.spec.View.ident()+body)
+		_, err = tx.Exec(ctx, "DROP VIEW "+view.ident()+"; CREATE VIEW "+view.ident()+body)
 		return err
 	}
 	if err != nil {
@@ -124,6 +145,41 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	return sp.Commit(ctx)
+}
+
+// sameView reports whether view already has the definition body gives: the
+// server deparses both, the wanted one from a temporary view made in a
+// savepoint that is rolled back, so no text comparison guesses at its
+// formatting. A role that may not create temporary objects compares
+// nothing: the view is then replaced, as idem always did.
+func sameView(ctx context.Context, tx pgx.Tx, view Table, body string) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = sp.Rollback(ctx) }()
+	if _, err := sp.Exec(ctx, "CREATE TEMPORARY VIEW idem_wanted_view"+body); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+			return false, nil
+		}
+		return false, err
+	}
+	var same bool
+	err = sp.QueryRow(ctx, "SELECT pg_get_viewdef('pg_temp.idem_wanted_view'::regclass) = pg_get_viewdef(to_regclass($1))",
+		view.ident()).Scan(&same)
+	return same, err
+}
+
+// lockErr says which object's lock a Prepare could not get within
+// LockTimeout; the error stays a lock timeout (transient): the setup is
+// retried with the dataset's next load.
+func (s *AppendDedupe) lockErr(err error, what string) error {
+	if !isLockTimeout(err) {
+		return err
+	}
+	return fmt.Errorf("append_dedupe: %s is in use (a long query reads or writes it) and its lock was not granted within %s, so readers are not stalled behind the setup; it is retried with the next load, or end those queries: %w",
+		what, LockTimeout, err)
 }
 
 func (s *AppendDedupe) plan(dp *Plan) (string, error) {

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Table is a schema-qualified relation name, quoted only through pgx.Identifier.
@@ -38,7 +41,21 @@ type Spec struct {
 	RunIDColumn, LoadSeqColumn string
 	// AllowEmpty accepts an empty source partition; otherwise it is a fatal error.
 	AllowEmpty bool
+	// TruncatePartition lets delete_insert TRUNCATE the child of a natively
+	// partitioned target that holds exactly the partition, instead of
+	// deleting its rows: faster and without dead tuples, but not MVCC-safe
+	// (a reader whose snapshot predates the load sees the child empty) and
+	// it takes ACCESS EXCLUSIVE on the child, waiting at most LockTimeout.
+	TruncatePartition bool
 }
+
+// LockTimeout bounds how long a statement that every reader would queue
+// behind (TRUNCATE of a child, the dedupe view's DDL) waits for its lock, or
+// how long the dedupe index waits behind writers. Past it the statement fails
+// with SQLSTATE 55P03, which is transient: the load or the setup is retried
+// later instead of stalling readers. A shorter lock_timeout of the session is
+// kept.
+const LockTimeout = 2 * time.Second
 
 // Params are the values of one load: bound as parameters, never spliced into SQL.
 type Params struct {
@@ -59,7 +76,9 @@ func (p Params) args() pgx.NamedArgs {
 // it (TRUNCATE of a partition child).
 type Result struct {
 	Inserted, Updated, Deleted int64
-	// Route names the SQL path taken, for logs and benchmarks.
+	// Route names the SQL path taken, for logs and benchmarks: delete,
+	// delete_child or truncate_child (delete_insert), on_conflict or
+	// on_conflict_deduped (merge), append (append_dedupe).
 	Route string
 }
 
@@ -169,6 +188,28 @@ func quoteAll(prefix string, cols []string) string {
 }
 
 func q(col string) string { return pgx.Identifier{col}.Sanitize() }
+
+// queueLockTimeout makes the statements queued after it on b wait at most
+// LockTimeout for a lock (or the session's lock_timeout, when shorter), and
+// restoreLockTimeout puts the transaction's own setting back. Both are
+// transaction-local, sent in the caller's round trip.
+func queueLockTimeout(b *pgx.Batch) {
+	b.Queue("SELECT set_config('idem.lock_timeout_outside', current_setting('lock_timeout'), true)")
+	b.Queue(`SELECT set_config('lock_timeout',
+	                CASE WHEN s > interval '0' AND s < $1::text::interval THEN current_setting('lock_timeout') ELSE $1::text END, true)
+	           FROM (SELECT current_setting('lock_timeout')::interval AS s) AS cur`,
+		fmt.Sprintf("%dms", LockTimeout.Milliseconds()))
+}
+
+func restoreLockTimeout(b *pgx.Batch) {
+	b.Queue("SELECT set_config('lock_timeout', current_setting('idem.lock_timeout_outside'), true)")
+}
+
+// isLockTimeout reports a statement that gave up waiting for its lock.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
+}
 
 func explain(ctx context.Context, tx pgx.Tx, p Params, stmts ...string) error {
 	for _, s := range stmts {

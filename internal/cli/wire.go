@@ -110,6 +110,8 @@ func datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			RunIDColumn:     d.RunIDColumn,
 			LoadSeqColumn:   d.LoadSeqColumn,
 			AllowEmpty:      d.AllowEmpty,
+
+			TruncatePartition: d.TruncatePartition,
 		}
 		st, err := strategies.New(string(d.Strategy), spec)
 		if err != nil {

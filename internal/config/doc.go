@@ -126,6 +126,7 @@
 //	timeout           none            statement timeout, at least 1ms
 //	max_concurrency   0               per-process limit for this dataset; 0 for none
 //	allow_empty       false           let an empty source partition load
+//	truncate_partition false          delete_insert only: TRUNCATE the child holding the partition (see below)
 //
 // A zero duration or count in YAML means the default.
 //
@@ -134,10 +135,19 @@
 // Which fields a strategy takes; Validate reports a field set for a strategy
 // that ignores it:
 //
-//	delete_insert   partition_column required
+//	delete_insert   partition_column required; truncate_partition optional
 //	merge           key required; version_column optional
 //	append_dedupe   key and view required; partition_column, run_id_column
 //	                and load_seq_column optional
+//
+// On a natively partitioned target whose child holds exactly the partition,
+// delete_insert deletes the partition's rows and inserts straight into that
+// child: readers never wait for it and never see the partition half loaded.
+// truncate_partition: true truncates that child instead: no dead tuples, but
+// a reader whose snapshot predates the load sees the partition empty, and the
+// TRUNCATE takes ACCESS EXCLUSIVE on the child, waiting at most a few seconds
+// for its readers before the load fails as transient and is retried. It needs
+// TRUNCATE on each such child, which `idem validate` checks.
 //
 // # Validation
 //

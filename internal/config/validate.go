@@ -319,6 +319,7 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 		}
 	}
 	c.validateAppendColumns(v, d, notApplicable)
+	notApplicable("truncate_partition", s != DeleteInsert && d.TruncatePartition, " (only delete_insert replaces a whole partition)")
 
 	validateRetries(v, d)
 	c.validateThen(v, names, name, d)

@@ -1,0 +1,111 @@
+package strategies
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/pgtest"
+)
+
+// The strategies run through the handler in handlers' conformance suite; the
+// tests here are the parts that need no handler.
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestHeldPartition(t *testing.T) {
+	for _, tc := range []struct {
+		strat, bound, want string
+		ok                 bool
+	}{
+		{"r", "FOR VALUES FROM ('2026-11-28') TO ('2026-11-29')", "2026-11-28", true},
+		{"r", "FOR VALUES FROM ('2026-12-31') TO ('2027-01-01')", "2026-12-31", true},
+		{"r", "FOR VALUES FROM ('2026-11-01') TO ('2026-12-01')", "", false}, // a month
+		{"r", "FOR VALUES FROM ('11-28-2026') TO ('11-29-2026')", "", false}, // another DateStyle
+		{"r", "FOR VALUES FROM (MINVALUE) TO ('2026-11-29')", "", false},
+		{"r", "DEFAULT", "", false},
+		{"l", "FOR VALUES IN ('eu')", "eu", true},
+		{"l", "FOR VALUES IN ('it''s')", "it's", true},
+		{"l", "FOR VALUES IN ('eu', 'us')", "", false},
+	} {
+		got, ok := heldPartition(tc.strat, tc.bound)
+		require.Equal(t, tc.ok, ok, tc.bound)
+		require.Equal(t, tc.want, got, tc.bound)
+	}
+}
+
+const truncateSchema = `
+CREATE SCHEMA staging;
+CREATE SCHEMA analytics;
+CREATE TABLE staging.src (id bigint, event_date date);
+INSERT INTO staging.src SELECT i, '2026-11-28' FROM generate_series(1, 5) AS i;
+CREATE TABLE analytics.t (id bigint, event_date date NOT NULL) PARTITION BY RANGE (event_date);
+CREATE TABLE analytics.t_20261128 PARTITION OF analytics.t FOR VALUES FROM ('2026-11-28') TO ('2026-11-29');
+`
+
+// The TRUNCATE of truncate_partition waits at most LockTimeout, or the
+// transaction's lock_timeout when shorter, and leaves the transaction's
+// setting as it found it for the statements after it.
+func TestTruncateLockTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	db.Exec(t, truncateSchema)
+	s, err := New("delete_insert", Spec{
+		Target: Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date", TruncatePartition: true,
+		Source: "SELECT id, event_date FROM staging.src WHERE event_date = @partition",
+	})
+	require.NoError(t, err)
+	p := Params{Partition: "2026-11-28", RunID: "r1"}
+
+	load := func(lockTimeout string) (Result, string, time.Duration, error) {
+		var res Result
+		var after string
+		start := time.Now()
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
+				return err
+			}
+			var err error
+			if res, err = Load(ctx, tx, s, p); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&after)
+		})
+		return res, after, time.Since(start), err
+	}
+
+	for _, lt := range []string{"0", "1min", "300ms"} {
+		res, after, _, err := load(lt)
+		require.NoError(t, err)
+		require.Equal(t, "truncate_child", res.Route)
+		require.EqualValues(t, 5, res.Inserted)
+		require.Equal(t, lt, after, "the load changed the transaction's lock_timeout")
+	}
+
+	// A report reading the child.
+	report, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer report.Release()
+	_, err = report.Exec(ctx, "BEGIN; SELECT count(*) FROM analytics.t_20261128")
+	require.NoError(t, err)
+	defer func() { _, _ = report.Exec(context.Background(), "ROLLBACK") }()
+
+	for _, tc := range []struct {
+		lockTimeout string
+		waits       time.Duration
+	}{
+		{"0", LockTimeout},
+		{"1min", LockTimeout},
+		{"300ms", 300 * time.Millisecond},
+	} {
+		_, _, took, err := load(tc.lockTimeout)
+		require.True(t, isLockTimeout(err), "%s: %v", tc.lockTimeout, err)
+		require.Contains(t, err.Error(), "truncate_partition: TRUNCATE analytics.t_20261128 waited")
+		require.GreaterOrEqual(t, took, tc.waits, tc.lockTimeout)
+		require.Less(t, took, tc.waits+time.Second, tc.lockTimeout)
+	}
+}
