@@ -1,13 +1,15 @@
 package handlers_test
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -161,29 +163,20 @@ func (r *dagRun) deliver() {
 // relay publishes every unsent outbox row, sometimes twice (a relay that
 // died after the PubAck and before marking the row).
 func (r *dagRun) relay() {
-	rows, err := r.db.Pool.Query(context.Background(), "SELECT id, msg_id, body FROM idem.outbox WHERE sent_at IS NULL ORDER BY id")
+	ctx := context.Background()
+	pending, err := audit.ClaimOutbox(ctx, r.db.Pool, 1000, time.Hour)
 	require.NoError(r.t, err)
-	type out struct {
-		id    int64
-		msgID string
-		body  []byte
-	}
-	var pending []out
-	for rows.Next() {
-		var o out
-		require.NoError(r.t, rows.Scan(&o.id, &o.msgID, &o.body))
-		pending = append(pending, o)
-	}
-	require.NoError(r.t, rows.Err())
+	slices.SortFunc(pending, func(a, b audit.OutboxRow) int { return cmp.Compare(a.ID, b.ID) })
 	for _, o := range pending {
-		var ev schemas.PartitionReady
-		require.NoError(r.t, json.Unmarshal(o.body, &ev))
-		r.publish(ev, o.msgID)
+		msgID := o.Event.TriggeredMsgID(o.AuditID) // as the relay derives it
+		r.publish(o.Event, msgID)
 		if r.rng.IntN(5) == 0 {
-			r.publish(ev, o.msgID)
-			continue // not marked: published again on the next pass
+			r.publish(o.Event, msgID)
+			// not marked: published again on the next pass
+			require.NoError(r.t, audit.ReleaseOutbox(ctx, r.db.Pool, o.Claim, []int64{o.ID}))
+			continue
 		}
-		r.db.Exec(r.t, "UPDATE idem.outbox SET sent_at = clock_timestamp() WHERE id = $1", o.id)
+		require.NoError(r.t, audit.MarkOutboxSent(ctx, r.db.Pool, []audit.OutboxSent{{ID: o.ID}}))
 	}
 }
 

@@ -186,7 +186,7 @@ func TestFatalUpstreamKeepsTheJoinFromRunning(t *testing.T) {
 	d.waitCount(1, "SELECT count(*) FROM idem.run_ledger WHERE task_id = 'orders' AND partition_key = $1", p)
 	d.waitSettled()
 	require.Zero(t, d.revenueRuns(p), "the join ran on one upstream while the other's latest attempt failed")
-	require.EqualValues(t, 0, d.count("SELECT count(*) FROM idem.outbox WHERE msg_id LIKE 'revenue:%'"))
+	require.EqualValues(t, 0, d.count("SELECT count(*) FROM idem.outbox WHERE dataset = 'revenue'"))
 	// The operator sees what the join waits for.
 	code, out := runIdem(t, nil, "audit", "status", "revenue", "--config", d.cfg, "--from", p, "--to", p)
 	require.Equal(t, 1, code, out)
