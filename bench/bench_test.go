@@ -88,7 +88,7 @@ func TestHarnessSmoke(t *testing.T) {
 			}
 		}
 		require.Equal(t, "delete", bs.Reruns["plain"][0].Route)
-		require.Equal(t, "truncate_child", bs.Reruns["part"][0].Route)
+		require.Equal(t, "delete_child", bs.Reruns["part"][0].Route, "the default route of a partitioned target")
 		require.EqualValues(t, bs.Rows, bs.Cases["merge_new_idem"].Rows, "all new rows inserted")
 		require.EqualValues(t, bs.Rows, bs.Cases["merge_changed_idem"].Rows, "all changed rows updated")
 		require.Len(t, bs.View, 2)

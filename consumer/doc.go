@@ -98,8 +98,8 @@
 //
 // Watermill's router is not used for this: its message model knows ack and
 // nack, with no delay, no reason, no term and no in-progress, so the fate
-// would have to be smuggled across it. Its publishers and outbox remain fine
-// for cmd.
+// would have to be smuggled across it. (Nor is its SQL outbox: see
+// docs/ARCHITECTURE.md.)
 //
 // # Dead letters
 //
