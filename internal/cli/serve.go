@@ -25,7 +25,6 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
-	"github.com/idem-data/idem/internal/natsconn"
 	"github.com/idem-data/idem/internal/relay"
 )
 
@@ -47,12 +46,12 @@ message, drains the connection and exits 0.`,
 				return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
 			}
 			log := newLogger(e.errOut, e.getenv)
-			pool, err := connectSized(cmd.Context(), cfg.Postgres.URL, cfg.NATS.MaxInFlight+4)
+			pool, err := connectWaiting(cmd.Context(), log, cfg.Postgres.URL, cfg.NATS.MaxInFlight+4)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			nc, err := natsconn.Connect(cmd.Context(), cfg.NATS, "idem serve", log)
+			nc, err := natsWaiting(cmd.Context(), log, cfg.NATS, "idem serve")
 			if err != nil {
 				return err
 			}

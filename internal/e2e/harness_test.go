@@ -193,7 +193,8 @@ func (s syncBuf) Write(p []byte) (int, error) {
 
 func (w *world) serve(env ...string) *proc { return w.serveGrace("10s", env...) }
 
-func (w *world) serveGrace(grace string, env ...string) *proc {
+// startServe starts `idem serve` without waiting for it to be ready.
+func (w *world) startServe(grace string, env ...string) *proc {
 	w.t.Helper()
 	cmd := exec.Command(idemBin, "serve", "--config", w.cfg, "--grace", grace)
 	cmd.Env = append(os.Environ(), env...)
@@ -209,6 +210,12 @@ func (w *world) serveGrace(grace string, env ...string) *proc {
 			w.t.Logf("idem serve (pid %d) output:\n%s", cmd.Process.Pid, p.output())
 		}
 	})
+	return p
+}
+
+func (w *world) serveGrace(grace string, env ...string) *proc {
+	w.t.Helper()
+	p := w.startServe(grace, env...)
 	// Ready once the consumer exists and the process says so.
 	require.Eventually(w.t, func() bool { return strings.Contains(p.output(), "idem serve started") }, 30*time.Second, 20*time.Millisecond,
 		"idem serve did not start:\n%s", p.output())

@@ -161,3 +161,31 @@ func TestRollingRestartsUnderABacklogDeadLetterNothing(t *testing.T) {
 		GROUP BY partition_key, run_id HAVING count(*) > 1) d`))
 	require.Equal(t, w.expected(parts...), w.target())
 }
+
+// TestServeStartedDuringAnOutageWaitsForTheWarehouse: a replica started (or
+// restarted by a deploy) while PostgreSQL is down waits for it instead of
+// exiting into a supervisor's growing restart delay, and loads as soon as it
+// is back.
+func TestServeStartedDuringAnOutageWaitsForTheWarehouse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := localpg.Start(ctx, localpg.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	w := newWorld(t, opts{pgAdmin: srv.URL("")})
+	w.streams()
+	w.publish("2026-11-09", "r1", nil)
+	require.NoError(t, srv.Stop(ctx, "fast"))
+
+	p := w.startServe("10s")
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "waiting for the server to start") }, 30*time.Second, 50*time.Millisecond)
+	time.Sleep(3 * time.Second) // several attempts: the process must still be there
+	require.True(t, p.alive(), "idem serve exited while the warehouse was down:\n%s", p.output())
+	require.Equal(t, 1, strings.Count(p.output(), "waiting for the server to start"), "one line, not one per attempt")
+
+	require.NoError(t, srv.Restart(ctx, ""))
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "idem serve started") }, 60*time.Second, 50*time.Millisecond)
+	w.waitCount(1, "SELECT count(*) FROM idem.run_ledger")
+	w.waitSettled()
+	require.Empty(t, w.deadLetters())
+}
