@@ -6,11 +6,14 @@ package e2e
 // password and the NATS password and token, raw and URL-escaped.
 
 import (
+	"bytes"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -93,7 +96,26 @@ func TestSecretsNeverLogged(t *testing.T) {
 	// serve: failed connections of every kind.
 	run(1, userEnv(wrongPass), "serve", "--config", cfgEnv)
 	run(1, []string{"IDEM_DATABASE_URL=" + wrongPG}, "serve", "--config", cfgFiles)
-	run(1, []string{"IDEM_NATS_URL=nats://" + natsToken + "@127.0.0.1:1"}, "serve", "--config", cfgFiles)
+	// A NATS nobody answers on: serve waits for it (one line), and a
+	// SIGTERM while waiting ends it.
+	waiting := exec.Command(idemBin, "serve", "--config", cfgFiles)
+	waiting.Env = append(append(os.Environ(), debug...), "IDEM_NATS_URL=nats://"+natsToken+"@127.0.0.1:1")
+	var wout syncBuf = syncBuf{&sync.Mutex{}, &bytes.Buffer{}}
+	waiting.Stdout, waiting.Stderr = wout, wout
+	require.NoError(t, waiting.Start())
+	wdone := make(chan error, 1)
+	go func() { wdone <- waiting.Wait() }()
+	waitedOut := func() string { wout.mu.Lock(); defer wout.mu.Unlock(); return wout.b.String() }
+	require.Eventually(t, func() bool { return strings.Contains(waitedOut(), "waiting for the server to start") }, 30*time.Second, 20*time.Millisecond, waitedOut())
+	require.NoError(t, waiting.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-wdone:
+	case <-time.After(30 * time.Second):
+		_ = waiting.Process.Kill()
+		t.Fatalf("idem serve waiting for NATS did not stop on SIGTERM:\n%s", waitedOut())
+	}
+	require.Equal(t, 1, strings.Count(waitedOut(), "waiting for the server to start"), waitedOut())
+	fmt.Fprintf(&logs, "== idem serve (NATS unreachable)\n%s", waitedOut())
 	run(1, []string{"IDEM_NATS_URL=" + strings.Replace(tokenURL, natsToken, wrongPass, 1)}, "serve", "--config", cfgEnv)
 
 	// serve: a full run with secrets from files, a load, a dead letter, a
