@@ -5,7 +5,7 @@ PKGS  ?= ./...
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres test test-short vet lint fuzz demo clean
+.PHONY: help build postgres test test-short tidy-check vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,11 +19,14 @@ postgres: ## install PostgreSQL server binaries when missing (tests start their 
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres vet ## vet, then every test with the race detector against real PostgreSQL
+test: postgres vet tidy-check ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-test-short: postgres ## tests without the race detector
-	$(GO) test -count=1 $(PKGS)
+test-short: postgres ## the quick tests only (-short: no chaos campaign, no race detector)
+	$(GO) test -short -count=1 $(PKGS)
+
+tidy-check: ## fail when go mod tidy would change go.mod or go.sum
+	@out=$$($(GO) mod tidy -diff) || { echo "go.mod/go.sum are not tidy; run go mod tidy:"; echo "$$out"; exit 1; }
 
 lint: vet ## go vet and staticcheck
 	$(GO) run $(STATICCHECK) $(PKGS)
