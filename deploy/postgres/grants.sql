@@ -41,16 +41,17 @@ GRANT USAGE ON SCHEMA analytics TO idem_loader;
 -- delete_insert (orders -> analytics.fact_orders): DELETE the partition's
 -- rows (SELECT for its WHERE), INSERT the source's.
 GRANT SELECT, INSERT, DELETE ON analytics.fact_orders TO idem_loader;
--- Its fast path for a child that holds exactly one day (TRUNCATE the child,
--- INSERT into it) needs those rights on the child itself: granted here on
--- every existing child; grant them on each new child where you create it. A
--- child without them makes its days fail with permission_denied.
+-- A day with a child of its own is deleted through the parent and inserted
+-- straight into that child, which needs INSERT on the child itself: granted
+-- here on every existing child; grant it on each new child where you create
+-- it. A child without it makes its days fail with permission_denied. A
+-- dataset with truncate_partition: true needs TRUNCATE on the child too.
 DO $$
 DECLARE child regclass;
 BEGIN
     FOR child IN SELECT inhrelid::regclass FROM pg_inherits
                   WHERE inhparent = 'analytics.fact_orders'::regclass LOOP
-        EXECUTE format('GRANT INSERT, TRUNCATE ON %s TO idem_loader', child);
+        EXECUTE format('GRANT INSERT ON %s TO idem_loader', child);
     END LOOP;
 END $$;
 

@@ -32,7 +32,8 @@ var datasets = []dataset{
 	},
 	{
 		// Natively partitioned: half the partitions have a child of their own
-		// (the TRUNCATE route), the rest land in the default child (DELETE).
+		// (route delete_child: DELETE through the parent, INSERT into the
+		// child), the rest land in the default child (route delete).
 		name: "replace_part", strategy: "delete_insert",
 		staging: "staging.replace_part_src", target: "analytics.replace_part", visible: "analytics.replace_part",
 		yaml: "    partition_column: event_date\n",

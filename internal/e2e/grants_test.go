@@ -107,7 +107,7 @@ func TestLeastPrivilegeRoleLoadsEveryStrategy(t *testing.T) {
 	require.Contains(t, out, "config and database")
 
 	p := lp.serve(lp.env...)
-	lp.publishEvent("orders", "2026-11-25", "r1")    // a child of its own: TRUNCATE route
+	lp.publishEvent("orders", "2026-11-25", "r1")    // a child of its own: route delete_child
 	lp.publishEvent("orders", "2026-11-27", "r1")    // the default child: DELETE route
 	lp.publishEvent("customers", "2026-11-28", "r1") // merge
 	lp.publishEvent("events", "2026-11-26", "r1")    // append_dedupe
