@@ -5,7 +5,7 @@ PKGS  ?= ./...
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres test test-short tidy-check vet lint fuzz demo clean
+.PHONY: help build postgres test test-short tidy-check alerts-test vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,11 +19,15 @@ postgres: ## install PostgreSQL server binaries when missing (tests start their 
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres vet tidy-check ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+test: postgres vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 test-short: postgres ## the quick tests only (-short: no chaos campaign, no race detector)
 	$(GO) test -short -count=1 $(PKGS)
+
+alerts-test: ## promtool test rules on the shipped alert rules (installs Debian's prometheus package for promtool when missing)
+	@bash scripts/ensure-promtool.sh
+	cd deploy/prometheus && promtool check rules idem-alerts.yaml && promtool test rules idem-alerts.test.yaml
 
 tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 	@out=$$($(GO) mod tidy -diff) || { echo "go.mod/go.sum are not tidy; run go mod tidy:"; echo "$$out"; exit 1; }
