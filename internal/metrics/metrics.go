@@ -44,6 +44,24 @@ type Metrics struct {
 	ConfigInfo *prometheus.GaugeVec // version
 	// ConfigReloads counts SIGHUP reloads by result: applied, refused.
 	ConfigReloads *prometheus.CounterVec
+
+	// Ready is 1 while this process would answer /readyz with 200.
+	Ready prometheus.Gauge
+	// ConsumerPending and ConsumerAckPending are the durable consumer's
+	// undelivered and delivered-but-unacknowledged messages; every replica
+	// reports the same values (aggregate with max).
+	ConsumerPending    prometheus.Gauge
+	ConsumerAckPending prometheus.Gauge
+	// DeadLettersPending is the number of messages in the dead-letter
+	// stream, by dataset.
+	DeadLettersPending *prometheus.GaugeVec
+	// PartitionsMissing and PartitionsLate count, per dataset with a
+	// calendar, ended partitions without a successful load, within and past
+	// their deadline; NewestPartitionAge is the time since the end of the
+	// newest loaded partition's period.
+	PartitionsMissing  *prometheus.GaugeVec
+	PartitionsLate     *prometheus.GaugeVec
+	NewestPartitionAge *prometheus.GaugeVec
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -110,7 +128,29 @@ func New(version string) *Metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
-	for _, c := range []prometheus.Collector{m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending} {
+	m.Ready = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_ready", Help: "1 while this process answers /readyz with 200 (NATS connected, warehouse usable), else 0.",
+	})
+	m.ConsumerPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_consumer_pending", Help: "Events in the stream not yet delivered to the durable consumer; the same for every replica.",
+	})
+	m.ConsumerAckPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_consumer_ack_pending", Help: "Events delivered to some replica and not yet acknowledged; the same for every replica.",
+	})
+	m.DeadLettersPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idem_dead_letters_pending", Help: "Messages in the dead-letter stream, by dataset: not yet replayed or purged.",
+	}, []string{"dataset"})
+	m.PartitionsMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idem_partitions_missing", Help: "Partitions of the dataset's calendar (expect:) whose period ended without a successful load, still within the deadline.",
+	}, []string{"dataset"})
+	m.PartitionsLate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idem_partitions_late", Help: "Partitions of the dataset's calendar (expect:) without a successful load past their deadline.",
+	}, []string{"dataset"})
+	m.NewestPartitionAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idem_newest_partition_age_seconds", Help: "Seconds since the end of the period of the dataset's newest partition with a successful load (calendar datasets).",
+	}, []string{"dataset"})
+	for _, c := range []prometheus.Collector{m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
+		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)
