@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// Calendars name time zones (expect.timezone); the zone database is
+	// built in, so a minimal image without /usr/share/zoneinfo works.
+	_ "time/tzdata"
 
 	"github.com/idem-data/idem/internal/cli"
 )

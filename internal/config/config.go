@@ -1,12 +1,14 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -267,6 +269,47 @@ type Dataset struct {
 	// retried). delete_insert only; default false. (omitempty in JSON keeps
 	// the config version of configs without it.)
 	TruncatePartition bool `yaml:"truncate_partition,omitempty" json:",omitempty"`
+	// Expect is the dataset's calendar: which partitions should exist and by
+	// when. Optional; without it idem knows only the partitions published.
+	Expect *Expect `yaml:"expect,omitempty" json:",omitempty"`
+}
+
+// Expect is a dataset's calendar, e.g. {every: day, from: 2026-01-01,
+// deadline: 3h}: one partition per day from 2026-01-01, each due 3 hours
+// after its day ends.
+type Expect struct {
+	// Every is day (a date dataset) or hour (a timestamp dataset).
+	Every string `yaml:"every"`
+	// From is the first expected partition's key: 2026-01-01, or
+	// 2026-01-01T00:00:00Z for hours.
+	From string `yaml:"from"`
+	// Deadline is how long after its period ends a partition may be missing
+	// before it is late. Default 0: late as soon as the period ends.
+	Deadline Duration `yaml:"deadline,omitempty"`
+	// Timezone is the IANA zone days are counted in (e.g. Europe/Paris).
+	// Default UTC. Hours are always UTC.
+	Timezone string `yaml:"timezone,omitempty"`
+}
+
+// Calendar is the dataset's calendar, when it has one and it is valid.
+func (d *Dataset) Calendar() (calendar.Expect, bool) {
+	if d.Expect == nil {
+		return calendar.Expect{}, false
+	}
+	e, err := d.Expect.calendar()
+	return e, err == nil
+}
+
+func (e *Expect) calendar() (calendar.Expect, error) {
+	out := calendar.Expect{Every: calendar.Every(e.Every), From: e.From, Deadline: e.Deadline.Std()}
+	if e.Timezone != "" {
+		loc, err := time.LoadLocation(e.Timezone)
+		if err != nil {
+			return out, fmt.Errorf("timezone: %q is not a time zone; want an IANA name such as Europe/Paris or UTC", e.Timezone)
+		}
+		out.Location = loc
+	}
+	return out, out.Validate()
 }
 
 // WithDefaults fills every empty or zero field that has a default, in place,

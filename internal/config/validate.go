@@ -320,6 +320,7 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	}
 	c.validateAppendColumns(v, d, notApplicable)
 	notApplicable("truncate_partition", s != DeleteInsert && d.TruncatePartition, " (only delete_insert replaces a whole partition)")
+	validateExpect(v, d)
 
 	validateRetries(v, d)
 	c.validateThen(v, names, name, d)
@@ -479,4 +480,26 @@ func validBucket(name string) bool {
 		}
 	}
 	return true
+}
+
+// validateExpect checks the calendar and that it fits the partition type.
+func validateExpect(v *validator, d *Dataset) {
+	if d.Expect == nil {
+		return
+	}
+	if _, err := d.Expect.calendar(); err != nil {
+		v.add("expect", "%v", err)
+		return
+	}
+	pt := d.PartitionType
+	if pt == "" {
+		pt = schemas.PartitionDate
+	}
+	want := map[schemas.PartitionType]string{schemas.PartitionDate: "day", schemas.PartitionHour: "hour"}[pt]
+	switch {
+	case want == "":
+		v.add("expect", "a calendar needs date or timestamp partitions; partition_type %s has no calendar: remove expect", pt)
+	case d.Expect.Every != want:
+		v.add("expect", "every: %s does not fit partition_type %s; want every: %s", d.Expect.Every, pt, want)
+	}
 }
