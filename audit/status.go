@@ -1,0 +1,180 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Latest is the latest attempt (skips aside) of one partition of a dataset.
+type Latest struct {
+	Dataset   string
+	Partition string
+	Status    string // started, success, failed
+	ErrorKind string
+	RunID     string
+	Attempt   int
+}
+
+// LatestInRange returns the latest attempt of every partition of the
+// datasets with a key from..to inclusive. It reads
+// pipeline_audit_partition_idx one partition at a time, so its cost follows
+// the range, not the history.
+func LatestInRange(ctx context.Context, db Querier, pipeline string, datasets []string, from, to string) ([]Latest, error) {
+	rows, err := db.Query(ctx, `
+		SELECT DISTINCT ON (task_id, partition_key) task_id, partition_key, status, coalesce(error_kind, ''), run_id, attempt
+		  FROM idem.pipeline_audit
+		 WHERE dag_id = $1 AND task_id = ANY($2) AND partition_key >= $3 AND partition_key <= $4 AND status <> 'skipped'
+		 ORDER BY task_id, partition_key, id DESC`,
+		pipeline, datasets, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("audit: latest attempts: %w", err)
+	}
+	var out []Latest
+	var l Latest
+	_, err = pgx.ForEachRow(rows, []any{&l.Dataset, &l.Partition, &l.Status, &l.ErrorKind, &l.RunID, &l.Attempt}, func() error {
+		out = append(out, l)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: latest attempts: %w", err)
+	}
+	return out, nil
+}
+
+// RecentPartitions returns up to limit partition keys of the datasets, the
+// most recently attempted first, looking at the newest scan attempts only
+// (so the cost does not grow with the history).
+func RecentPartitions(ctx context.Context, db Querier, pipeline string, datasets []string, limit, scan int) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT partition_key FROM (
+		    SELECT partition_key, id FROM idem.pipeline_audit
+		     WHERE dag_id = $1 AND task_id = ANY($2)
+		     ORDER BY id DESC LIMIT $4) recent
+		 GROUP BY partition_key ORDER BY max(id) DESC LIMIT $3`,
+		pipeline, datasets, limit, scan)
+	if err != nil {
+		return nil, fmt.Errorf("audit: recent partitions: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("audit: recent partitions: %w", err)
+	}
+	return keys, nil
+}
+
+// PartitionAttempt is one attempt at a partition, as an operator reads it.
+type PartitionAttempt struct {
+	ID          int64
+	RunID       string
+	Attempt     int
+	Status      string
+	Force       bool
+	Rows        *int64
+	Error       string
+	ErrorKind   string
+	TriggeredBy string
+	StreamSeq   *int64
+	StartedAt   time.Time
+	FinishedAt  *time.Time
+}
+
+// Duration is how long the attempt ran; zero while it runs.
+func (a PartitionAttempt) Duration() time.Duration {
+	if a.FinishedAt == nil {
+		return 0
+	}
+	return a.FinishedAt.Sub(a.StartedAt)
+}
+
+// PartitionAttempts returns the newest limit attempts of one partition,
+// newest first.
+func PartitionAttempts(ctx context.Context, db Querier, pipeline, dataset, partition string, limit int) ([]PartitionAttempt, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, run_id, attempt, status, force, row_count, coalesce(error, ''), coalesce(error_kind, ''),
+		       coalesce(triggered_by, ''), stream_seq, started_at, finished_at
+		  FROM idem.pipeline_audit
+		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3
+		 ORDER BY id DESC LIMIT $4`,
+		pipeline, dataset, partition, limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit: attempts of %s %s: %w", dataset, partition, err)
+	}
+	var out []PartitionAttempt
+	var a PartitionAttempt
+	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.RunID, &a.Attempt, &a.Status, &a.Force, &a.Rows, &a.Error, &a.ErrorKind,
+		&a.TriggeredBy, &a.StreamSeq, &a.StartedAt, &a.FinishedAt}, func() error {
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: attempts of %s %s: %w", dataset, partition, err)
+	}
+	return out, nil
+}
+
+// Operator actions, as recorded in idem.operator_actions.
+const (
+	ActionReplay   = "replay"
+	ActionBackfill = "backfill"
+)
+
+// RecordAction writes what an operator asked for, before it is done, and
+// returns the row's id for FinishAction.
+func RecordAction(ctx context.Context, db Querier, pipeline, action, requestedBy, remoteAddr string, detail any) (int64, error) {
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return 0, fmt.Errorf("audit: action detail: %w", err)
+	}
+	var id int64
+	err = db.QueryRow(ctx, `
+		INSERT INTO idem.operator_actions (dag_id, action, requested_by, remote_addr, detail)
+		VALUES ($1, $2, $3, $4, $5) RETURNING id`,
+		pipeline, action, requestedBy, nullString(remoteAddr), b).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("audit: record %s: %w", action, err)
+	}
+	return id, nil
+}
+
+// FinishAction records what an operator's action did.
+func FinishAction(ctx context.Context, db Querier, id int64, outcome string) error {
+	if _, err := db.Exec(ctx, `UPDATE idem.operator_actions SET outcome = $2, finished_at = clock_timestamp() WHERE id = $1`, id, outcome); err != nil {
+		return fmt.Errorf("audit: finish action %d: %w", id, err)
+	}
+	return nil
+}
+
+// Action is one recorded operator action.
+type Action struct {
+	ID          int64
+	Action      string
+	RequestedBy string
+	RemoteAddr  string
+	Detail      string
+	Outcome     string
+	RequestedAt time.Time
+}
+
+// RecentActions returns the newest limit operator actions of the pipeline.
+func RecentActions(ctx context.Context, db Querier, pipeline string, limit int) ([]Action, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, action, requested_by, coalesce(remote_addr, ''), detail::text, coalesce(outcome, ''), requested_at
+		  FROM idem.operator_actions WHERE dag_id = $1 ORDER BY id DESC LIMIT $2`, pipeline, limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit: recent actions: %w", err)
+	}
+	var out []Action
+	var a Action
+	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.Action, &a.RequestedBy, &a.RemoteAddr, &a.Detail, &a.Outcome, &a.RequestedAt}, func() error {
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: recent actions: %w", err)
+	}
+	return out, nil
+}
