@@ -1,0 +1,150 @@
+package statuspage
+
+import (
+	"sort"
+	"time"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/calendar"
+)
+
+// Status is a cell's colour: what an operator needs to know of a partition.
+type Status string
+
+const (
+	Success      Status = "success"       // the latest attempt loaded it
+	Running      Status = "running"       // an attempt started and has not finished
+	Failed       Status = "failed"        // the latest attempt failed; it may be retried
+	DeadLettered Status = "dead_lettered" // failed and in the dead-letter stream
+	Missing      Status = "missing"       // expected by the calendar, not loaded, within its deadline
+	Late         Status = "late"          // expected by the calendar, not loaded, past its deadline
+	Waiting      Status = "waiting"       // a join whose upstreams have not all loaded
+	None         Status = "none"          // nothing known and nothing expected
+)
+
+// Statuses in the legend's order.
+var Statuses = []Status{Success, Running, Failed, DeadLettered, Late, Missing, Waiting, None}
+
+// Dataset is what the page knows of a configured dataset.
+type Dataset struct {
+	Name      string
+	Upstreams []string
+	// Calendar, when the dataset has one (expect:).
+	Calendar *calendar.Expect
+}
+
+// Grid is datasets × partitions.
+type Grid struct {
+	Keys   []string
+	Rows   []Row
+	Counts map[Status]int
+}
+
+// Row is one dataset's cells, one per key.
+type Row struct {
+	Dataset string
+	Cells   []Status
+}
+
+// dlqKey names a dead-lettered partition.
+type dlqKey struct{ dataset, partition string }
+
+// build colours every cell from the latest attempts, the dead letters and
+// the calendars. It is pure: the caller read the audit and the stream.
+func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Latest, dead []DeadLetter) Grid {
+	byCell := make(map[dlqKey]audit.Latest, len(latest))
+	for _, l := range latest {
+		byCell[dlqKey{l.Dataset, l.Partition}] = l
+	}
+	inDLQ := make(map[dlqKey]bool, len(dead))
+	for _, d := range dead {
+		inDLQ[dlqKey{d.Dataset, d.Partition}] = true
+	}
+	g := Grid{Keys: keys, Counts: map[Status]int{}}
+	// Slots of each calendar within the grid, by key.
+	due := map[string]map[string]calendar.Slot{}
+	if len(keys) > 0 {
+		for _, ds := range datasets {
+			if ds.Calendar == nil {
+				continue
+			}
+			m := map[string]calendar.Slot{}
+			for _, s := range ds.Calendar.Ended(now, keys[0], keys[len(keys)-1]) {
+				m[s.Key] = s
+			}
+			due[ds.Name] = m
+		}
+	}
+	cell := func(ds Dataset, key string) Status {
+		l, ok := byCell[dlqKey{ds.Name, key}]
+		if ok {
+			switch l.Status {
+			case audit.StatusSuccess:
+				return Success
+			case audit.StatusStarted:
+				return Running
+			default:
+				if inDLQ[dlqKey{ds.Name, key}] {
+					return DeadLettered
+				}
+				return Failed
+			}
+		}
+		for _, up := range ds.Upstreams {
+			if u, ok := byCell[dlqKey{up, key}]; !ok || u.Status != audit.StatusSuccess {
+				if ok || due[ds.Name] != nil || due[up] != nil {
+					return Waiting
+				}
+			}
+		}
+		if s, ok := due[ds.Name][key]; ok {
+			if now.Before(s.Due) {
+				return Missing
+			}
+			return Late
+		}
+		return None
+	}
+	for _, ds := range datasets {
+		r := Row{Dataset: ds.Name, Cells: make([]Status, len(keys))}
+		for i, k := range keys {
+			r.Cells[i] = cell(ds, k)
+			g.Counts[r.Cells[i]]++
+		}
+		g.Rows = append(g.Rows, r)
+	}
+	return g
+}
+
+// columns chooses the grid's partition keys: the calendars' ended
+// partitions and the recently attempted ones, within from..to when given,
+// the newest n, oldest first.
+func columns(now time.Time, datasets []Dataset, recent []string, from, to string, n int) []string {
+	set := map[string]bool{}
+	for _, ds := range datasets {
+		if ds.Calendar == nil {
+			continue
+		}
+		slots := ds.Calendar.Ended(now, from, to)
+		if len(slots) > n {
+			slots = slots[len(slots)-n:]
+		}
+		for _, s := range slots {
+			set[s.Key] = true
+		}
+	}
+	for _, k := range recent {
+		if (from == "" || k >= from) && (to == "" || k <= to) {
+			set[k] = true
+		}
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > n {
+		keys = keys[len(keys)-n:]
+	}
+	return keys
+}

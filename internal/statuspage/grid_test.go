@@ -1,0 +1,58 @@
+package statuspage
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/calendar"
+)
+
+func TestBuildColoursEveryStatus(t *testing.T) {
+	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	cal := &calendar.Expect{Every: calendar.Day, From: "2026-11-01", Deadline: 12 * time.Hour}
+	dss := []Dataset{
+		{Name: "web", Calendar: cal},
+		{Name: "shop", Calendar: cal},
+		{Name: "revenue", Upstreams: []string{"web", "shop"}},
+		{Name: "adhoc"},
+	}
+	keys := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
+	latest := []audit.Latest{
+		{Dataset: "web", Partition: "2026-11-01", Status: "success"},
+		{Dataset: "web", Partition: "2026-11-02", Status: "failed", ErrorKind: "fatal"},
+		{Dataset: "web", Partition: "2026-11-03", Status: "failed", ErrorKind: "transient"},
+		{Dataset: "web", Partition: "2026-11-04", Status: "started"},
+		{Dataset: "shop", Partition: "2026-11-01", Status: "success"},
+		{Dataset: "revenue", Partition: "2026-11-01", Status: "success"},
+		{Dataset: "adhoc", Partition: "2026-11-03", Status: "success"},
+	}
+	dead := []DeadLetter{{Dataset: "web", Partition: "2026-11-02"}}
+	g := build(now, dss, keys, latest, dead)
+	got := map[string][]Status{}
+	for _, r := range g.Rows {
+		got[r.Dataset] = r.Cells
+	}
+	require.Equal(t, map[string][]Status{
+		// 11-04 ended at 11-05 00:00 and is due at 12:00: still missing for shop.
+		"web":     {Success, DeadLettered, Failed, Running},
+		"shop":    {Success, Late, Late, Missing},
+		"revenue": {Success, Waiting, Waiting, Waiting},
+		"adhoc":   {None, None, Success, None},
+	}, got)
+	require.Equal(t, 4, g.Counts[Success]) // web, shop, revenue, adhoc
+	require.Equal(t, 2, g.Counts[Late])
+	require.Equal(t, 3, g.Counts[Waiting])
+	require.Equal(t, 3, g.Counts[None])
+}
+
+func TestColumns(t *testing.T) {
+	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	cal := &calendar.Expect{Every: calendar.Day, From: "2026-11-01"}
+	dss := []Dataset{{Name: "a", Calendar: cal}, {Name: "b"}}
+	// Calendar days 11-01..11-04 plus a partition b ran for, newest 3 kept.
+	require.Equal(t, []string{"2026-11-03", "2026-11-04", "2026-11-09"}, columns(now, dss, []string{"2026-11-09", "2026-10-01"}, "", "", 3))
+	require.Equal(t, []string{"2026-10-01", "2026-11-01", "2026-11-02"}, columns(now, dss, []string{"2026-11-09", "2026-10-01"}, "", "2026-11-02", 10))
+}
