@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // ErrShutdown is the cause with which the consumer cancels a handler's
@@ -43,19 +45,14 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", int(a))
 }
 
-// Kind says why a message was dead-lettered; it is the Idem-Error-Kind header.
-type Kind string
+// Kind says why a message was dead-lettered; it is the Idem-Error-Kind
+// header. Package deadletter defines the kinds.
+type Kind = deadletter.Kind
 
 const (
-	// KindFatal: the error can never go away by retrying (invalid event,
-	// schema mismatch, ...), dead-lettered after one delivery.
-	KindFatal Kind = "fatal"
-	// KindExhausted: a transient error on the last allowed attempt.
-	KindExhausted Kind = "exhausted"
-	// KindCrashed: the last allowed attempt ended without a verdict, because
-	// the handler panicked or the process died; or JetStream's MaxDeliver
-	// backstop was reached (see the Reconciler).
-	KindCrashed Kind = "crashed"
+	KindFatal     = deadletter.KindFatal
+	KindExhausted = deadletter.KindExhausted
+	KindCrashed   = deadletter.KindCrashed
 )
 
 // Outcome labels a delivery's end for metrics and logs.

@@ -16,111 +16,25 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
-const (
-	// headerReplayOf and headerReplayCount mark a replayed event. When the
-	// replay fails again, the consumer keeps them in the new dead letter
-	// renamed Idem-Original-*, which is how the count survives the round trip.
-	headerReplayOf    = "Idem-Replay-Of"
-	headerReplayCount = "Idem-Replay-Count"
-	// maxReplays: a dead letter already replayed this often fails for a
-	// reason replaying does not fix, so another replay needs --force.
-	maxReplays = 3
-)
-
-var dlqKinds = []string{string(consumer.KindFatal), string(consumer.KindExhausted), string(consumer.KindCrashed)}
-
-// directGetHeaders describe a direct-get response, not the stored message:
-// a stream with allow_direct returns them beside the message's own headers.
-var directGetHeaders = []string{jetstream.StreamHeader, jetstream.SequenceHeader, jetstream.TimeStampHeaer,
-	jetstream.SubjectHeader, "Nats-Num-Pending", "Nats-Last-Sequence", "Nats-UpTo-Sequence"}
-
-// restorableNats are the original's Nats-* headers a replay may send again.
-// The others are JetStream directives for a first publish: Nats-Msg-Id
-// would make JetStream drop the replay as a duplicate inside its window,
-// Nats-Expected-* would fail against a stream that has moved on, a
-// Nats-Rollup would purge the subject. Nats-TTL means the same the second time.
-var restorableNats = []string{"Nats-TTL"}
-
-// deadLetterEntry is one message of the dead-letter stream as the dlq commands
-// show it; the JSON names are a stable interface for scripts.
-type deadLetterEntry struct {
-	Seq             uint64    `json:"seq"`
-	Subject         string    `json:"subject"`
-	StoredAt        time.Time `json:"stored_at"`
-	FailedAt        time.Time `json:"failed_at"`
-	Kind            string    `json:"kind"`
-	Dataset         string    `json:"dataset"`
-	Partition       string    `json:"partition"`
-	RunID           string    `json:"run_id"`
-	Deliveries      uint64    `json:"deliveries"`
-	Replays         int       `json:"replays"`
-	Error           string    `json:"error"`
-	OriginalSubject string    `json:"original_subject"`
-	OriginalStream  string    `json:"original_stream"`
-	OriginalSeq     uint64    `json:"original_seq"`
-	BodyOmitted     string    `json:"body_omitted"`
-
-	header nats.Header
-	body   []byte
-}
-
-func readDeadLetter(m *jetstream.RawStreamMsg) deadLetterEntry {
-	h := nats.Header{}
-	for k, vs := range m.Header {
-		if !slices.ContainsFunc(directGetHeaders, func(d string) bool { return strings.EqualFold(d, k) }) {
-			h[k] = vs
-		}
+// dlqKinds are the words --kind accepts.
+var dlqKinds = func() []string {
+	var ks []string
+	for _, k := range deadletter.Kinds() {
+		ks = append(ks, string(k))
 	}
-	dl := deadLetterEntry{
-		Seq: m.Sequence, Subject: m.Subject, StoredAt: m.Time.UTC(), FailedAt: m.Time.UTC(),
-		Kind:            h.Get(consumer.HeaderErrorKind),
-		Dataset:         h.Get(consumer.HeaderDataset),
-		Partition:       h.Get(consumer.HeaderPartition),
-		RunID:           h.Get(consumer.HeaderRunID),
-		Error:           h.Get(consumer.HeaderError),
-		OriginalSubject: h.Get(consumer.HeaderOriginalSubject),
-		OriginalStream:  h.Get(consumer.HeaderOriginalStream),
-		BodyOmitted:     h.Get(consumer.HeaderBodyOmitted),
-		Replays:         replayCount(h),
-		header:          h,
-		body:            m.Data,
-	}
-	if t, err := time.Parse(time.RFC3339, h.Get(consumer.HeaderFailedAt)); err == nil {
-		dl.FailedAt = t.UTC()
-	}
-	dl.Deliveries, _ = strconv.ParseUint(h.Get(consumer.HeaderDeliveries), 10, 64)
-	dl.OriginalSeq, _ = strconv.ParseUint(h.Get(consumer.HeaderOriginalSeq), 10, 64)
-	if dl.Dataset == "" {
-		// The subject's token is what --dataset filters on, _invalid included.
-		dl.Dataset = m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	}
-	return dl
-}
+	return ks
+}()
 
-// replayCount reads the count a replay set. It comes back from the consumer
-// renamed Idem-Original-Idem-Replay-Count; the plain name is read too, for
-// dead letters written by hand.
-func replayCount(h nats.Header) int {
-	for _, k := range []string{consumer.HeaderOriginalPrefix + headerReplayCount, headerReplayCount} {
-		if n, err := strconv.Atoi(h.Get(k)); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 0
-}
-
-// dlqFilter selects dead letters; every command that reads more than one
-// takes the same flags.
+// dlqFilter is the flags that select dead letters; every command that reads
+// more than one takes the same.
 type dlqFilter struct {
 	dataset, kind, since string
-	sinceT               time.Time
 }
 
 func (f *dlqFilter) flags(c *cobra.Command) {
@@ -129,57 +43,43 @@ func (f *dlqFilter) flags(c *cobra.Command) {
 	c.Flags().StringVar(&f.since, "since", "", `only those failed since: a duration ("2h", "30m") or a time (RFC 3339, or YYYY-MM-DD in UTC)`)
 }
 
-func (f *dlqFilter) parse(now time.Time) error {
+func (f dlqFilter) parse(now time.Time) (deadletter.Filter, error) {
+	out := deadletter.Filter{Dataset: f.dataset, Kind: deadletter.Kind(f.kind)}
 	if f.dataset != "" && strings.ContainsAny(f.dataset, ".*> \t") {
-		return &UsageError{fmt.Errorf("--dataset %q: want one dataset name, no wildcards", f.dataset)}
+		return out, &UsageError{fmt.Errorf("--dataset %q: want one dataset name, no wildcards", f.dataset)}
 	}
 	if f.kind != "" && !slices.Contains(dlqKinds, f.kind) {
-		return &UsageError{fmt.Errorf("--kind %q: want one of %s", f.kind, strings.Join(dlqKinds, ", "))}
+		return out, &UsageError{fmt.Errorf("--kind %q: want one of %s", f.kind, strings.Join(dlqKinds, ", "))}
 	}
 	if f.since == "" {
-		return nil
+		return out, nil
 	}
 	if d, err := time.ParseDuration(f.since); err == nil {
 		if d < 0 {
-			return &UsageError{fmt.Errorf("--since %s: want a positive duration", f.since)}
+			return out, &UsageError{fmt.Errorf("--since %s: want a positive duration", f.since)}
 		}
-		f.sinceT = now.Add(-d)
-		return nil
+		out.Since = now.Add(-d)
+		return out, nil
 	}
 	for _, layout := range []string{time.RFC3339, time.DateOnly} {
 		if t, err := time.Parse(layout, f.since); err == nil {
-			f.sinceT = t
-			return nil
+			out.Since = t
+			return out, nil
 		}
 	}
-	return &UsageError{fmt.Errorf(`--since %q: want a duration ("2h") or a time (2026-11-28T03:00:00Z, 2026-11-28)`, f.since)}
-}
-
-// subject narrows the read on the server, so --dataset does not read the
-// other datasets' dead letters.
-func (f dlqFilter) subject(prefix string) string {
-	if f.dataset == "" {
-		return prefix + ".>"
-	}
-	return prefix + "." + f.dataset
-}
-
-func (f dlqFilter) match(dl deadLetterEntry) bool {
-	return (f.kind == "" || dl.Kind == f.kind) && !dl.FailedAt.Before(f.sinceT)
+	return out, &UsageError{fmt.Errorf(`--since %q: want a duration ("2h") or a time (2026-11-28T03:00:00Z, 2026-11-28)`, f.since)}
 }
 
 func (f dlqFilter) any() bool { return f.dataset != "" || f.kind != "" || f.since != "" }
 
-// dlqStream reads and edits the dead-letter stream. It never creates a
-// consumer on it: reads are stream gets, so listing changes nothing.
-type dlqStream struct {
-	cfg    *config.Config
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
+// dlqStore is the dead-letter stream and the connection it was opened on.
+type dlqStore struct {
+	*deadletter.Store
+	cfg *config.Config
+	nc  *nats.Conn
 }
 
-func (e *env) openDLQ(ctx context.Context, name string) (*dlqStream, error) {
+func (e *env) openDLQ(ctx context.Context, name string) (*dlqStore, error) {
 	cfg, err := e.validConfig()
 	if err != nil {
 		return nil, err
@@ -188,70 +88,16 @@ func (e *env) openDLQ(ctx context.Context, name string) (*dlqStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := js.Stream(ctx, cfg.NATS.DLQStream)
+	s, err := deadletter.Open(ctx, js, deadletter.Config{
+		Stream: cfg.NATS.DLQStream, SubjectPrefix: cfg.NATS.DLQSubjectPrefix, EventsStream: cfg.NATS.Stream})
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("dead-letter stream %s not found: run 'idem streams' (or start 'idem serve'), or check nats.dlq_stream", cfg.NATS.DLQStream)
-		}
-		return nil, fmt.Errorf("dead-letter stream %s: %w", cfg.NATS.DLQStream, err)
+		return nil, err
 	}
-	return &dlqStream{cfg: cfg, nc: nc, js: js, stream: s}, nil
+	return &dlqStore{Store: s, cfg: cfg, nc: nc}, nil
 }
 
-func (q *dlqStream) close() { q.nc.Close() }
-
-// scan returns the dead letters f selects, oldest first, up to the last one
-// stored when the scan began: a dead letter written meanwhile (a replay
-// failing again) is left for the next command. One get per dead letter.
-func (q *dlqStream) scan(ctx context.Context, f dlqFilter, keepBody bool) ([]deadLetterEntry, error) {
-	info, err := q.stream.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dead-letter stream %s: %w", q.cfg.NATS.DLQStream, err)
-	}
-	subject := f.subject(q.cfg.NATS.DLQSubjectPrefix)
-	out := []deadLetterEntry{}
-	for seq := max(info.State.FirstSeq, 1); seq <= info.State.LastSeq; {
-		m, err := q.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read dead letters of %s from seq %d: %w", q.cfg.NATS.DLQStream, seq, err)
-		}
-		if m.Sequence > info.State.LastSeq {
-			break
-		}
-		dl := readDeadLetter(m)
-		if !keepBody {
-			dl.body = nil
-		}
-		if f.match(dl) {
-			out = append(out, dl)
-		}
-		seq = m.Sequence + 1
-	}
-	return out, nil
-}
-
-func (q *dlqStream) get(ctx context.Context, seq uint64) (deadLetterEntry, error) {
-	m, err := q.stream.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return deadLetterEntry{}, fmt.Errorf("no dead letter %d in stream %s (already replayed or purged?): see 'idem dlq ls'", seq, q.cfg.NATS.DLQStream)
-	}
-	if err != nil {
-		return deadLetterEntry{}, fmt.Errorf("read dead letter %d of %s: %w", seq, q.cfg.NATS.DLQStream, err)
-	}
-	return readDeadLetter(m), nil
-}
-
-func (q *dlqStream) delete(ctx context.Context, seq uint64) error {
-	err := q.stream.DeleteMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // someone else removed it: it is gone either way
-	}
-	return err
-}
+func (q *dlqStore) close() { q.nc.Close() }
 
 func parseDLQSeq(s string) (uint64, error) {
 	n, err := strconv.ParseUint(s, 10, 64)
@@ -293,7 +139,8 @@ failure, how many deliveries it had, how many times it was already replayed,
 and the error. An empty dead-letter stream is not a failure (exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.parse(time.Now()); err != nil {
+			sel, err := f.parse(time.Now())
+			if err != nil {
 				return err
 			}
 			q, err := e.openDLQ(cmd.Context(), "idem dlq ls")
@@ -301,7 +148,7 @@ and the error. An empty dead-letter stream is not a failure (exit 0).`,
 				return err
 			}
 			defer q.close()
-			dls, err := q.scan(cmd.Context(), f, false)
+			dls, err := q.List(cmd.Context(), sel, false)
 			if err != nil {
 				return err
 			}
@@ -322,11 +169,11 @@ and the error. An empty dead-letter stream is not a failure (exit 0).`,
 	return c
 }
 
-func deadLetterTable(dls []deadLetterEntry) *table {
+func deadLetterTable(dls []deadletter.Letter) *table {
 	t := &table{headers: []string{"SEQ", "FAILED_AT", "DATASET", "PARTITION", "RUN_ID", "KIND", "DELIVERIES", "REPLAYS", "ERROR"}}
 	for _, dl := range dls {
 		t.add(fmt.Sprint(dl.Seq), dl.FailedAt.Format(time.RFC3339), orDash(terminalSafe(dl.Dataset)), orDash(terminalSafe(dl.Partition)),
-			truncateCell(terminalSafe(dl.RunID), 40), orDash(dl.Kind), fmt.Sprint(dl.Deliveries), fmt.Sprint(dl.Replays), truncateCell(terminalSafe(dl.Error), 80))
+			truncateCell(terminalSafe(dl.RunID), 40), orDash(string(dl.Kind)), fmt.Sprint(dl.Deliveries), fmt.Sprint(dl.Replays), truncateCell(terminalSafe(dl.Error), 80))
 	}
 	return t
 }
@@ -334,7 +181,7 @@ func deadLetterTable(dls []deadLetterEntry) *table {
 // deadLetterDetail is what show prints: the summary, every header, and the
 // body (body_json too when the body is JSON).
 type deadLetterDetail struct {
-	deadLetterEntry
+	deadletter.Letter
 	Stream   string              `json:"stream"`
 	Headers  map[string][]string `json:"headers"`
 	Body     string              `json:"body"`
@@ -357,13 +204,13 @@ func dlqShowCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer q.close()
-			dl, err := q.get(cmd.Context(), seq)
+			dl, err := q.Get(cmd.Context(), seq)
 			if err != nil {
 				return err
 			}
-			d := deadLetterDetail{deadLetterEntry: dl, Stream: q.cfg.NATS.DLQStream, Headers: dl.header, Body: string(dl.body)}
-			if json.Valid(dl.body) {
-				d.BodyJSON = dl.body
+			d := deadLetterDetail{Letter: dl, Stream: q.cfg.NATS.DLQStream, Headers: dl.Header, Body: string(dl.Body)}
+			if json.Valid(dl.Body) {
+				d.BodyJSON = dl.Body
 			}
 			if asJSON {
 				return printJSON(e.out, d)
@@ -382,7 +229,7 @@ func printDeadLetter(w io.Writer, d deadLetterDetail) error {
 	field("subject", d.Subject)
 	field("stored_at", d.StoredAt.Format(time.RFC3339Nano))
 	field("failed_at", d.FailedAt.Format(time.RFC3339Nano))
-	field("kind", d.Kind)
+	field("kind", string(d.Kind))
 	field("error", d.Error)
 	field("deliveries", fmt.Sprint(d.Deliveries))
 	field("replays", fmt.Sprint(d.Replays))
@@ -438,30 +285,13 @@ func terminalSafe(s string) string {
 	return b.String()
 }
 
-// replayed is the fate of one dead letter in a replay.
-type replayed struct {
-	Seq       uint64 `json:"seq"`
-	Dataset   string `json:"dataset"`
-	Partition string `json:"partition"`
-	RunID     string `json:"run_id"`
-	Kind      string `json:"kind"`
-	// Action: replayed, would_replay (--dry-run), skipped, failed.
-	Action      string `json:"action"`
-	Reason      string `json:"reason"`
-	Subject     string `json:"subject"`
-	ReplayCount int    `json:"replay_count"` // the Idem-Replay-Count sent
-	// Stream and StreamSeq: where the replay was stored.
-	Stream    string `json:"stream"`
-	StreamSeq uint64 `json:"stream_seq"`
-}
-
 type replayReport struct {
-	DryRun   bool       `json:"dry_run"`
-	Matched  int        `json:"matched"`
-	Replayed int        `json:"replayed"`
-	Skipped  int        `json:"skipped"`
-	Failed   int        `json:"failed"`
-	Messages []replayed `json:"messages"`
+	DryRun   bool                      `json:"dry_run"`
+	Matched  int                       `json:"matched"`
+	Replayed int                       `json:"replayed"`
+	Skipped  int                       `json:"skipped"`
+	Failed   int                       `json:"failed"`
+	Messages []deadletter.ReplayResult `json:"messages"`
 }
 
 func dlqReplayCmd(e *env) *cobra.Command {
@@ -490,7 +320,7 @@ A replayed event keeps its run_id: if that run already succeeded, the
 consumer records it skipped and loads nothing. That is on purpose; to load a
 partition again, publish a new event: 'idem publish DATASET PARTITION --force'.
 
-Exit code 1 when any dead letter was not replayed (failed or skipped).`, maxReplays),
+Exit code 1 when any dead letter was not replayed (failed or skipped).`, deadletter.MaxReplays),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -501,12 +331,12 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, maxRepl
 			case len(args) == 1 && f.any():
 				return &UsageError{errors.New("--dataset, --kind and --since select dead letters for --all; with SEQ, leave them out")}
 			}
-			if err := f.parse(time.Now()); err != nil {
+			sel, err := f.parse(time.Now())
+			if err != nil {
 				return err
 			}
 			var seq uint64
 			if len(args) == 1 {
-				var err error
 				if seq, err = parseDLQSeq(args[0]); err != nil {
 					return err
 				}
@@ -517,27 +347,27 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, maxRepl
 				return err
 			}
 			defer q.close()
-			var dls []deadLetterEntry
+			var dls []deadletter.Letter
 			if all {
-				if dls, err = q.scan(ctx, f, true); err != nil {
+				if dls, err = q.List(ctx, sel, true); err != nil {
 					return err
 				}
 			} else {
-				dl, err := q.get(ctx, seq)
+				dl, err := q.Get(ctx, seq)
 				if err != nil {
 					return err
 				}
-				dls = []deadLetterEntry{dl}
+				dls = []deadletter.Letter{dl}
 			}
-			rep := replayReport{DryRun: dryRun, Matched: len(dls), Messages: []replayed{}}
+			rep := replayReport{DryRun: dryRun, Matched: len(dls), Messages: []deadletter.ReplayResult{}}
 			for _, dl := range dls {
-				r := q.replay(ctx, dl, dryRun, force)
+				r := q.Replay(ctx, dl, deadletter.ReplayOptions{DryRun: dryRun, Force: force})
 				switch r.Action {
-				case "replayed":
+				case deadletter.ActionReplayed:
 					rep.Replayed++
-				case "skipped":
+				case deadletter.ActionSkipped:
 					rep.Skipped++
-				case "failed":
+				case deadletter.ActionFailed:
 					rep.Failed++
 				}
 				rep.Messages = append(rep.Messages, r)
@@ -564,100 +394,17 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, maxRepl
 	f.flags(c)
 	c.Flags().BoolVar(&all, "all", false, "replay every dead letter the filters select")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be replayed; publish and delete nothing")
-	c.Flags().BoolVar(&force, "force", false, fmt.Sprintf("replay even dead letters already replayed %d times or more", maxReplays))
+	c.Flags().BoolVar(&force, "force", false, fmt.Sprintf("replay even dead letters already replayed %d times or more", deadletter.MaxReplays))
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 
-// replay republishes dl and, once JetStream has stored the replay, deletes
-// the dead letter; in that order only, so it is never in neither place.
-func (q *dlqStream) replay(ctx context.Context, dl deadLetterEntry, dryRun, force bool) replayed {
-	r := replayed{Seq: dl.Seq, Dataset: dl.Dataset, Partition: dl.Partition, RunID: dl.RunID, Kind: dl.Kind,
-		Subject: dl.OriginalSubject, ReplayCount: dl.Replays + 1}
-	skip := func(format string, a ...any) replayed {
-		r.Action, r.Reason = "skipped", fmt.Sprintf(format, a...)
-		return r
-	}
-	switch {
-	case dl.OriginalSubject == "":
-		return skip("no %s header: not a dead letter idem wrote", consumer.HeaderOriginalSubject)
-	case dl.BodyOmitted != "":
-		return skip("its body was not kept (%s); publish the event again with 'idem publish'", dl.BodyOmitted)
-	case dl.Replays >= maxReplays && !force:
-		return skip("already replayed %d times and failed again each time; read 'idem dlq show %d', fix the cause, then replay with --force (or purge it)", dl.Replays, dl.Seq)
-	}
-	if dryRun {
-		r.Action = "would_replay"
-		return r
-	}
-	fail := func(format string, a ...any) replayed {
-		r.Action, r.Reason = "failed", fmt.Sprintf(format, a...)
-		return r
-	}
-	msg := &nats.Msg{Subject: dl.OriginalSubject, Header: replayHeader(dl), Data: dl.body}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ack, err := q.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(q.cfg.NATS.Stream))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return fail("no stream answers on %s (the events stream is %s); the dead letter is kept", dl.OriginalSubject, q.cfg.NATS.Stream)
-		}
-		return fail("publish to %s: %v; the dead letter is kept", dl.OriginalSubject, err)
-	}
-	r.Stream, r.StreamSeq = ack.Stream, ack.Sequence
-	if ack.Duplicate {
-		// Nothing new was stored, so deleting would lose the event.
-		return fail("JetStream dropped the replay as a duplicate of seq %d; the dead letter is kept", ack.Sequence)
-	}
-	// Once the replay is stored, a Ctrl-C must not leave its dead letter
-	// behind to be replayed twice.
-	if err := q.delete(context.WithoutCancel(ctx), dl.Seq); err != nil {
-		return fail("replayed as %s seq %d, but deleting the dead letter failed: %v; purge it with 'idem dlq purge' or leave it (replaying it again is harmless)", ack.Stream, ack.Sequence, err)
-	}
-	r.Action = "replayed"
-	return r
-}
-
-// replayHeader is the original's headers as the consumer received them,
-// less what must not be sent twice, plus the replay's own marks.
-func replayHeader(dl deadLetterEntry) nats.Header {
-	h := nats.Header{}
-	for k, vs := range dl.header {
-		key := k
-		renamed := strings.TrimPrefix(k, consumer.HeaderOriginalPrefix)
-		switch {
-		// The consumer renames only the original's Nats-* and Idem-*;
-		// Idem-Original-Subject and the like are the envelope's own.
-		case renamed != k && headerHasPrefix(renamed, "Nats-"):
-			if !slices.ContainsFunc(restorableNats, func(r string) bool { return strings.EqualFold(r, renamed) }) {
-				continue
-			}
-			key = renamed
-		case renamed != k && headerHasPrefix(renamed, "Idem-"):
-			if headerHasPrefix(renamed, "Idem-Replay-") {
-				continue // replaced below
-			}
-			key = renamed
-		case headerHasPrefix(k, "Idem-"), headerHasPrefix(k, "Nats-"):
-			continue // the envelope, and the dead letter's own Nats-Msg-Id
-		}
-		h[key] = append(h[key], vs...)
-	}
-	h.Set(headerReplayOf, strconv.FormatUint(dl.Seq, 10))
-	h.Set(headerReplayCount, strconv.Itoa(dl.Replays+1))
-	return h
-}
-
-func headerHasPrefix(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-func printReplayed(w io.Writer, r replayed) {
+func printReplayed(w io.Writer, r deadletter.ReplayResult) {
 	what := fmt.Sprintf("%d %s %s run_id=%s", r.Seq, orDash(terminalSafe(r.Dataset)), orDash(terminalSafe(r.Partition)), orDash(terminalSafe(r.RunID)))
 	switch r.Action {
-	case "replayed":
+	case deadletter.ActionReplayed:
 		fmt.Fprintf(w, "replayed %s to %s: stream %s seq %d (replay %d)\n", what, r.Subject, r.Stream, r.StreamSeq, r.ReplayCount)
-	case "would_replay":
+	case deadletter.ActionWouldReplay:
 		fmt.Fprintf(w, "would replay %s to %s (replay %d)\n", what, r.Subject, r.ReplayCount)
 	default:
 		fmt.Fprintf(w, "%s %s: %s\n", r.Action, what, terminalSafe(r.Reason))
@@ -665,10 +412,10 @@ func printReplayed(w io.Writer, r replayed) {
 }
 
 type purgeReport struct {
-	DryRun  bool              `json:"dry_run"`
-	Deleted int               `json:"deleted"`
-	Failed  int               `json:"failed"`
-	Matched []deadLetterEntry `json:"matched"`
+	DryRun  bool                `json:"dry_run"`
+	Deleted int                 `json:"deleted"`
+	Failed  int                 `json:"failed"`
+	Matched []deadletter.Letter `json:"matched"`
 }
 
 func dlqPurgeCmd(e *env) *cobra.Command {
@@ -683,7 +430,8 @@ Without --yes nothing is deleted: the command says how many would be and
 exits 2; --dry-run lists them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.parse(time.Now()); err != nil {
+			sel, err := f.parse(time.Now())
+			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -692,7 +440,7 @@ exits 2; --dry-run lists them.`,
 				return err
 			}
 			defer q.close()
-			dls, err := q.scan(ctx, f, false)
+			dls, err := q.List(ctx, sel, false)
 			if err != nil {
 				return err
 			}
@@ -701,14 +449,14 @@ exits 2; --dry-run lists them.`,
 			}
 			rep := purgeReport{DryRun: dryRun, Matched: dls}
 			for _, dl := range dls {
-				what := fmt.Sprintf("%d %s %s run_id=%s %s", dl.Seq, orDash(terminalSafe(dl.Dataset)), orDash(terminalSafe(dl.Partition)), orDash(terminalSafe(dl.RunID)), orDash(dl.Kind))
+				what := fmt.Sprintf("%d %s %s run_id=%s %s", dl.Seq, orDash(terminalSafe(dl.Dataset)), orDash(terminalSafe(dl.Partition)), orDash(terminalSafe(dl.RunID)), orDash(string(dl.Kind)))
 				if dryRun {
 					if !asJSON {
 						fmt.Fprintf(e.out, "would delete %s\n", what)
 					}
 					continue
 				}
-				if err := q.delete(ctx, dl.Seq); err != nil {
+				if err := q.Delete(ctx, dl.Seq); err != nil {
 					rep.Failed++
 					if !asJSON {
 						fmt.Fprintf(e.out, "failed %s: %v\n", what, err)

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // handDeadLetter is a dead letter written the way the consumer writes them,
@@ -41,22 +41,22 @@ func (w *cliWorld) putDeadLetter(d handDeadLetter) uint64 {
 			h.Set(k, v)
 		}
 	}
-	set(consumer.HeaderError, d.err)
-	set(consumer.HeaderErrorKind, d.kind)
-	set(consumer.HeaderOriginalSubject, d.origSubject)
-	set(consumer.HeaderOriginalStream, "IDEM_EVENTS")
-	set(consumer.HeaderOriginalSeq, "7")
-	set(consumer.HeaderDeliveries, strconv.Itoa(d.deliveries))
-	set(consumer.HeaderFailedAt, d.failedAt)
-	set(consumer.HeaderDataset, d.dataset)
-	set(consumer.HeaderPartition, d.partition)
-	set(consumer.HeaderRunID, d.runID)
+	set(deadletter.HeaderError, d.err)
+	set(deadletter.HeaderErrorKind, d.kind)
+	set(deadletter.HeaderOriginalSubject, d.origSubject)
+	set(deadletter.HeaderOriginalStream, "IDEM_EVENTS")
+	set(deadletter.HeaderOriginalSeq, "7")
+	set(deadletter.HeaderDeliveries, strconv.Itoa(d.deliveries))
+	set(deadletter.HeaderFailedAt, d.failedAt)
+	set(deadletter.HeaderDataset, d.dataset)
+	set(deadletter.HeaderPartition, d.partition)
+	set(deadletter.HeaderRunID, d.runID)
 	if d.replays > 0 {
-		set(consumer.HeaderOriginalPrefix+headerReplayCount, strconv.Itoa(d.replays))
+		set("Idem-Original-Idem-Replay-Count", strconv.Itoa(d.replays))
 	}
 	token := d.dataset
 	if token == "" {
-		token = consumer.InvalidSubjectToken
+		token = deadletter.InvalidSubjectToken
 	}
 	ack, err := w.js.PublishMsg(context.Background(), &nats.Msg{Subject: "idem.dlq." + token, Header: h, Data: []byte(d.body)},
 		jetstream.WithExpectStream("IDEM_DLQ"))
@@ -77,9 +77,9 @@ func (w *cliWorld) fourDeadLetters() {
 		failedAt: "2026-11-28T03:00:00.000Z", deliveries: 1, origSubject: "idem.ready.orders",
 		body: orderEvent("2026-11-27", "scheduled__2026-11-27"),
 		extra: nats.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-			consumer.HeaderOriginalPrefix + "Nats-Msg-Id":                 {"orders:2026-11-27:scheduled__2026-11-27"},
-			consumer.HeaderOriginalPrefix + "Nats-Expected-Last-Sequence": {"1"},
-			consumer.HeaderOriginalPrefix + "Idem-Note":                   {"from the scheduler"},
+			deadletter.HeaderOriginalPrefix + "Nats-Msg-Id":                 {"orders:2026-11-27:scheduled__2026-11-27"},
+			deadletter.HeaderOriginalPrefix + "Nats-Expected-Last-Sequence": {"1"},
+			deadletter.HeaderOriginalPrefix + "Idem-Note":                   {"from the scheduler"},
 			"Nats-Msg-Id": {"dlq:IDEM_EVENTS:7"}}})
 	w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-28", runID: "scheduled__2026-11-28", kind: "exhausted",
 		err:      "transient: serialization_failure (40001): could not serialize access due to concurrent update; retried 4 times over 3m0s",
@@ -93,16 +93,16 @@ func (w *cliWorld) fourDeadLetters() {
 }
 
 // deadLetters is `idem dlq ls --json` with args.
-func (w *cliWorld) deadLetters(args ...string) []deadLetterEntry {
+func (w *cliWorld) deadLetters(args ...string) []deadletter.Letter {
 	w.t.Helper()
 	r := w.run(append([]string{"dlq", "ls", "--json"}, args...)...)
 	require.NoError(w.t, r.e, r.err)
-	var dls []deadLetterEntry
+	var dls []deadletter.Letter
 	require.NoError(w.t, json.Unmarshal([]byte(r.out), &dls), r.out)
 	return dls
 }
 
-func dlqSeqs(dls []deadLetterEntry) []uint64 {
+func dlqSeqs(dls []deadletter.Letter) []uint64 {
 	seqs := []uint64{}
 	for _, dl := range dls {
 		seqs = append(seqs, dl.Seq)
@@ -111,9 +111,9 @@ func dlqSeqs(dls []deadLetterEntry) []uint64 {
 }
 
 // waitDeadLetter waits for a dead letter stored after seq after.
-func (w *cliWorld) waitDeadLetter(after uint64) deadLetterEntry {
+func (w *cliWorld) waitDeadLetter(after uint64) deadletter.Letter {
 	w.t.Helper()
-	var got deadLetterEntry
+	var got deadletter.Letter
 	require.Eventually(w.t, func() bool {
 		for _, dl := range w.deadLetters() {
 			if dl.Seq > after {
@@ -157,9 +157,9 @@ func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
 	schema := w.waitDeadLetter(empty.Seq)
 
 	require.Equal(t, "r-empty", empty.RunID)
-	require.Equal(t, "fatal", empty.Kind)
+	require.Equal(t, deadletter.KindFatal, empty.Kind)
 	require.Contains(t, empty.Error, "empty_source")
-	require.Equal(t, deadLetterEntry{Seq: schema.Seq, Subject: "idem.dlq.orders", Kind: "fatal", Dataset: "orders",
+	require.Equal(t, deadletter.Letter{Seq: schema.Seq, Subject: "idem.dlq.orders", Kind: "fatal", Dataset: "orders",
 		Partition: "2026-03-01", RunID: "r-schema", Deliveries: 1, Error: schema.Error, OriginalSubject: "idem.ready.orders",
 		OriginalStream: "IDEM_EVENTS", OriginalSeq: 2, StoredAt: schema.StoredAt, FailedAt: schema.FailedAt}, schema)
 	require.Contains(t, schema.Error, "schema_mismatch")
@@ -206,14 +206,14 @@ func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
 }
 
 // The replay count goes through the consumer and back: a dead letter that
-// keeps failing is replayed maxReplays times, then refused without --force.
+// keeps failing is replayed deadletter.MaxReplays times, then refused without --force.
 func TestDLQReplayCountGuard(t *testing.T) {
 	w := newCLIWorld(t)
 	w.serve()
 	require.NoError(t, w.run("publish", "orders", "2027-01-01", "--run-id", "r-poison").e)
 
-	var dl deadLetterEntry
-	for i := range maxReplays {
+	var dl deadletter.Letter
+	for i := range deadletter.MaxReplays {
 		dl = w.waitDeadLetter(dl.Seq)
 		require.Equal(t, i, dl.Replays)
 		r := w.run("dlq", "replay", fmt.Sprint(dl.Seq))
@@ -221,7 +221,7 @@ func TestDLQReplayCountGuard(t *testing.T) {
 		require.Contains(t, r.out, fmt.Sprintf("(replay %d)", i+1))
 	}
 	dl = w.waitDeadLetter(dl.Seq)
-	require.Equal(t, maxReplays, dl.Replays)
+	require.Equal(t, deadletter.MaxReplays, dl.Replays)
 	seq := fmt.Sprint(dl.Seq)
 	r := w.run("dlq", "show", seq)
 	require.Contains(t, r.out, "Idem-Original-Idem-Replay-Count: 3")
@@ -306,7 +306,7 @@ func TestDLQShow(t *testing.T) {
 	w.fourDeadLetters()
 	omitted := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "too big", failedAt: "2026-11-28T06:00:00.000Z",
 		origSubject: "idem.ready.orders",
-		extra:       nats.Header{consumer.HeaderBodyOmitted: {"70000 bytes omitted: the dead letter would exceed the server's max_payload; the original is message 7 of stream IDEM_EVENTS"}}})
+		extra:       nats.Header{deadletter.HeaderBodyOmitted: {"70000 bytes omitted: the dead letter would exceed the server's max_payload; the original is message 7 of stream IDEM_EVENTS"}}})
 
 	r := w.run("dlq", "show", "1")
 	require.NoError(t, r.e)
@@ -381,7 +381,7 @@ func TestDLQReplay(t *testing.T) {
 	guarded := w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-20", runID: "r-guard", kind: "fatal", err: "x",
 		failedAt: "2026-11-28T06:00:00.000Z", deliveries: 1, replays: 3, origSubject: "idem.ready.orders", body: orderEvent("2026-11-20", "r-guard")})
 	omitted := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "too big", failedAt: "2026-11-28T06:00:00.000Z",
-		origSubject: "idem.ready.orders", extra: nats.Header{consumer.HeaderBodyOmitted: {"70000 bytes omitted"}}})
+		origSubject: "idem.ready.orders", extra: nats.Header{deadletter.HeaderBodyOmitted: {"70000 bytes omitted"}}})
 	nowhere := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "x", failedAt: "2026-11-28T06:00:00.000Z",
 		origSubject: "elsewhere.orders", body: "{}"})
 	loop := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "x", failedAt: "2026-11-28T06:00:00.000Z",
@@ -421,32 +421,24 @@ func TestDLQReplay(t *testing.T) {
 	require.Equal(t, replayReport{Matched: 5, Replayed: 1, Skipped: 2, Failed: 2, Messages: rep.Messages}, rep)
 	actions := map[uint64]string{}
 	for _, m := range rep.Messages {
-		actions[m.Seq] = m.Action
+		actions[m.Seq] = string(m.Action)
 	}
 	require.Equal(t, map[uint64]string{1: "replayed", guarded: "skipped", omitted: "skipped", nowhere: "failed", loop: "failed"}, actions)
 	first := rep.Messages[0]
-	require.Equal(t, replayed{Seq: 1, Dataset: "orders", Partition: "2026-11-27", RunID: "scheduled__2026-11-27", Kind: "fatal",
+	require.Equal(t, deadletter.ReplayResult{Seq: 1, Dataset: "orders", Partition: "2026-11-27", RunID: "scheduled__2026-11-27", Kind: "fatal",
 		Action: "replayed", Subject: "idem.ready.orders", ReplayCount: 1, Stream: "IDEM_EVENTS", StreamSeq: 1}, first)
 	require.Contains(t, rep.Messages[3].Reason, "the dead letter is kept")
 	require.EqualValues(t, 1, w.streamMsgs("IDEM_EVENTS"))
 	require.Equal(t, []uint64{2, 3, 4, guarded, omitted, nowhere, loop}, dlqSeqs(w.deadLetters()))
 
-	// The replay carries the original body and headers, never the original
-	// Nats-Msg-Id or a JetStream directive, and no dead-letter envelope.
+	// The replay carries the original body (package deadletter tests its headers).
 	events, err := w.js.Stream(context.Background(), "IDEM_EVENTS")
 	require.NoError(t, err)
 	m, err := events.GetMsg(context.Background(), 1)
 	require.NoError(t, err)
 	require.Equal(t, "idem.ready.orders", m.Subject)
 	require.Equal(t, orderEvent("2026-11-27", "scheduled__2026-11-27"), string(m.Data))
-	require.Equal(t, nats.Header{
-		"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-		"Idem-Note":   {"from the scheduler"},
-		// idem's own publish directive, as on every event idem publishes
-		"Nats-Expected-Stream": {"IDEM_EVENTS"},
-		headerReplayOf:         {"1"},
-		headerReplayCount:      {"1"},
-	}, m.Header)
+	require.Equal(t, "1", m.Header.Get("Idem-Replay-Of"))
 
 	// The guard yields to --force; the count keeps rising.
 	r = w.run("dlq", "replay", fmt.Sprint(guarded), "--force")
@@ -454,8 +446,8 @@ func TestDLQReplay(t *testing.T) {
 	require.Contains(t, r.out, fmt.Sprintf("replayed %d orders 2026-11-20 run_id=r-guard to idem.ready.orders: stream IDEM_EVENTS seq 2 (replay 4)", guarded))
 	m, err = events.GetMsg(context.Background(), 2)
 	require.NoError(t, err)
-	require.Equal(t, "4", m.Header.Get(headerReplayCount))
-	require.Equal(t, fmt.Sprint(guarded), m.Header.Get(headerReplayOf))
+	require.Equal(t, "4", m.Header.Get("Idem-Replay-Count"))
+	require.Equal(t, fmt.Sprint(guarded), m.Header.Get("Idem-Replay-Of"))
 
 	// The rest, by the human output.
 	r = w.run("dlq", "replay", "--all", "--dataset", "customers")
@@ -497,9 +489,9 @@ func TestDLQPurge(t *testing.T) {
 	r = w.run("dlq", "purge", "--since", "2026-11-28T04:30:00Z", "--yes", "--json")
 	require.NoError(t, r.e)
 	var rep struct {
-		DryRun  bool              `json:"dry_run"`
-		Deleted int               `json:"deleted"`
-		Matched []deadLetterEntry `json:"matched"`
+		DryRun  bool                `json:"dry_run"`
+		Deleted int                 `json:"deleted"`
+		Matched []deadletter.Letter `json:"matched"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
 	require.Equal(t, 2, rep.Deleted)
