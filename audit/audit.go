@@ -81,47 +81,9 @@ func nullSeq(seq uint64) *int64 {
 	return &v
 }
 
-// Start inserts the `started` row and returns its id.
-func Start(ctx context.Context, db Querier, a Attempt) (int64, error) {
-	var id int64
-	err := db.QueryRow(ctx, `
-		INSERT INTO idem.pipeline_audit
-		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq, triggered_by, attributes)
-		VALUES ($1, $2, $3, $4, $5, 'started', $6, $7, $8, $9, $10)
-		RETURNING id`,
-		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes),
-	).Scan(&id)
-	if err != nil {
-		return 0, fmt.Errorf("audit: start: %w", err)
-	}
-	return id, nil
-}
-
 // ErrNotStarted means the audit row was not in state `started`: another
 // process finished it, which would be a bug in the caller's locking.
 var ErrNotStarted = errors.New("audit: row is not in state started")
-
-// Succeed marks a started row `success` with the row counts.
-func Succeed(ctx context.Context, db Querier, id int64, rows Rows) error {
-	var deleted *int64
-	if rows.Deleted >= 0 {
-		deleted = &rows.Deleted
-	}
-	tag, err := db.Exec(ctx, `
-		UPDATE idem.pipeline_audit
-		   SET status = 'success', row_count = $2, rows_inserted = $3, rows_updated = $4,
-		       rows_deleted = $5, finished_at = clock_timestamp()
-		 WHERE id = $1 AND status = 'started'`,
-		id, rows.Written(), rows.Inserted, rows.Updated, deleted)
-	if err != nil {
-		return fmt.Errorf("audit: succeed: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return ErrNotStarted
-	}
-	return nil
-}
 
 // Fail marks a started row `failed` with the error and its kind ("fatal" or
 // "transient").
@@ -151,37 +113,8 @@ func Skip(ctx context.Context, db Querier, id int64) error {
 	return nil
 }
 
-// RecordSkipped writes a finished `skipped` row in one statement, for a
-// duplicate caught before any work started.
-func RecordSkipped(ctx context.Context, db Querier, a Attempt) error {
-	_, err := db.Exec(ctx, `
-		INSERT INTO idem.pipeline_audit
-		       (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq, finished_at, triggered_by, attributes)
-		VALUES ($1, $2, $3, $4, $5, 'skipped', $6, $7, $8, clock_timestamp(), $9, $10)`,
-		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, max(a.Attempt, 1), a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes))
-	if err != nil {
-		return fmt.Errorf("audit: record skipped: %w", err)
-	}
-	return nil
-}
-
-const succeededSQL = `
-		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
-		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`
-
-// Succeeded reports whether the ledger holds a success for k.
-func Succeeded(ctx context.Context, db Querier, k RunKey) (bool, error) {
-	var ok bool
-	err := db.QueryRow(ctx, succeededSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("audit: ledger lookup: %w", err)
-	}
-	return ok, nil
-}
-
-// ErrAlreadySucceeded is returned by RecordSuccess when the ledger already holds
-// a success for the run and force is false.
+// ErrAlreadySucceeded is reported by QueueRecordSuccess when the ledger
+// already holds a success for the run and force is false.
 var ErrAlreadySucceeded = errors.New("audit: run already succeeded")
 
 func recordSuccessSQL(force bool) string {
@@ -193,20 +126,6 @@ func recordSuccessSQL(force bool) string {
 	}
 	return `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
 	        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`
-}
-
-// RecordSuccess writes the ledger entry for k, pointing at audit row auditID.
-// The primary key makes two concurrent successes of one run impossible; with
-// force a rerun replaces the entry and counts the load.
-func RecordSuccess(ctx context.Context, db Querier, k RunKey, auditID int64, force bool) error {
-	tag, err := db.Exec(ctx, recordSuccessSQL(force), k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID)
-	if err != nil {
-		return fmt.Errorf("audit: ledger: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrAlreadySucceeded
-	}
-	return nil
 }
 
 func nullAttrs(m map[string]string) map[string]string {
@@ -314,7 +233,9 @@ ins AS (
      RETURNING id, status)
 SELECT prior.n, prior.last, ins.id, ins.status FROM prior LEFT JOIN ins ON true`
 
-// QueueSucceed queues Succeed on b; the callback reports ErrNotStarted.
+// QueueSucceed queues on b the update of started row id to `success` with
+// the row counts; the callback reports ErrNotStarted when the row was not
+// `started`.
 func QueueSucceed(b *pgx.Batch, id int64, rows Rows) {
 	var deleted *int64
 	if rows.Deleted >= 0 {
@@ -333,8 +254,10 @@ func QueueSucceed(b *pgx.Batch, id int64, rows Rows) {
 	})
 }
 
-// QueueRecordSuccess queues RecordSuccess on b; the callback reports
-// ErrAlreadySucceeded.
+// QueueRecordSuccess queues on b the ledger entry for k, pointing at audit
+// row auditID. The primary key makes two concurrent successes of one run
+// impossible; with force a rerun replaces the entry and counts the load. The
+// callback reports ErrAlreadySucceeded.
 func QueueRecordSuccess(b *pgx.Batch, k RunKey, auditID int64, force bool) {
 	b.Queue(recordSuccessSQL(force), k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID).Exec(func(ct pgconn.CommandTag) error {
 		if ct.RowsAffected() == 0 {
@@ -346,7 +269,10 @@ func QueueRecordSuccess(b *pgx.Batch, k RunKey, auditID int64, force bool) {
 
 // QueueSucceeded queues the ledger lookup on b, storing the answer in done.
 func QueueSucceeded(b *pgx.Batch, k RunKey, done *bool) {
-	b.Queue(succeededSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+	b.Queue(`
+		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
+		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`,
+		k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
 }
 
 // QueueMessageSucceeded queues on b whether message seq of run k already

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/internal/pgtest"
 )
 
@@ -66,18 +68,21 @@ func TestLedgerAllowsOneSuccessPerRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t)
-	a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-28", RunID: "r1"}, LogicalDate: day("2026-11-28"), Attempt: 1}
+	a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-28", RunID: "r1"}, LogicalDate: day("2026-11-28")}
 
-	id1, err := audit.Start(ctx, db.Pool, a)
+	id1, err := audittest.Start(ctx, db.Pool, a)
 	require.NoError(t, err)
-	require.NoError(t, audit.RecordSuccess(ctx, db.Pool, a.RunKey, id1, false))
-	ok, err := audit.Succeeded(ctx, db.Pool, a.RunKey)
+	require.NoError(t, recordSuccess(ctx, db.Pool, a.RunKey, id1, false))
+	ok, err := audittest.Succeeded(ctx, db.Pool, a.RunKey)
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	id2, err := audit.Start(ctx, db.Pool, a)
+	// A forced rerun gets a started row; without force the ledger refuses it.
+	rerun := a
+	rerun.Force = true
+	id2, err := audittest.Start(ctx, db.Pool, rerun)
 	require.NoError(t, err)
-	require.ErrorIs(t, audit.RecordSuccess(ctx, db.Pool, a.RunKey, id2, false), audit.ErrAlreadySucceeded)
+	require.ErrorIs(t, recordSuccess(ctx, db.Pool, a.RunKey, id2, false), audit.ErrAlreadySucceeded)
 
 	// The database itself refuses a second ledger row, whatever the code does.
 	_, err = db.Pool.Exec(ctx, `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
@@ -87,7 +92,7 @@ func TestLedgerAllowsOneSuccessPerRun(t *testing.T) {
 	require.Equal(t, "23505", pgErr.Code)
 
 	// force replaces the entry and counts the load.
-	require.NoError(t, audit.RecordSuccess(ctx, db.Pool, a.RunKey, id2, true))
+	require.NoError(t, recordSuccess(ctx, db.Pool, a.RunKey, id2, true))
 	require.EqualValues(t, 2, db.Int(t, "SELECT loads FROM idem.run_ledger"))
 	require.EqualValues(t, id2, db.Int(t, "SELECT audit_id FROM idem.run_ledger"))
 }
@@ -96,32 +101,36 @@ func TestAttemptLifecycleAndGuards(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t)
-	a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-28", RunID: "r1"}, LogicalDate: day("2026-11-28"), Attempt: 2, StreamSeq: 42}
+	a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-28", RunID: "r1"}, LogicalDate: day("2026-11-28"), StreamSeq: 42}
 
-	id, err := audit.Start(ctx, db.Pool, a)
+	// A transient failure, then a second attempt of the same message.
+	id1, err := audittest.Start(ctx, db.Pool, a)
 	require.NoError(t, err)
-	require.NoError(t, audit.Succeed(ctx, db.Pool, id, audit.Rows{Inserted: 3, Updated: 2, Deleted: -1}))
+	require.NoError(t, audit.Fail(ctx, db.Pool, id1, errors.New("reset"), audit.KindTransient))
+	id, err := audittest.Start(ctx, db.Pool, a)
+	require.NoError(t, err)
+	require.NoError(t, succeed(ctx, db.Pool, id, audit.Rows{Inserted: 3, Updated: 2, Deleted: -1}))
 	// A finished row is never finished again.
-	require.ErrorIs(t, audit.Succeed(ctx, db.Pool, id, audit.Rows{}), audit.ErrNotStarted)
-	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("late"), "transient"))
+	require.ErrorIs(t, succeed(ctx, db.Pool, id, audit.Rows{}), audit.ErrNotStarted)
+	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("late"), audit.KindTransient))
 
-	rows, err := audit.Attempts(ctx, db.Pool, a.RunKey)
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
-	require.Equal(t, audit.StatusSuccess, rows[0].Status)
-	require.EqualValues(t, 5, *rows[0].RowCount)
-	require.EqualValues(t, 42, *rows[0].StreamSeq)
-	require.Equal(t, 2, rows[0].Attempt)
-	require.Nil(t, rows[0].Error)
-	require.EqualValues(t, 1, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE rows_deleted IS NULL"))
+	rows := attempts(t, db, a.RunKey)
+	require.Len(t, rows, 2)
+	require.Equal(t, audit.StatusFailed, rows[0].Status)
+	require.Equal(t, audit.StatusSuccess, rows[1].Status)
+	require.EqualValues(t, 5, *rows[1].RowCount)
+	require.EqualValues(t, 42, *rows[1].StreamSeq)
+	require.Equal(t, 2, rows[1].Attempt)
+	require.Nil(t, rows[1].Error)
+	require.EqualValues(t, 1, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success' AND rows_deleted IS NULL"))
 
 	// Hostile text is stored as data.
 	b := a
 	b.RunID = `'; DROP TABLE idem.pipeline_audit; --`
-	id2, err := audit.Start(ctx, db.Pool, b)
+	id2, err := audittest.Start(ctx, db.Pool, b)
 	require.NoError(t, err)
 	require.NoError(t, audit.Fail(ctx, db.Pool, id2, errors.New(`boom "quoted" $1`), "fatal"))
-	require.EqualValues(t, 2, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
+	require.EqualValues(t, 3, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
 }
 
 func TestStatusAndMissing(t *testing.T) {
@@ -129,12 +138,12 @@ func TestStatusAndMissing(t *testing.T) {
 	ctx := context.Background()
 	db := migrated(t)
 	run := func(part, runID, final string) {
-		a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: part, RunID: runID}, LogicalDate: day(part), Attempt: 1}
-		id, err := audit.Start(ctx, db.Pool, a)
+		a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: part, RunID: runID}, LogicalDate: day(part)}
+		id, err := audittest.Start(ctx, db.Pool, a)
 		require.NoError(t, err)
 		switch final {
 		case audit.StatusSuccess:
-			require.NoError(t, audit.Succeed(ctx, db.Pool, id, audit.Rows{Inserted: 10}))
+			require.NoError(t, audittest.Succeed(ctx, db.Pool, a.RunKey, id, audit.Rows{Inserted: 10}, false))
 		case audit.StatusFailed:
 			require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("boom"), "fatal"))
 		}
@@ -145,10 +154,9 @@ func TestStatusAndMissing(t *testing.T) {
 	run("2026-11-03", "r2", audit.StatusSuccess)
 	run("2026-11-04", "r1", audit.StatusStarted) // a process died here
 	// Another pipeline's success does not count.
-	other := audit.Attempt{RunKey: audit.RunKey{Pipeline: "other", Dataset: "orders", Partition: "2026-11-05", RunID: "r1"}, LogicalDate: day("2026-11-05"), Attempt: 1}
-	id, err := audit.Start(ctx, db.Pool, other)
+	other := audit.Attempt{RunKey: audit.RunKey{Pipeline: "other", Dataset: "orders", Partition: "2026-11-05", RunID: "r1"}, LogicalDate: day("2026-11-05")}
+	_, err := audittest.Load(ctx, db.Pool, other, audit.Rows{})
 	require.NoError(t, err)
-	require.NoError(t, audit.Succeed(ctx, db.Pool, id, audit.Rows{}))
 
 	missing, err := audit.Missing(ctx, db.Pool, "shop", "orders", *day("2026-11-01"), *day("2026-11-05"))
 	require.NoError(t, err)
@@ -169,4 +177,35 @@ func TestStatusAndMissing(t *testing.T) {
 	require.Equal(t, 2, st[2].Attempts)
 	require.Equal(t, "r2", st[2].RunID)
 	require.Equal(t, "boom", st[1].Error)
+}
+
+func succeed(ctx context.Context, db audittest.DB, id int64, rows audit.Rows) error {
+	return audittest.Send(ctx, db, func(b *pgx.Batch) { audit.QueueSucceed(b, id, rows) })
+}
+
+func recordSuccess(ctx context.Context, db audittest.DB, k audit.RunKey, id int64, force bool) error {
+	return audittest.Send(ctx, db, func(b *pgx.Batch) { audit.QueueRecordSuccess(b, k, id, force) })
+}
+
+// attemptRow is one row of idem.pipeline_audit, as these tests read it.
+type attemptRow struct {
+	Status    string
+	Attempt   int
+	RowCount  *int64
+	Error     *string
+	StreamSeq *int64
+}
+
+// attempts lists the audit rows of run key k, oldest first.
+func attempts(t *testing.T, db *pgtest.DB, k audit.RunKey) []attemptRow {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT status, attempt, row_count, error, stream_seq
+		  FROM idem.pipeline_audit
+		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4
+		 ORDER BY id`, k.Pipeline, k.Dataset, k.Partition, k.RunID)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[attemptRow])
+	require.NoError(t, err)
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/audittest"
 )
 
 // handlersLockSQL is the lock handlers take around a load (handlers.lockSQL),
@@ -21,27 +22,27 @@ func TestLatestAttemptsAndRunAttempts(t *testing.T) {
 	ctx := context.Background()
 	db := migrated(t)
 	key := func(p, run string) audit.Attempt {
-		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: p, RunID: run}, LogicalDate: day(p), Attempt: 1}
+		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: p, RunID: run}, LogicalDate: day(p)}
 	}
 	succeed := func(a audit.Attempt) {
-		id, err := audit.Start(ctx, db.Pool, a)
+		_, err := audittest.Load(ctx, db.Pool, a, audit.Rows{Inserted: 10})
 		require.NoError(t, err)
-		require.NoError(t, audit.Succeed(ctx, db.Pool, id, audit.Rows{Inserted: 10}))
-		require.NoError(t, audit.RecordSuccess(ctx, db.Pool, a.RunKey, id, false))
 	}
 	// 01: loaded, then a duplicate skipped (which says nothing new).
 	succeed(key("2026-01-01", "r1"))
-	require.NoError(t, audit.RecordSkipped(ctx, db.Pool, key("2026-01-01", "r1")))
+	dup, err := audit.Begin(ctx, db.Pool, key("2026-01-01", "r1"), 0)
+	require.NoError(t, err)
+	require.True(t, dup.Skipped)
 	// 02: loaded by r1, then failed fatally under r2.
 	succeed(key("2026-01-02", "r1"))
-	id, err := audit.Start(ctx, db.Pool, key("2026-01-02", "r2"))
+	id, err := audittest.Start(ctx, db.Pool, key("2026-01-02", "r2"))
 	require.NoError(t, err)
 	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("empty_source: no rows"), "fatal"))
 	// 03: started, and its load holds the partition lock.
-	_, err = audit.Start(ctx, db.Pool, key("2026-01-03", "r2"))
+	_, err = audittest.Start(ctx, db.Pool, key("2026-01-03", "r2"))
 	require.NoError(t, err)
 	// 04: started an hour ago, nobody holds its lock: its process died.
-	id, err = audit.Start(ctx, db.Pool, key("2026-01-04", "r2"))
+	id, err = audittest.Start(ctx, db.Pool, key("2026-01-04", "r2"))
 	require.NoError(t, err)
 	db.Exec(t, "UPDATE idem.pipeline_audit SET started_at = started_at - interval '1 hour' WHERE id = $1", id)
 	// 05: never attempted.

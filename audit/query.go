@@ -91,33 +91,3 @@ func Missing(ctx context.Context, db Querier, pipeline, dataset string, from, to
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[time.Time])
 }
-
-// AttemptRow is one row of idem.pipeline_audit.
-type AttemptRow struct {
-	ID         int64
-	Partition  string
-	RunID      string
-	Status     string
-	Attempt    int
-	RowCount   *int64
-	Error      *string
-	StreamSeq  *int64
-	FinishedAt *time.Time
-}
-
-// Attempts lists the audit rows of one run key, oldest first.
-func Attempts(ctx context.Context, db Querier, k RunKey) ([]AttemptRow, error) {
-	rows, err := db.Query(ctx, `
-		SELECT id, partition_key, run_id, status, attempt, row_count, error, stream_seq, finished_at
-		  FROM idem.pipeline_audit
-		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND ($4 = '' OR run_id = $4)
-		 ORDER BY id`, k.Pipeline, k.Dataset, k.Partition, k.RunID)
-	if err != nil {
-		return nil, fmt.Errorf("audit: attempts: %w", err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (AttemptRow, error) {
-		var a AttemptRow
-		err := r.Scan(&a.ID, &a.Partition, &a.RunID, &a.Status, &a.Attempt, &a.RowCount, &a.Error, &a.StreamSeq, &a.FinishedAt)
-		return a, err
-	})
-}

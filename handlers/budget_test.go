@@ -2,11 +2,15 @@ package handlers_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -60,19 +64,29 @@ func TestBudgetSeesAttemptsThatDied(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	e.stage("2026-11-28", 1, 10, 1, 1)
-	// Two attempts whose process died in the load: their rows stay `started`.
-	for range 2 {
-		e.db.Exec(t, `INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, logical_date, run_id, status, attempt, stream_seq)
-			VALUES ('test', 'ds', '2026-11-28', '2026-11-28', 'r1', 'started', 1, 5)`)
+	ctx := context.Background()
+	day, err := time.Parse(time.DateOnly, "2026-11-28")
+	require.NoError(t, err)
+	attempt := func(seq uint64) int64 {
+		id, err := audittest.Start(ctx, e.db.Pool, audit.Attempt{
+			RunKey:      audit.RunKey{Pipeline: "test", Dataset: "ds", Partition: "2026-11-28", RunID: "r1"},
+			LogicalDate: &day, StreamSeq: seq,
+		})
+		require.NoError(t, err)
+		return id
 	}
+	// Two attempts whose process died in the load: their rows stay `started`.
+	attempt(5)
+	attempt(5)
 	// Rows that never count: another message, a skip, the warehouse going
 	// away, a shutdown.
-	e.db.Exec(t, `INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, logical_date, run_id, status, attempt, stream_seq, finished_at, error_kind)
-		VALUES ('test', 'ds', '2026-11-28', '2026-11-28', 'r1', 'started', 1, 4, NULL, NULL),
-		       ('test', 'ds', '2026-11-28', '2026-11-28', 'r1', 'skipped', 1, 5, now(), NULL),
-		       ('test', 'ds', '2026-11-28', '2026-11-28', 'r1', 'failed', 1, 5, now(), 'unavailable'),
-		       ('test', 'ds', '2026-11-28', '2026-11-28', 'r1', 'failed', 1, 5, now(), 'interrupted')`)
-	_, err := e.loadSeq("2026-11-28", "r1", 5, 2)
+	attempt(4)
+	require.NoError(t, audit.Skip(ctx, e.db.Pool, attempt(5)))
+	require.NoError(t, audit.Fail(ctx, e.db.Pool, attempt(5), errors.New("read-only"), audit.KindUnavailable))
+	require.NoError(t, audit.Fail(ctx, e.db.Pool, attempt(5), errors.New("shutdown"), audit.KindInterrupted))
+	require.EqualValues(t, 6, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
+
+	_, err = e.loadSeq("2026-11-28", "r1", 5, 2)
 	var spent *handlers.BudgetSpentError
 	require.ErrorAs(t, err, &spent)
 	require.Equal(t, 2, spent.Attempt())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -136,7 +137,7 @@ func killedAttempt(t *rapid.T, e *env, partition, runID string) {
 	conn, err := e.db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = audit.Start(ctx, conn, audit.Attempt{RunKey: audit.RunKey{Pipeline: "test", Dataset: "ds", Partition: partition, RunID: runID}, Attempt: 1})
+	_, err = audittest.Start(ctx, conn, audit.Attempt{RunKey: audit.RunKey{Pipeline: "test", Dataset: "ds", Partition: partition, RunID: runID}})
 	require.NoError(t, err)
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)

@@ -78,16 +78,7 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	key := s.dedupeKey()
-	idx := indexName(s.spec.Target.Name, "idem_dedupe")
-	var visible []string
-	for _, c := range t.Columns {
-		if c.Name != s.spec.RunIDColumn && c.Name != s.spec.LoadSeqColumn {
-			visible = append(visible, c.Name)
-		}
-	}
-	body := " AS\nSELECT " + quoteAll("d.", visible) + "\n  FROM (SELECT DISTINCT ON (" + quoteAll("", key) + ") *\n" +
-		"          FROM " + t.ident() + "\n         ORDER BY " + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC) AS d"
+	idx, createIndex, visible, body := s.setup(t)
 	// DDL needs ownership even when it would change nothing (CREATE INDEX IF
 	// NOT EXISTS checks the owner first), so a role with only SELECT and
 	// INSERT on the target may run idem once an administrator made them:
@@ -112,8 +103,7 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	if !haveIndex {
-		if _, err := tx.Exec(ctx, "CREATE INDEX IF NOT EXISTS "+q(idx)+" ON "+t.ident()+
-			" ("+quoteAll("", key)+", "+q(s.spec.LoadSeqColumn)+" DESC)"); err != nil {
+		if _, err := tx.Exec(ctx, createIndex); err != nil {
 			return s.lockErr(err, "the target "+t.String()+" (to create index "+idx+")")
 		}
 	}
@@ -123,6 +113,24 @@ func (s *AppendDedupe) Prepare(ctx context.Context, tx pgx.Tx) error {
 		return nil
 	}
 	return s.lockErr(replaceView(ctx, tx, s.spec.View, body), "the view "+s.spec.View.String())
+}
+
+// setup returns what Prepare maintains for target t: the index that serves
+// the view (its name and its CREATE statement), the columns the view shows,
+// and the view's body (" AS SELECT ...").
+func (s *AppendDedupe) setup(t *table) (idx, createIndex string, visible []string, body string) {
+	key := s.dedupeKey()
+	idx = indexName(s.spec.Target.Name, "idem_dedupe")
+	for _, c := range t.Columns {
+		if c.Name != s.spec.RunIDColumn && c.Name != s.spec.LoadSeqColumn {
+			visible = append(visible, c.Name)
+		}
+	}
+	body = " AS\nSELECT " + quoteAll("d.", visible) + "\n  FROM (SELECT DISTINCT ON (" + quoteAll("", key) + ") *\n" +
+		"          FROM " + t.ident() + "\n         ORDER BY " + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC) AS d"
+	createIndex = "CREATE INDEX IF NOT EXISTS " + q(idx) + " ON " + t.ident() +
+		" (" + quoteAll("", key) + ", " + q(s.spec.LoadSeqColumn) + " DESC)"
+	return idx, createIndex, visible, body
 }
 
 // replaceView (re)creates view with body.

@@ -109,17 +109,7 @@ func (s *DeleteInsert) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Param
 	res := Result{Route: pl.route, Deleted: -1}
 	// Every statement in one round trip.
 	b := &pgx.Batch{}
-	if pl.truncate() {
-		// TRUNCATE waits for every reader of the child, and every later
-		// reader waits behind it: bounded, so a long report makes the load
-		// retry later instead of stalling the partition's readers.
-		queueLockTimeout(b)
-		b.Queue(pl.del)
-		restoreLockTimeout(b)
-	} else {
-		b.Queue(pl.del, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Deleted = ct.RowsAffected(); return nil })
-	}
-	b.Queue(pl.ins, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
+	pl.queue(b, p, &res)
 	if err := send(ctx, tx, b); err != nil {
 		if pl.truncate() && isLockTimeout(err) {
 			return res, fmt.Errorf("truncate_partition: TRUNCATE %s waited %s for queries reading it and gave up so as not to stall its readers; the load is retried later: %w",
@@ -131,6 +121,21 @@ func (s *DeleteInsert) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Param
 		return res, ErrEmptySource
 	}
 	return res, nil
+}
+
+// queue puts the load's statements on b; their callbacks count into res.
+func (pl *deleteInsertPlan) queue(b *pgx.Batch, p Params, res *Result) {
+	if pl.truncate() {
+		// TRUNCATE waits for every reader of the child, and every later
+		// reader waits behind it: bounded, so a long report makes the load
+		// retry later instead of stalling the partition's readers.
+		queueLockTimeout(b)
+		b.Queue(pl.del)
+		restoreLockTimeout(b)
+	} else {
+		b.Queue(pl.del, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Deleted = ct.RowsAffected(); return nil })
+	}
+	b.Queue(pl.ins, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
 }
 
 func (s *DeleteInsert) Check(ctx context.Context, tx pgx.Tx, p Params) error {

@@ -1,17 +1,19 @@
 // Package consumertest runs a real, in-process NATS server with JetStream for
-// tests: no Docker, no child process, a fresh store per test. It must never
-// be imported by non-test code.
+// tests: no Docker, no child process, a fresh store per test. The server is
+// internal/embeddednats, the one `idem dev` runs; this package only ties it
+// to a test's lifetime. It must never be imported by non-test code.
 package consumertest
 
 import (
 	"net"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-data/idem/internal/embeddednats"
 )
 
 // RunServer starts a JetStream-enabled nats-server on a random loopback port
@@ -19,7 +21,7 @@ import (
 // ends.
 func RunServer(t testing.TB) *server.Server {
 	t.Helper()
-	return run(t, -1, t.TempDir())
+	return run(t, embeddednats.Options{StoreDir: t.TempDir()})
 }
 
 // Restart shuts s down and starts a server on the same port with the same
@@ -27,36 +29,23 @@ func RunServer(t testing.TB) *server.Server {
 // survive, clients see a disconnection and reconnect.
 func Restart(t testing.TB, s *server.Server) *server.Server {
 	t.Helper()
-	port := s.Addr().(*net.TCPAddr).Port
-	dir := filepath.Dir(s.StoreDir()) // StoreDir adds "jetstream"
+	o := embeddednats.Options{
+		Port:     s.Addr().(*net.TCPAddr).Port,
+		StoreDir: filepath.Dir(s.StoreDir()), // StoreDir adds "jetstream"
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
-	return run(t, port, dir)
+	return run(t, o)
 }
 
-func run(t testing.TB, port int, storeDir string) *server.Server {
+func run(t testing.TB, o embeddednats.Options) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      port,
-		JetStream: true,
-		StoreDir:  storeDir,
-		NoLog:     true,
-		NoSigs:    true,
-	})
+	s, err := embeddednats.Start(o)
 	if err != nil {
-		t.Fatalf("consumertest: new nats-server: %v", err)
+		t.Fatalf("consumertest: %v", err)
 	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("consumertest: nats-server not ready within 10s")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	t.Cleanup(s.Stop)
+	return s.Server
 }
 
 // Connect opens a connection to s that is closed when the test ends. It

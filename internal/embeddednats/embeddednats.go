@@ -51,7 +51,7 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embeddednats: %w", err)
 	}
-	go s.Start()
+	s.Start() // returns once the listeners run
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
 		return nil, errors.New("embeddednats: server not ready after 10s")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/relay"
@@ -79,7 +80,7 @@ func (f *fixture) queue(t *testing.T, dataset string, partitions ...string) []in
 	ctx := context.Background()
 	var ids []int64
 	for _, p := range partitions {
-		id, err := audit.Start(ctx, f.db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: p, RunID: "r1"}, Attempt: 1})
+		id, err := audittest.Start(ctx, f.db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: p, RunID: "r1"}})
 		require.NoError(t, err)
 		b := &pgx.Batch{}
 		require.NoError(t, audit.QueueEnqueue(b, event(dataset, p, id)))
@@ -185,7 +186,7 @@ func TestFlushPublishesTheEventSchemasDerive(t *testing.T) {
 	require.Equal(t, relay.Pass{}, flush(t, r), "sent rows are not sent again")
 
 	// An event without attributes has none in its body.
-	id, err := audit.Start(context.Background(), f.db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "x", RunID: "r2"}, Attempt: 1})
+	id, err := audittest.Start(context.Background(), f.db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "x", RunID: "r2"}})
 	require.NoError(t, err)
 	b = &pgx.Batch{}
 	require.NoError(t, audit.QueueEnqueue(b, audit.OutboxEvent{AuditID: id, Event: schemas.PartitionReady{Dataset: "daily", Partition: "2026-11-04", RunID: "r2"}}))
@@ -457,7 +458,7 @@ func TestLegacyRowsArePublishedAfterTheUpgrade(t *testing.T) {
 		db.Exec(t, m.SQL)
 		db.Exec(t, "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
 	}
-	id, err := audit.Start(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}, Attempt: 1})
+	id, err := audittest.Start(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}})
 	require.NoError(t, err)
 	body, err := json.Marshal(event("daily", "2026-11-01", id).Event)
 	require.NoError(t, err)
