@@ -15,7 +15,7 @@ import (
 	"github.com/idem-data/idem/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 func migrated(t *testing.T) *pgtest.DB {
 	t.Helper()

@@ -16,7 +16,7 @@ import (
 	"github.com/idem-data/idem/strategies"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 // staging.src holds the source rows of every partition. staging.gate() sleeps
 // once per transaction for staging.gate_on.ms milliseconds while that table has

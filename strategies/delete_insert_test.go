@@ -14,7 +14,7 @@ import (
 // The strategies run through the handler in handlers' conformance suite; the
 // tests here are the parts that need no handler.
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 func TestHeldPartition(t *testing.T) {
 	for _, tc := range []struct {

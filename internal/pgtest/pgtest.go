@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/idem-data/idem/internal/localpg"
 )
@@ -32,10 +33,16 @@ var (
 // Main wraps testing.M: it starts a throwaway cluster unless EnvURL is set,
 // runs the tests and stops it.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(run(m, false))
 }
 
-func run(m *testing.M) int {
+// MainNoLeaks is Main for packages whose tests start goroutines: once the
+// tests passed, a goroutine still running fails the package (goleak).
+func MainNoLeaks(m *testing.M) {
+	os.Exit(run(m, true))
+}
+
+func run(m *testing.M, leaks bool) int {
 	adminURL = os.Getenv(EnvURL)
 	if adminURL == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -49,7 +56,14 @@ func run(m *testing.M) int {
 		adminURL = s.URL("postgres")
 		defer s.Close()
 	}
-	return m.Run()
+	code := m.Run()
+	if leaks && code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: goroutines left running after the tests:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // Server returns the throwaway cluster, or nil when tests use EnvURL.
