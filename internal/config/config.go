@@ -208,7 +208,16 @@ type Postgres struct {
 type HTTP struct {
 	// Addr is host:port. Default DefaultHTTPAddr. Env IDEM_HTTP_ADDR.
 	Addr string `yaml:"addr"`
+	// Token enables the status page's actions (replay a dead letter,
+	// backfill a range) for whoever gives it; empty keeps the page
+	// read-only. At least MinHTTPTokenChars characters. Env IDEM_HTTP_TOKEN.
+	Token string `yaml:"token,omitempty" json:"-"`
+	// TokenFile reads Token from a file.
+	TokenFile string `yaml:"token_file,omitempty" json:"-"`
 }
+
+// MinHTTPTokenChars is the shortest operator token accepted.
+const MinHTTPTokenChars = 16
 
 // Dataset is one loadable dataset. Which fields apply depends on Strategy;
 // Validate reports fields that do not.

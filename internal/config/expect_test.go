@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -81,4 +82,25 @@ datasets:
 		"c/expect": "a calendar needs date or timestamp partitions; partition_type text has no calendar: remove expect",
 		"d/expect": `from: "2026-13-01" is not a day; want YYYY-MM-DD`,
 	}, got)
+}
+
+func TestHTTPToken(t *testing.T) {
+	t.Parallel()
+	base := "pipeline: p\nhttp:\n  token: %s\ndatasets:\n  a:\n    strategy: delete_insert\n    target: x.a\n    partition_column: d\n    source: SELECT * FROM s.a WHERE d = @partition::date\n"
+	c, err := Parse([]byte(fmt.Sprintf(base, "short")), nil)
+	require.NoError(t, err)
+	var problems Problems
+	require.True(t, errors.As(c.Validate(), &problems))
+	require.Equal(t, "http.token", problems[0].Field)
+	require.NotContains(t, problems.Error(), "short", "the message must not repeat the secret")
+
+	c, err = Parse([]byte(fmt.Sprintf(base, "0123456789abcdef0123")), func(k string) string {
+		if k == "IDEM_HTTP_TOKEN" {
+			return "from-the-environment-0001"
+		}
+		return ""
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, "from-the-environment-0001", c.HTTP.Token)
 }

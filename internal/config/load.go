@@ -204,7 +204,7 @@ func wantType(goType, tag, value string) string {
 // knownKeys maps the type names yaml.v3 prints to the keys they accept.
 var knownKeys = func() map[string][]string {
 	out := map[string][]string{}
-	for _, v := range []any{Config{}, NATS{}, TLS{}, Postgres{}, HTTP{}, Dataset{}} {
+	for _, v := range []any{Config{}, NATS{}, TLS{}, Postgres{}, HTTP{}, Dataset{}, Expect{}} {
 		t := reflect.TypeOf(v)
 		var keys []string
 		for i := 0; i < t.NumField(); i++ {
@@ -251,6 +251,7 @@ func (c *Config) secretFiles() []secretFile {
 		{"nats.password", "nats.password_file", &c.NATS.Password, &c.NATS.PasswordFile},
 		{"nats.token", "nats.token_file", &c.NATS.Token, &c.NATS.TokenFile},
 		{"postgres.url", "postgres.url_file", &c.Postgres.URL, &c.Postgres.URLFile},
+		{"http.token", "http.token_file", &c.HTTP.Token, &c.HTTP.TokenFile},
 	}
 }
 
@@ -309,6 +310,7 @@ func (c *Config) envOverrides() []struct {
 		{"IDEM_NATS_TOKEN", &c.NATS.Token},
 		{"IDEM_DATABASE_URL", &c.Postgres.URL},
 		{"IDEM_HTTP_ADDR", &c.HTTP.Addr},
+		{"IDEM_HTTP_TOKEN", &c.HTTP.Token},
 	}
 }
 
