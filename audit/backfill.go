@@ -32,7 +32,7 @@ type LatestAttempt struct {
 // rebuilt from pg_locks: a bigint key k is stored as classid = k >> 32,
 // objid = k & 0xffffffff, objsubid = 1.
 const heldLocksSQL = `
-	SELECT (l.classid::bigint << 32) | l.objid::bigint AS lock_key
+	SELECT (l.classid::bigint << 32) | l.objid::bigint AS lock_id
 	  FROM pg_locks l
 	 WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
 	   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
@@ -41,24 +41,27 @@ const heldLocksSQL = `
 // dataset, in the order given; a key never attempted has Status
 // StatusMissing. Keys must be canonical (as the consumer records them).
 //
-// Locked reads pg_locks for the lock handlers take around a load,
-// pg_advisory_xact_lock(hashtextextended(pipeline‹US›dataset‹US›partition, 0))
-// with ‹US› the unit separator \x1f: the only way to tell a long load that is
-// alive from an attempt whose process died.
+// Locked reads pg_locks for the lock handlers take around a load (LockSQL
+// on PartitionLockKey): the only way to tell a long load that is alive from
+// an attempt whose process died.
 func LatestAttempts(ctx context.Context, db Querier, pipeline, dataset string, partitions []string) ([]LatestAttempt, error) {
+	locks := make([]string, len(partitions))
+	for i, p := range partitions {
+		locks[i] = PartitionLockKey(pipeline, dataset, p)
+	}
 	rows, err := db.Query(ctx, `
 		WITH held AS MATERIALIZED (`+heldLocksSQL+`)
 		SELECT k.key, coalesce(a.status, 'missing'), coalesce(a.run_id, ''), coalesce(a.attempt, 0),
 		       coalesce(a.error_kind, ''), coalesce(a.error, ''),
 		       coalesce(extract(epoch FROM clock_timestamp() - coalesce(a.finished_at, a.started_at)), 0)::float8,
-		       hashtextextended($1 || chr(31) || $2 || chr(31) || k.key, 0) IN (SELECT lock_key FROM held)
-		  FROM unnest($3::text[]) WITH ORDINALITY AS k(key, ord)
+		       `+lockIDSQL+` IN (SELECT lock_id FROM held)
+		  FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS k(key, lock_key, ord)
 		  LEFT JOIN LATERAL (
 		       SELECT p.status, p.run_id, p.attempt, p.error_kind, p.error, p.started_at, p.finished_at
 		         FROM idem.pipeline_audit p
 		        WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = k.key AND p.status <> 'skipped'
 		        ORDER BY p.id DESC LIMIT 1) a ON true
-		 ORDER BY k.ord`, pipeline, dataset, partitions)
+		 ORDER BY k.ord`, pipeline, dataset, partitions, locks)
 	if err != nil {
 		return nil, fmt.Errorf("audit: latest attempts: %w", err)
 	}

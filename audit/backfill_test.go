@@ -7,15 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/audittest"
 )
 
-// handlersLockSQL is the lock handlers take around a load (handlers.lockSQL),
-// with the key handlers build: LatestAttempts must recognise it.
-const handlersLockSQL = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+// holdPartitionLock takes, in tx, the lock handlers take around a load of
+// the partition: the same statement and the same key text.
+func holdPartitionLock(t *testing.T, tx pgx.Tx, pipeline, dataset, partition string) {
+	t.Helper()
+	_, err := tx.Exec(context.Background(), audit.LockSQL, audit.PartitionLockKey(pipeline, dataset, partition))
+	require.NoError(t, err)
+}
 
 func TestLatestAttemptsAndRunAttempts(t *testing.T) {
 	t.Parallel()
@@ -50,8 +55,7 @@ func TestLatestAttemptsAndRunAttempts(t *testing.T) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, handlersLockSQL, "shop\x1forders\x1f2026-01-03")
-	require.NoError(t, err)
+	holdPartitionLock(t, tx, "shop", "orders", "2026-01-03")
 
 	parts := []string{"2026-01-05", "2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"}
 	got, err := audit.LatestAttempts(ctx, db.Pool, "shop", "orders", parts)
@@ -99,11 +103,12 @@ func TestLatestAttemptsSeesEveryLockKey(t *testing.T) {
 	for h := range 24 {
 		p := fmt.Sprintf("2026-01-01T%02d:00:00Z", h)
 		parts = append(parts, p)
-		_, err := tx.Exec(ctx, handlersLockSQL, "shop\x1fhourly\x1f"+p)
-		require.NoError(t, err)
+		holdPartitionLock(t, tx, "shop", "hourly", p)
 	}
+	// A negative key has the top bit of classid set.
 	var negative int64
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM unnest($1::text[]) p WHERE hashtextextended('shop' || chr(31) || 'hourly' || chr(31) || p, 0) < 0", parts).Scan(&negative))
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND classid::bigint >= 2147483648`).Scan(&negative))
 	require.Positive(t, negative, "some keys are negative")
 	got, err := audit.LatestAttempts(ctx, db.Pool, "shop", "hourly", append(parts, "2026-01-02T00:00:00Z"))
 	require.NoError(t, err)
@@ -115,4 +120,31 @@ func TestLatestAttemptsSeesEveryLockKey(t *testing.T) {
 	got, err = audit.LatestAttempts(ctx, db.Pool, "shop", "other", parts[:1])
 	require.NoError(t, err)
 	require.False(t, got[0].Locked, "another dataset's lock")
+}
+
+// A load's lock, taken exactly as handlers take it (with a partition full of
+// quotes), is seen by LatestAttempts from another session while its
+// transaction lasts, and not after.
+func TestLatestAttemptsSeesTheLoadLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	const partition = "eu'west; \"2026\""
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	holdPartitionLock(t, tx, "shop", "regions", partition)
+
+	got, err := audit.LatestAttempts(ctx, db.Pool, "shop", "regions", []string{partition, "other"})
+	require.NoError(t, err)
+	require.True(t, got[0].Locked, "the load's lock is seen from another session")
+	require.False(t, got[1].Locked)
+	got, err = audit.LatestAttempts(ctx, db.Pool, "shop2", "regions", []string{partition})
+	require.NoError(t, err)
+	require.False(t, got[0].Locked, "another pipeline's partition")
+
+	require.NoError(t, tx.Rollback(ctx))
+	got, err = audit.LatestAttempts(ctx, db.Pool, "shop", "regions", []string{partition})
+	require.NoError(t, err)
+	require.False(t, got[0].Locked, "released with its transaction")
 }

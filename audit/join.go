@@ -27,6 +27,6 @@ SELECT NOT EXISTS (
 // is its own statement after the lock, so under READ COMMITTED it sees every
 // upstream that committed before the lock was granted.
 func QueueJoinReady(b *pgx.Batch, pipeline, downstream, partition string, others []string, ready *bool) {
-	b.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", JoinLockKey(pipeline, downstream, partition))
+	b.Queue(LockSQL, JoinLockKey(pipeline, downstream, partition))
 	b.Queue(joinReadySQL, pipeline, partition, others).QueryRow(func(r pgx.Row) error { return r.Scan(ready) })
 }

@@ -229,10 +229,6 @@ func (h *Handler) prepareAndLoad(ctx context.Context, ds *Dataset, a audit.Attem
 	return h.load(ctx, ds, a, id)
 }
 
-// lockKey is stable across processes and versions: hashtextextended is
-// computed by the server.
-const lockSQL = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
-
 func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
 	skipped := false
@@ -250,7 +246,7 @@ func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int
 		if ds.Timeout > 0 {
 			b.Queue("SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(ds.Timeout.Milliseconds()))
 		}
-		b.Queue(lockSQL, a.Pipeline+"\x1f"+a.Dataset+"\x1f"+a.Partition)
+		b.Queue(audit.LockSQL, audit.PartitionLockKey(a.Pipeline, a.Dataset, a.Partition))
 		var done bool
 		if a.Force {
 			audit.QueueMessageSucceeded(b, a.RunKey, a.StreamSeq, &done)
@@ -401,7 +397,7 @@ func (h *Handler) prepare(ctx context.Context, ds *Dataset) error {
 	}
 	err := pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
 		// Two processes starting together would race on CREATE OR REPLACE VIEW.
-		if _, err := tx.Exec(ctx, lockSQL, "prepare\x1f"+ds.Name); err != nil {
+		if _, err := tx.Exec(ctx, audit.LockSQL, "prepare\x1f"+ds.Name); err != nil {
 			return err
 		}
 		return ds.Strategy.Prepare(ctx, tx)

@@ -1,197 +1,42 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/backfill"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/schemas"
 )
 
-const (
-	// backfillWindow bounds the publishes waiting for their PubAck: enough to
-	// keep the server busy, few enough that a failure leaves little in doubt.
-	backfillWindow = 256
-	// backfillPubAckTimeout bounds the wait for one PubAck, as publishEvent's.
-	backfillPubAckTimeout = 10 * time.Second
-	// maxBackfillPartitions refuses a typo that would plan a century of hours.
-	maxBackfillPartitions = 100_000
-	// backfillPoll is how often --wait reads the audit table.
-	backfillPoll = time.Second
-	// backfillPlainEvery paces progress lines when stderr is not a terminal.
-	backfillPlainEvery = 10 * time.Second
-)
+// backfillPlainEvery paces progress lines when stderr is not a terminal.
+const backfillPlainEvery = 10 * time.Second
 
-// A partition's state before the backfill, as the plan sees it.
-const (
-	planMissing  = "missing"  // never attempted
-	planSuccess  = "success"  // the latest attempt loaded it
-	planFailed   = "failed"   // the latest attempt failed for good (dead-lettered) or long ago
-	planStale    = "stale"    // `started` long ago and no load holds it: its process died
-	planRunning  = "running"  // `started`, and alive or JetStream will redeliver it
-	planRetrying = "retrying" // failed transiently, JetStream will redeliver it
-)
-
-// reprocess is which partitions a backfill republishes.
-type reprocess struct{ missing, failed, all bool }
-
-func parseReprocess(s string) (reprocess, error) {
-	var r reprocess
+// parseReprocess reads --reprocess: a comma-separated list of missing,
+// failed, all.
+func parseReprocess(s string) (backfill.Reprocess, error) {
+	var r backfill.Reprocess
 	for _, w := range strings.Split(s, ",") {
 		switch strings.TrimSpace(w) {
 		case "missing":
-			r.missing = true
+			r.Missing = true
 		case "failed":
-			r.failed = true
+			r.Failed = true
 		case "all":
-			r.all = true
+			r.All = true
 		default:
 			return r, &UsageError{fmt.Errorf("--reprocess %q: want a comma-separated list of missing, failed, all", s)}
 		}
 	}
 	return r, nil
-}
-
-func (r reprocess) String() string {
-	if r.all {
-		return "all"
-	}
-	var w []string
-	if r.missing {
-		w = append(w, "missing")
-	}
-	if r.failed {
-		w = append(w, "failed")
-	}
-	return strings.Join(w, ",")
-}
-
-// wants says whether a partition in state status is republished. A partition
-// some delivery still owns (running, retrying) never is: that would load it
-// twice at once for nothing.
-func (r reprocess) wants(status string) bool {
-	switch status {
-	case planRunning, planRetrying:
-		return false
-	case planMissing:
-		return r.missing || r.all
-	case planFailed, planStale:
-		return r.failed || r.all
-	}
-	return r.all
-}
-
-// planPolicy turns a partition's latest attempt into its plan state, from the
-// dataset's delivery budget and the consumer's ack wait.
-type planPolicy struct {
-	ackWait time.Duration
-	retry   consumer.Retry
-}
-
-func newPlanPolicy(cfg *config.Config, d *config.Dataset) planPolicy {
-	return planPolicy{ackWait: cfg.NATS.AckWait.Std(), retry: consumer.Retry{
-		MaxAttempts: d.MaxAttempts(), Delay: d.RetryDelay.Std(), MaxDelay: d.MaxRetryDelay.Std()}}
-}
-
-// state classifies the latest attempt (see the command's help for the rules).
-func (p planPolicy) state(l audit.LatestAttempt) (status, reason string) {
-	switch l.Status {
-	case audit.StatusMissing:
-		return planMissing, "never attempted"
-	case audit.StatusSuccess:
-		return planSuccess, "loaded by run " + l.RunID
-	case audit.StatusStarted:
-		switch {
-		case l.Locked:
-			return planRunning, "a load holds the partition now"
-		case l.Age < 2*p.ackWait:
-			return planRunning, "started " + compactDuration(l.Age) + " ago; if its process died JetStream redelivers it"
-		}
-		return planStale, "started " + compactDuration(l.Age) + " ago and no load holds the partition: its process died"
-	case audit.StatusFailed:
-		switch {
-		case l.ErrorKind == "fatal":
-			return planFailed, fmt.Sprintf("fatal error on attempt %d: dead-lettered", l.Attempt)
-		case l.Attempt >= p.retry.MaxAttempts:
-			return planFailed, fmt.Sprintf("failed attempt %d of %d: dead-lettered", l.Attempt, p.retry.MaxAttempts)
-		case l.Age < p.retry.Backoff(l.Attempt, 1)+p.ackWait:
-			return planRetrying, fmt.Sprintf("transient failure on attempt %d of %d: JetStream redelivers it", l.Attempt, p.retry.MaxAttempts)
-		}
-		return planFailed, fmt.Sprintf("transient failure on attempt %d of %d and no redelivery for %s", l.Attempt, p.retry.MaxAttempts, compactDuration(l.Age))
-	}
-	return planFailed, "unknown audit status " + l.Status
-}
-
-// bfPartition is one line of the plan, then of the result.
-type bfPartition struct {
-	Partition string `json:"partition"`
-	// Status is the partition's state before the backfill: missing, success,
-	// failed, stale, running or retrying.
-	Status    string `json:"status"`
-	LastRunID string `json:"last_run_id,omitempty"`
-	Attempt   int    `json:"attempt,omitempty"`
-	Error     string `json:"error,omitempty"`
-	Action    string `json:"action"` // publish or skip
-	Reason    string `json:"reason"`
-	// Seq is the event's stream sequence once JetStream confirmed it.
-	Seq       uint64 `json:"seq,omitempty"`
-	Duplicate bool   `json:"duplicate,omitempty"`
-	// Outcome is the run's end for this partition, with --wait.
-	Outcome *bfOutcome `json:"outcome,omitempty"`
-}
-
-// bfOutcome is where one published partition stands in this backfill's run.
-type bfOutcome struct {
-	// Status: success; failed (dead-lettered: fatal, exhausted or crashed);
-	// or, still pending, queued (no attempt yet), started, retrying.
-	Status   string `json:"status"`
-	Final    bool   `json:"final"`
-	Attempts int    `json:"attempts,omitempty"`
-	Rows     *int64 `json:"rows,omitempty"`
-	DLQ      string `json:"dlq,omitempty"` // fatal, exhausted or crashed
-	Error    string `json:"error,omitempty"`
-}
-
-// backfillResult is what --json prints: the plan with --dry-run, else the
-// plan, what was published and, with --wait, how each partition ended.
-type backfillResult struct {
-	Dataset    string         `json:"dataset"`
-	From       string         `json:"from"`
-	To         string         `json:"to"`
-	Step       string         `json:"step"`
-	Reprocess  string         `json:"reprocess"`
-	RunID      string         `json:"run_id"`
-	Force      bool           `json:"force"`
-	DryRun     bool           `json:"dry_run"`
-	Planned    int            `json:"planned"` // partitions in the range
-	ToPublish  int            `json:"to_publish"`
-	Published  int            `json:"published"`
-	Duplicates int            `json:"duplicates"`
-	PlanMS     int64          `json:"plan_ms"`
-	PublishMS  int64          `json:"publish_ms"`
-	Wait       *bfWaitSummary `json:"wait,omitempty"`
-	Partitions []*bfPartition `json:"partitions"`
-}
-
-type bfWaitSummary struct {
-	Loaded   int  `json:"loaded"`
-	Failed   int  `json:"failed"`
-	Pending  int  `json:"pending"`
-	TimedOut bool `json:"timed_out"`
-	// Interrupted: the command was stopped (Ctrl-C) before every outcome.
-	Interrupted bool  `json:"interrupted,omitempty"`
-	ElapsedMS   int64 `json:"elapsed_ms"`
-}
-
-func backfillRunID(now time.Time) string {
-	return "backfill__" + now.UTC().Format("20060102T150405.000Z")
 }
 
 type backfillFlags struct {
@@ -309,10 +154,10 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 	}
 	runID := f.runID
 	if runID == "" {
-		runID = backfillRunID(time.Now())
+		runID = backfill.NewRunID(time.Now())
 	}
 	// Refuse a bad run_id before planning, as the consumer would.
-	if _, err := eventMsg(cfg, schemas.PartitionReady{Dataset: dataset, Partition: keys[0], RunID: runID}); err != nil {
+	if _, err := backfill.Message(cfg, schemas.PartitionReady{Dataset: dataset, Partition: keys[0], RunID: runID}); err != nil {
 		return &UsageError{err}
 	}
 
@@ -321,9 +166,9 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		return err
 	}
 	defer pool.Close()
-	res := &backfillResult{Dataset: dataset, From: f.from, To: f.to, Step: step, Reprocess: rp.String(),
+	res := &backfill.Result{Dataset: dataset, From: f.from, To: f.to, Step: step, Reprocess: rp.String(),
 		RunID: runID, Force: f.force, DryRun: f.dryRun, Planned: len(keys)}
-	if err := planBackfill(ctx, pool, cfg, res, keys, rp); err != nil {
+	if err := backfill.Plan(ctx, pool, cfg, res, keys, rp); err != nil {
 		return err
 	}
 	if f.dryRun {
@@ -345,24 +190,26 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(backfillPubAckTimeout),
-		jetstream.WithPublishAsyncMaxPending(2*backfillWindow))
+	js, err := backfill.NewJetStream(nc)
 	if err != nil {
 		return err
 	}
 	if _, err := js.Stream(ctx, cfg.NATS.Stream); err != nil {
 		return fmt.Errorf("stream %s: %w: run 'idem streams' (or start 'idem serve') first", cfg.NATS.Stream, err)
 	}
-	var dlq *bfDLQWatch
+	var dlq *backfill.DeadLetters
 	if f.wait {
 		// Started before publishing, so every dead letter of this run is seen.
-		dlq = watchBackfillDLQ(ctx, js, cfg, dataset, runID, e.errOut)
-		defer dlq.stop()
+		dlq, err = backfill.WatchDeadLetters(ctx, js, cfg, dataset, runID)
+		defer dlq.Stop()
+		if err != nil {
+			fmt.Fprintf(e.errOut, "idem: cannot follow the dead-letter stream %s (%v): a delivery that crashed will show as started until --timeout\n", cfg.NATS.DLQStream, err)
+		}
 	}
 
 	prog := newBFProgress(e.errOut)
 	t1 := time.Now()
-	pubErr := publishBackfill(ctx, js, cfg, res, perSecond, func(done int) {
+	pubErr := backfill.Publish(ctx, js, cfg, res, perSecond, func(done int) {
 		prog.show(time.Now(), done == res.ToPublish, func(tty bool) string {
 			return bfProgressLine(tty, "published", done, res.ToPublish, nil, t1, time.Now())
 		})
@@ -398,4 +245,260 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		return err
 	}
 	return reportBackfill(e, res, f.asJSON)
+}
+
+// backfillPartitions reads --step, --from and --to for a dataset of type
+// typ: the canonical partition keys from..to inclusive, and the step.
+func backfillPartitions(typ schemas.PartitionType, step, from, to string) ([]string, string, error) {
+	want, ok := backfill.StepOf(typ)
+	if !ok {
+		return nil, "", &UsageError{fmt.Errorf("the dataset's partitions are %s keys, which cannot be enumerated: publish them one by one with 'idem publish'", typ)}
+	}
+	if step == "" {
+		step = string(want)
+	}
+	var f, t time.Time
+	switch want {
+	case backfill.Day:
+		if step != string(backfill.Day) {
+			return nil, "", &UsageError{fmt.Errorf("--step %s: the dataset's partitions are days (partition_type date): use --step day", step)}
+		}
+		var err error
+		if f, t, err = dateRange(from, to); err != nil {
+			return nil, "", err
+		}
+	case backfill.Hour:
+		if step != string(backfill.Hour) {
+			return nil, "", &UsageError{fmt.Errorf("--step %s: the dataset's partitions are hours (partition_type timestamp): use --step hour", step)}
+		}
+		var err error
+		if f, err = hourBound(from, "--from", false); err != nil {
+			return nil, "", err
+		}
+		if t, err = hourBound(to, "--to", true); err != nil {
+			return nil, "", err
+		}
+		if t.Before(f) {
+			return nil, "", &UsageError{fmt.Errorf("--to %s is before --from %s", to, from)}
+		}
+	}
+	if n := backfill.Span(want, f, t); n > backfill.MaxPartitions {
+		return nil, "", &UsageError{fmt.Errorf("--from %s --to %s spans %d partitions; at most %d per backfill", from, to, n, backfill.MaxPartitions)}
+	}
+	keys, err := backfill.Keys(want, f, t)
+	if err != nil {
+		return nil, "", &UsageError{err}
+	}
+	return keys, step, nil
+}
+
+// hourBound reads an hour (2026-01-01T05, or RFC 3339 on the hour) or a day,
+// which stands for its first hour (from) or its last (to).
+func hourBound(s, flag string, last bool) (time.Time, error) {
+	if d, err := time.Parse(time.DateOnly, s); err == nil {
+		if last {
+			d = d.Add(23 * time.Hour)
+		}
+		return d, nil
+	}
+	p, err := schemas.ParsePartition(schemas.PartitionHour, s)
+	if err != nil {
+		return time.Time{}, &UsageError{fmt.Errorf("%s %q: want YYYY-MM-DD or an hour, YYYY-MM-DDTHH", flag, s)}
+	}
+	return p.Time.UTC(), nil
+}
+
+// parsePerSecond reads N/s, N/m, N/h or N (per second); "" is unlimited (0).
+func parsePerSecond(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	num, unit, _ := strings.Cut(s, "/")
+	per := map[string]float64{"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[unit]
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || per == 0 || n <= 0 || n > 1e6 {
+		return 0, &UsageError{fmt.Errorf("--rate %q: want events per second, minute or hour, such as 50/s, 100/m or 2000/h", s)}
+	}
+	return n / per, nil
+}
+
+// printPlan is the dry run's answer: one line per partition, then the counts.
+func printPlan(e *env, res *backfill.Result, asJSON bool) error {
+	if asJSON {
+		return printJSON(e.out, res)
+	}
+	tb := &table{headers: []string{"PARTITION", "STATUS", "LAST_RUN_ID", "ATTEMPT", "ACTION", "REASON"}}
+	for _, p := range res.Partitions {
+		attempt := "-"
+		if p.Attempt > 0 {
+			attempt = strconv.Itoa(p.Attempt)
+		}
+		tb.add(p.Partition, p.Status, orDash(p.LastRunID), attempt, p.Action, p.Reason)
+	}
+	// No colour: tabwriter counts escape bytes and these status columns mix
+	// coloured words with others (running, retrying), so colour would break
+	// the alignment.
+	if err := tb.print(e.out, false); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "dry run: %s; would publish with run_id %s; nothing was published\n", planSummary(res), res.RunID)
+	return nil
+}
+
+// planSummary counts the plan: "31 partition(s) of orders from A to B: 28 to
+// publish (27 missing, 1 failed), 3 skipped (3 success)".
+func planSummary(res *backfill.Result) string {
+	count := func(action string) (int, string) {
+		by := map[string]int{}
+		n := 0
+		for _, p := range res.Partitions {
+			if p.Action == action {
+				by[p.Status]++
+				n++
+			}
+		}
+		var parts []string
+		for _, s := range []string{backfill.StatusMissing, backfill.StatusFailed, backfill.StatusStale,
+			backfill.StatusSuccess, backfill.StatusRunning, backfill.StatusRetrying} {
+			if by[s] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", by[s], s))
+			}
+		}
+		if len(parts) == 0 {
+			return n, ""
+		}
+		return n, " (" + strings.Join(parts, ", ") + ")"
+	}
+	pub, pubBy := count(backfill.ActionPublish)
+	skip, skipBy := count(backfill.ActionSkip)
+	first, last := res.Partitions[0].Partition, res.Partitions[len(res.Partitions)-1].Partition
+	if first > last { // --reverse; canonical keys sort by time
+		first, last = last, first
+	}
+	return fmt.Sprintf("%d partition(s) of %s from %s to %s: %d to publish%s, %d skipped%s (--reprocess %s)",
+		res.Planned, res.Dataset, first, last, pub, pubBy, skip, skipBy, res.Reprocess)
+}
+
+// waitBackfill follows the loads with a progress line on stderr. loadStart
+// is when the first event went out: loads began then, so the ETA
+// extrapolates from it.
+func waitBackfill(ctx context.Context, e *env, db audit.Querier, cfg *config.Config, res *backfill.Result, dlq *backfill.DeadLetters, loadStart time.Time, timeout time.Duration) error {
+	prog := newBFProgress(e.errOut)
+	defer prog.end()
+	return backfill.Wait(ctx, db, cfg, res, dlq, timeout, func(c backfill.Counts, final bool) {
+		prog.show(time.Now(), final, func(tty bool) string {
+			return bfProgressLine(tty, "loaded", c.Loaded+c.Failed, res.ToPublish, &c, loadStart, time.Now())
+		})
+	})
+}
+
+// reportBackfill prints what did not load and the summary; exit 1 when a
+// partition failed or is still pending.
+func reportBackfill(e *env, res *backfill.Result, asJSON bool) error {
+	sum := res.Wait
+	if asJSON {
+		if err := printJSON(e.out, res); err != nil {
+			return err
+		}
+	} else {
+		tb := &table{headers: []string{"PARTITION", "STATUS", "ATTEMPTS", "DLQ", "ERROR"}}
+		for _, p := range res.Partitions {
+			if o := p.Outcome; o != nil && o.Status != audit.StatusSuccess {
+				attempts := "-"
+				if o.Attempts > 0 {
+					attempts = strconv.Itoa(o.Attempts)
+				}
+				tb.add(p.Partition, o.Status, attempts, orDash(o.DLQ), truncateCell(o.Error, 100))
+			}
+		}
+		if len(tb.rows) > 0 {
+			if err := tb.print(e.out, false); err != nil { // no colour: see the dry run's table
+				return err
+			}
+		}
+		line := fmt.Sprintf("%s: %d published, %d loaded, %d failed, %d pending, after %s",
+			res.RunID, res.Published, sum.Loaded, sum.Failed, sum.Pending, (time.Duration(sum.ElapsedMS) * time.Millisecond).Round(100*time.Millisecond))
+		switch {
+		case sum.TimedOut:
+			line += ": timed out; the pending partitions are still queued or loading"
+		case sum.Interrupted:
+			line += ": interrupted; the pending partitions are still queued or loading"
+		}
+		fmt.Fprintln(e.out, line)
+	}
+	if sum.Failed > 0 || sum.Pending > 0 {
+		return ErrReported
+	}
+	return nil
+}
+
+// bfProgress draws one line redrawn in place on a terminal (at most every
+// backfillRedraw), or prints a plain line every backfillPlainEvery
+// otherwise; the final state is always shown.
+type bfProgress struct {
+	w     io.Writer
+	tty   bool
+	last  time.Time
+	drawn bool
+}
+
+// backfillRedraw spares a terminal 365 redraws in 30 ms.
+const backfillRedraw = 100 * time.Millisecond
+
+func newBFProgress(w io.Writer) *bfProgress {
+	return &bfProgress{w: w, tty: isTerminal(w), last: time.Now()}
+}
+
+func (p *bfProgress) show(now time.Time, final bool, text func(tty bool) string) {
+	switch {
+	case p.tty && (final || !p.drawn || now.Sub(p.last) >= backfillRedraw):
+		fmt.Fprintf(p.w, "\r\x1b[K%s", text(true))
+		p.drawn, p.last = true, now
+	case !p.tty && (final || now.Sub(p.last) >= backfillPlainEvery):
+		fmt.Fprintln(p.w, text(false))
+		p.last = now
+	}
+}
+
+func (p *bfProgress) end() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+}
+
+// bfProgressLine renders "[=====>    ] 120/365 loaded  3 failed  2 retrying  ETA 12s"
+// for a terminal, or a plain sentence for a log.
+func bfProgressLine(tty bool, verb string, done, total int, c *backfill.Counts, start, now time.Time) string {
+	eta := "?"
+	if done >= total {
+		eta = "0s"
+	} else if done > 0 {
+		eta = backfill.CompactDuration(time.Duration(float64(now.Sub(start)) / float64(done) * float64(total-done)))
+	}
+	count := done
+	if c != nil {
+		count = c.Loaded
+	}
+	if !tty {
+		s := fmt.Sprintf("backfill: %d/%d %s", count, total, verb)
+		if c != nil {
+			s += fmt.Sprintf(", %d failed, %d retrying, %d pending", c.Failed, c.Retrying, total-done)
+		}
+		return s + ", ETA " + eta
+	}
+	const width = 30
+	filled := 0
+	if total > 0 {
+		filled = done * width / total
+	}
+	bar := strings.Repeat("=", filled)
+	if filled < width {
+		bar = strings.Repeat("=", max(filled-1, 0)) + ">" + strings.Repeat(" ", width-max(filled, 1))
+	}
+	s := fmt.Sprintf("[%s] %d/%d %s", bar, count, total, verb)
+	if c != nil {
+		s += fmt.Sprintf("  %d failed  %d retrying", c.Failed, c.Retrying)
+	}
+	return s + "  ETA " + eta
 }

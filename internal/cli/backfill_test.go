@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/backfill"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -84,14 +85,14 @@ func (w *cliWorld) bfAuditRow(partition, runID, status string, attempt int, kind
 		partition, runID, status, attempt, errText, kind, fmt.Sprintf("%d milliseconds", ago.Milliseconds()))
 }
 
-func bfDecode(t *testing.T, r result) backfillResult {
+func bfDecode(t *testing.T, r result) backfill.Result {
 	t.Helper()
-	var res backfillResult
+	var res backfill.Result
 	require.NoError(t, json.Unmarshal([]byte(r.out), &res), "stdout: %s\nstderr: %s", r.out, r.err)
 	return res
 }
 
-func bfActions(res backfillResult) (publish, skip []string) {
+func bfActions(res backfill.Result) (publish, skip []string) {
 	for _, p := range res.Partitions {
 		if p.Action == "publish" {
 			publish = append(publish, p.Partition)
@@ -172,12 +173,12 @@ func TestBackfillPlanStates(t *testing.T) {
 	w.bfAuditRow("2026-06-06", "r1", audit.StatusSuccess, 1, "", time.Hour)
 
 	want := map[string][2]string{ // status, action with --reprocess all
-		"2026-06-01": {planRunning, "skip"},
-		"2026-06-02": {planStale, "publish"},
-		"2026-06-03": {planRunning, "skip"},
-		"2026-06-04": {planRetrying, "skip"},
-		"2026-06-05": {planFailed, "publish"},
-		"2026-06-06": {planSuccess, "publish"},
+		"2026-06-01": {backfill.StatusRunning, "skip"},
+		"2026-06-02": {backfill.StatusStale, "publish"},
+		"2026-06-03": {backfill.StatusRunning, "skip"},
+		"2026-06-04": {backfill.StatusRetrying, "skip"},
+		"2026-06-05": {backfill.StatusFailed, "publish"},
+		"2026-06-06": {backfill.StatusSuccess, "publish"},
 	}
 	r := w.run("backfill", "orders", "--from", "2026-06-01", "--to", "2026-06-06", "--dry-run", "--json", "--reprocess", "all")
 	require.NoError(t, r.e, r.err)
@@ -285,7 +286,7 @@ func TestBackfillWaitReportsFailures(t *testing.T) {
 	res := bfDecode(t, r)
 	pub, _ := bfActions(res)
 	require.Equal(t, []string{"2026-04-03"}, pub)
-	require.Equal(t, &bfWaitSummary{Loaded: 1, ElapsedMS: res.Wait.ElapsedMS}, res.Wait)
+	require.Equal(t, &backfill.WaitSummary{Loaded: 1, ElapsedMS: res.Wait.ElapsedMS}, res.Wait)
 	require.Equal(t, audit.StatusSuccess, res.Partitions[2].Outcome.Status)
 	require.EqualValues(t, 10, *res.Partitions[2].Outcome.Rows)
 }
@@ -481,85 +482,28 @@ func TestBackfill365DailyPartitions(t *testing.T) {
 		res.PlanMS, res.PublishMS, 365/max(float64(res.PublishMS)/1000, 1e-3), total.Round(time.Millisecond))
 }
 
-func TestBackfillPlanPolicy(t *testing.T) {
-	p := planPolicy{ackWait: 30 * time.Second, retry: consumer.Retry{MaxAttempts: 4, Delay: 10 * time.Second, MaxDelay: 30 * time.Minute}}
-	for _, c := range []struct {
-		name string
-		l    audit.LatestAttempt
-		want string
-	}{
-		{"never attempted", audit.LatestAttempt{Status: audit.StatusMissing}, planMissing},
-		{"loaded", audit.LatestAttempt{Status: audit.StatusSuccess}, planSuccess},
-		{"fatal", audit.LatestAttempt{Status: audit.StatusFailed, ErrorKind: "fatal", Attempt: 1}, planFailed},
-		{"last delivery", audit.LatestAttempt{Status: audit.StatusFailed, ErrorKind: "transient", Attempt: 4}, planFailed},
-		// attempt 2's backoff is at most 40s; plus the 30s ack wait.
-		{"redelivery due", audit.LatestAttempt{Status: audit.StatusFailed, ErrorKind: "transient", Attempt: 2, Age: 69 * time.Second}, planRetrying},
-		{"redelivery overdue", audit.LatestAttempt{Status: audit.StatusFailed, ErrorKind: "transient", Attempt: 2, Age: 71 * time.Second}, planFailed},
-		{"lock held, however old", audit.LatestAttempt{Status: audit.StatusStarted, Locked: true, Age: 48 * time.Hour}, planRunning},
-		{"just started", audit.LatestAttempt{Status: audit.StatusStarted, Age: 59 * time.Second}, planRunning},
-		{"died", audit.LatestAttempt{Status: audit.StatusStarted, Age: 61 * time.Second}, planStale},
+func TestParseReprocess(t *testing.T) {
+	for flag, want := range map[string]backfill.Reprocess{
+		"missing,failed": {Missing: true, Failed: true},
+		"missing":        {Missing: true},
+		"failed":         {Failed: true},
+		"all":            {All: true},
+		"missing, all":   {Missing: true, All: true},
 	} {
-		got, reason := p.state(c.l)
-		require.Equal(t, c.want, got, "%s: %s", c.name, reason)
+		got, err := parseReprocess(flag)
+		require.NoError(t, err, flag)
+		require.Equal(t, want, got, flag)
 	}
-
-	for _, c := range []struct {
-		flag string
-		want []string
-	}{
-		{"missing,failed", []string{planMissing, planFailed, planStale}},
-		{"missing", []string{planMissing}},
-		{"failed", []string{planFailed, planStale}},
-		{"all", []string{planMissing, planFailed, planStale, planSuccess}},
-		{"missing, all", []string{planMissing, planFailed, planStale, planSuccess}},
-	} {
-		r, err := parseReprocess(c.flag)
-		require.NoError(t, err)
-		var got []string
-		for _, s := range []string{planMissing, planFailed, planStale, planSuccess, planRunning, planRetrying} {
-			if r.wants(s) {
-				got = append(got, s)
-			}
-		}
-		require.Equal(t, c.want, got, c.flag)
-	}
-}
-
-func TestBackfillRunOutcome(t *testing.T) {
-	rows := int64(10)
-	crash := bfDeadLetter{kind: "crashed", err: "died"}
-	for _, c := range []struct {
-		name string
-		a    audit.RunAttempt
-		dl   *bfDeadLetter
-		want bfOutcome
-	}{
-		{"no attempt yet", audit.RunAttempt{}, nil, bfOutcome{Status: "queued"}},
-		{"running", audit.RunAttempt{Status: "started", Attempt: 1}, nil, bfOutcome{Status: "started", Attempts: 1}},
-		{"loaded", audit.RunAttempt{Succeeded: true, Status: "success", Attempt: 2, RowCount: &rows}, nil,
-			bfOutcome{Status: "success", Final: true, Attempts: 2, Rows: &rows}},
-		{"fatal", audit.RunAttempt{Status: "failed", ErrorKind: "fatal", Attempt: 1, Error: "x"}, nil,
-			bfOutcome{Status: "failed", Final: true, Attempts: 1, DLQ: "fatal", Error: "x"}},
-		{"exhausted", audit.RunAttempt{Status: "failed", ErrorKind: "transient", Attempt: 2, Error: "x"}, nil,
-			bfOutcome{Status: "failed", Final: true, Attempts: 2, DLQ: "exhausted", Error: "x"}},
-		{"will retry", audit.RunAttempt{Status: "failed", ErrorKind: "transient", Attempt: 1, Error: "x"}, nil,
-			bfOutcome{Status: "retrying", Attempts: 1, Error: "x"}},
-		{"crashed", audit.RunAttempt{Status: "started", Attempt: 2}, &crash,
-			bfOutcome{Status: "failed", Final: true, Attempts: 2, DLQ: "crashed", Error: "died"}},
-		{"success wins over a stale dead letter", audit.RunAttempt{Succeeded: true, Status: "success", Attempt: 1}, &crash,
-			bfOutcome{Status: "success", Final: true, Attempts: 1}},
-	} {
-		var dl bfDeadLetter
-		if c.dl != nil {
-			dl = *c.dl
-		}
-		require.Equal(t, c.want, backfillOutcome(c.a, dl, c.dl != nil, 2), c.name)
+	for _, flag := range []string{"", "broken", "missing,"} {
+		_, err := parseReprocess(flag)
+		var usage *UsageError
+		require.True(t, errors.As(err, &usage), "%q: %v", flag, err)
 	}
 }
 
 func TestBackfillProgressAndRate(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := &bfCounts{loaded: 117, failed: 3, retrying: 2}
+	c := &backfill.Counts{Loaded: 117, Failed: 3, Retrying: 2}
 	require.Equal(t, "[========>                     ] 117/365 loaded  3 failed  2 retrying  ETA 41s",
 		bfProgressLine(true, "loaded", 120, 365, c, start, start.Add(20*time.Second)))
 	require.Equal(t, "backfill: 117/365 loaded, 3 failed, 2 retrying, 245 pending, ETA 41s",
@@ -568,8 +512,6 @@ func TestBackfillProgressAndRate(t *testing.T) {
 		bfProgressLine(true, "published", 0, 365, nil, start, start))
 	require.Equal(t, "[==============================] 365/365 published  ETA 0s",
 		bfProgressLine(true, "published", 365, 365, nil, start, start.Add(time.Second)))
-	require.Equal(t, "12m05s", compactDuration(12*time.Minute+5*time.Second))
-	require.Equal(t, "3h20m", compactDuration(3*time.Hour+20*time.Minute+40*time.Second))
 
 	for in, want := range map[string]float64{"": 0, "50/s": 50, "50": 50, "120/m": 2, "3600/h": 1, "0.5/s": 0.5} {
 		got, err := parsePerSecond(in)

@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,20 +30,6 @@ func (e *env) openNATS(ctx context.Context, cfg *config.Config, name string) (*n
 	return nc, js, nil
 }
 
-// lookup tells the decoder the configured datasets' partition types.
-func lookup(cfg *config.Config) schemas.Lookup {
-	return func(dataset string) (schemas.PartitionType, bool) {
-		d, ok := cfg.Datasets[dataset]
-		if !ok {
-			return "", false
-		}
-		if d.PartitionType == "" {
-			return schemas.PartitionDate, true
-		}
-		return d.PartitionType, true
-	}
-}
-
 // published is the answer of one confirmed publish.
 type published struct {
 	Dataset   string `json:"dataset"`
@@ -60,59 +44,26 @@ type published struct {
 	MsgID     string `json:"msg_id"`
 }
 
-// eventMsg builds the message for ev: validated exactly as the consumer will
-// validate it (so a bad event is refused here, not dead-lettered later), with
-// the canonical partition key (so 2026-11-28T13 and 2026-11-28T13:00:00Z are
-// one run) and Nats-Msg-Id <dataset>:<partition>:<run_id>. A forced event
-// gets a message id of its own (":force:" and the time), so JetStream's
-// duplicate window never swallows a deliberate rerun.
-func eventMsg(cfg *config.Config, ev schemas.PartitionReady) (*nats.Msg, error) {
-	subject := cfg.NATS.SubjectPrefix + "." + ev.Dataset
-	body, err := ev.Marshal()
+// publishEvent publishes ev through JetStream, as schemas derives its
+// message (validated as the consumer will validate it), and waits for the
+// PubAck.
+func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Config, ev schemas.PartitionReady) (published, error) {
+	m, err := schemas.NewMessage(cfg.NATS.SubjectPrefix, ev, cfg.Lookup, time.Now())
 	if err != nil {
-		return nil, err
-	}
-	dec, err := schemas.Decode(subject, body, lookup(cfg))
-	if err != nil {
-		return nil, err
-	}
-	ev.Partition = dec.Key.Key
-	if body, err = ev.Marshal(); err != nil {
-		return nil, err
-	}
-	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
-	id := ev.MsgID()
-	if ev.Force {
-		id += ":force:" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	}
-	msg.Header.Set(jetstream.MsgIDHeader, id)
-	return msg, nil
-}
-
-// publishEvent publishes ev through JetStream and waits for the PubAck.
-func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Config, ev schemas.PartitionReady, hdr nats.Header) (published, error) {
-	msg, err := eventMsg(cfg, ev)
-	if err != nil {
-		return published{}, err
-	}
-	for k, vs := range hdr {
-		msg.Header[k] = vs
-	}
-	var canon schemas.PartitionReady
-	if err := json.Unmarshal(msg.Data, &canon); err != nil {
 		return published{}, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ack, err := js.PublishMsg(pctx, msg, jetstream.WithExpectStream(cfg.NATS.Stream))
+	ack, err := js.PublishMsg(pctx, &nats.Msg{Subject: m.Subject, Data: m.Body},
+		jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(cfg.NATS.Stream))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return published{}, fmt.Errorf("no stream %s answers on %s: run 'idem streams' (or start 'idem serve') first: %w", cfg.NATS.Stream, msg.Subject, err)
+			return published{}, fmt.Errorf("no stream %s answers on %s: run 'idem streams' (or start 'idem serve') first: %w", cfg.NATS.Stream, m.Subject, err)
 		}
-		return published{}, fmt.Errorf("publish %s: %w", msg.Subject, err)
+		return published{}, fmt.Errorf("publish %s: %w", m.Subject, err)
 	}
-	return published{Dataset: canon.Dataset, Partition: canon.Partition, RunID: canon.RunID, Subject: msg.Subject,
-		Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate, MsgID: msg.Header.Get(jetstream.MsgIDHeader)}, nil
+	return published{Dataset: m.Event.Dataset, Partition: m.Event.Partition, RunID: m.Event.RunID, Subject: m.Subject,
+		Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate, MsgID: m.MsgID}, nil
 }
 
 // manualRunID is a unique, readable run id for a hand-made publish.
@@ -147,7 +98,7 @@ run_id as an earlier success is skipped by the consumer unless --force.`,
 				return err
 			}
 			defer nc.Close()
-			p, err := publishEvent(cmd.Context(), js, cfg, schemas.PartitionReady{Dataset: args[0], Partition: args[1], RunID: runID, Force: force}, nil)
+			p, err := publishEvent(cmd.Context(), js, cfg, schemas.PartitionReady{Dataset: args[0], Partition: args[1], RunID: runID, Force: force})
 			if err != nil {
 				return err
 			}

@@ -434,3 +434,14 @@ func (c *Config) DatasetNames() []string {
 	sort.Strings(names)
 	return names
 }
+
+// Lookup is a dataset's partition type, as schemas.Decode asks for it (a
+// [schemas.Lookup]); ok is false for a dataset the config does not hold.
+// Decode with c.Lookup validates an event as the consumer will.
+func (c *Config) Lookup(dataset string) (t schemas.PartitionType, ok bool) {
+	d, ok := c.Datasets[dataset]
+	if !ok {
+		return "", false
+	}
+	return partitionType(d), true
+}

@@ -423,3 +423,18 @@ func TestValidateWithoutDefaults(t *testing.T) {
 		require.True(t, fields[f], "missing problem for %s in %v", f, problems)
 	}
 }
+
+func TestLookup(t *testing.T) {
+	c := &Config{Datasets: map[string]*Dataset{
+		"daily":  {},
+		"hourly": {PartitionType: schemas.PartitionHour},
+	}}
+	var lookup schemas.Lookup = c.Lookup
+	for name, want := range map[string]schemas.PartitionType{"daily": schemas.PartitionDate, "hourly": schemas.PartitionHour} {
+		got, ok := lookup(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, got, name)
+	}
+	_, ok := lookup("nope")
+	require.False(t, ok)
+}

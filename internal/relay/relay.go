@@ -167,14 +167,14 @@ func (r *Relay) Flush(ctx context.Context) (Pass, error) {
 
 // publish sends row with the subject, body and message id schemas derive.
 func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.PubAck, error) {
-	body, err := row.Event.Marshal()
+	m, err := schemas.NewTriggeredMessage(r.cfg.SubjectPrefix, row.Event, row.AuditID)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	msg := &nats.Msg{Subject: schemas.Subject(r.cfg.SubjectPrefix, row.Event.Dataset), Data: body}
-	return r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID(row)), jetstream.WithExpectStream(r.cfg.Stream))
+	msg := &nats.Msg{Subject: m.Subject, Data: m.Body}
+	return r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(r.cfg.Stream))
 }
 
 func msgID(row audit.OutboxRow) string { return row.Event.TriggeredMsgID(row.AuditID) }

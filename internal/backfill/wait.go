@@ -1,0 +1,179 @@
+package backfill
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/config"
+)
+
+// poll is how often Wait reads the audit table.
+const poll = time.Second
+
+// deadLetter is what the dead-letter stream says about one partition.
+type deadLetter struct{ kind, err string }
+
+// DeadLetters collects one run's dead letters for a dataset. They only
+// matter for crashes: a fatal or exhausted failure is in the audit table too,
+// a delivery that died is only in the dead-letter stream.
+type DeadLetters struct {
+	mu   sync.Mutex
+	seen map[string]deadLetter
+	cc   jetstream.ConsumeContext
+}
+
+// WatchDeadLetters follows the dead-letter stream from now on, for run
+// runID of dataset: start it before publishing, so every dead letter of the
+// run is seen. It always returns a watch; with an error the watch sees
+// nothing, and a delivery that crashed stays pending until Wait's timeout.
+func WatchDeadLetters(ctx context.Context, js jetstream.JetStream, cfg *config.Config, dataset, runID string) (*DeadLetters, error) {
+	w := &DeadLetters{seen: map[string]deadLetter{}}
+	cons, err := js.OrderedConsumer(ctx, cfg.NATS.DLQStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{cfg.NATS.DLQSubjectPrefix + "." + dataset},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return w, err
+	}
+	w.cc, err = cons.Consume(func(m jetstream.Msg) {
+		h := m.Headers()
+		if h.Get(consumer.HeaderRunID) != runID {
+			return
+		}
+		w.mu.Lock()
+		w.seen[h.Get(consumer.HeaderPartition)] = deadLetter{kind: h.Get(consumer.HeaderErrorKind), err: h.Get(consumer.HeaderError)}
+		w.mu.Unlock()
+	})
+	return w, err
+}
+
+func (w *DeadLetters) get(partition string) (deadLetter, bool) {
+	if w == nil {
+		return deadLetter{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d, ok := w.seen[partition]
+	return d, ok
+}
+
+// Stop ends the watch; a nil watch is fine.
+func (w *DeadLetters) Stop() {
+	if w != nil && w.cc != nil {
+		w.cc.Stop()
+	}
+}
+
+// Counts are the published partitions' outcomes so far, for a progress line.
+type Counts struct{ Loaded, Failed, Retrying int }
+
+// Wait polls the audit table until every published partition of res has a
+// final outcome, the timeout passes, or ctx ends; dlq (which may be nil)
+// tells the crashes. It records each partition's Outcome and the summary in
+// res.Wait; a timeout or an ended ctx is said there, not returned. progress
+// is called after each poll, final once nothing is pending.
+func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result, dlq *DeadLetters, timeout time.Duration, progress func(c Counts, final bool)) error {
+	maxDeliveries := cfg.Datasets[res.Dataset].MaxAttempts()
+	pending := map[string]*Partition{}
+	var keys []string
+	for _, p := range res.Partitions {
+		if p.Action == ActionPublish {
+			p.Outcome = &Outcome{Status: "queued"}
+			pending[p.Partition] = p
+			keys = append(keys, p.Partition)
+		}
+	}
+	start := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	sum := &WaitSummary{}
+	res.Wait = sum
+	for {
+		if len(keys) > 0 {
+			attempts, err := audit.RunAttempts(ctx, db, cfg.Pipeline, res.Dataset, res.RunID, keys)
+			if err != nil {
+				if ctx.Err() != nil {
+					sum.Interrupted = true
+					return nil
+				}
+				return err
+			}
+			keys = keys[:0]
+			for _, a := range attempts {
+				p := pending[a.Partition]
+				dl, dead := dlq.get(a.Partition)
+				o := outcome(a, dl, dead, maxDeliveries)
+				p.Outcome = &o
+				if !o.Final {
+					keys = append(keys, a.Partition)
+				}
+			}
+		}
+		*sum = WaitSummary{ElapsedMS: time.Since(start).Milliseconds()}
+		var c Counts
+		for _, p := range res.Partitions {
+			if p.Outcome == nil {
+				continue
+			}
+			switch {
+			case p.Outcome.Status == audit.StatusSuccess:
+				sum.Loaded++
+			case p.Outcome.Final:
+				sum.Failed++
+			default:
+				sum.Pending++
+				if p.Outcome.Status == StatusRetrying {
+					c.Retrying++
+				}
+			}
+		}
+		c.Loaded, c.Failed = sum.Loaded, sum.Failed
+		progress(c, len(keys) == 0)
+		if len(keys) == 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			sum.TimedOut = true
+			return nil
+		case <-ctx.Done():
+			sum.Interrupted = true
+			return nil
+		}
+	}
+}
+
+// outcome decides where a published partition stands in the run: success;
+// failed for good (a fatal error, the last allowed delivery, or a dead letter
+// of this run, which is how a crash shows); or still pending.
+func outcome(a audit.RunAttempt, dl deadLetter, dead bool, maxDeliveries int) Outcome {
+	o := Outcome{Attempts: a.Attempt, Rows: a.RowCount, Error: a.Error}
+	switch {
+	case a.Succeeded:
+		o.Status, o.Final, o.Error = audit.StatusSuccess, true, ""
+	case a.Status == audit.StatusFailed && a.ErrorKind == "fatal":
+		o.Status, o.Final, o.DLQ = audit.StatusFailed, true, string(consumer.KindFatal)
+	case a.Status == audit.StatusFailed && a.Attempt >= maxDeliveries:
+		o.Status, o.Final, o.DLQ = audit.StatusFailed, true, string(consumer.KindExhausted)
+	case dead:
+		o.Status, o.Final, o.DLQ = audit.StatusFailed, true, dl.kind
+		if o.Error == "" || dl.kind == string(consumer.KindCrashed) {
+			o.Error = dl.err
+		}
+	case a.Status == audit.StatusFailed:
+		o.Status = StatusRetrying
+	case a.Status == audit.StatusStarted:
+		o.Status = audit.StatusStarted
+	default:
+		o.Status = "queued"
+	}
+	return o
+}
