@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/config"
 )
 
@@ -75,6 +76,7 @@ func auditCmd(e *env) *cobra.Command {
 		_ = c.MarkFlagRequired("from")
 		_ = c.MarkFlagRequired("to")
 	}
+	var at string
 	status := &cobra.Command{
 		Use:   "status DATASET --from D --to D",
 		Short: "One line per partition: status, run_id, rows, attempts, finished_at, error",
@@ -138,13 +140,26 @@ Exit code 1 when any partition in the range is not success.`,
 	}
 	flags(status)
 	missing := &cobra.Command{
-		Use:   "missing DATASET --from D --to D",
+		Use:   "missing DATASET [--from D --to D]",
 		Short: "Partitions with no successful load (exit 1 if any)",
 		Long: `List the days from --from to --to with no successful load of DATASET, from the
 audit table (the same answer as SELECT * FROM idem.missing_partitions(...)).
-Exit code 1 when any is missing, 0 when none is.`,
+
+A dataset with a calendar (expect:) needs no dates: every expected partition
+since the calendar's first one whose period has ended without a successful
+load is listed, as missing (within its deadline) or late (past it). --from
+and --to narrow it; --at evaluates the deadlines at another time.
+Exit code 1 when any is missing or late, 0 when none is.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cfg, err := e.validConfig(); err == nil {
+				if ds, ok := cfg.Datasets[args[0]]; ok && ds.Expect != nil {
+					return e.calendarMissing(cmd, cfg, args[0], from, to, at, asJSON)
+				}
+			}
+			if from == "" || to == "" {
+				return &UsageError{fmt.Errorf("--from and --to are required: dataset %q has no calendar (expect:)", args[0])}
+			}
 			cfg, f, t, pool, err := e.auditQuery(cmd, args[0], from, to)
 			if err != nil {
 				return err
@@ -174,7 +189,10 @@ Exit code 1 when any is missing, 0 when none is.`,
 			return nil
 		},
 	}
-	flags(missing)
+	missing.Flags().StringVar(&from, "from", "", "first partition, YYYY-MM-DD (default: the calendar's first)")
+	missing.Flags().StringVar(&to, "to", "", "last partition, inclusive (default: the last ended)")
+	missing.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	missing.Flags().StringVar(&at, "at", "", "evaluate deadlines at this RFC 3339 time instead of now (calendar datasets)")
 	c.AddCommand(status, missing)
 	return c
 }
@@ -203,6 +221,74 @@ func markWaiting(ctx context.Context, db audit.Querier, pipeline string, upstrea
 				st[i].WaitingFor = append(st[i].WaitingFor, up+": "+s)
 			}
 		}
+	}
+	return nil
+}
+
+// calendarGap is one line of `idem audit missing` for a calendar dataset.
+type calendarGap struct {
+	Partition string    `json:"partition"`
+	State     string    `json:"state"` // missing or late
+	Due       time.Time `json:"due"`
+}
+
+// calendarMissing lists a calendar dataset's expected partitions without a
+// successful load.
+func (e *env) calendarMissing(cmd *cobra.Command, cfg *config.Config, dataset, from, to, at string, asJSON bool) error {
+	cal, ok := cfg.Datasets[dataset].Calendar()
+	if !ok {
+		return fmt.Errorf("dataset %q: its calendar is not valid (run 'idem validate')", dataset)
+	}
+	now := time.Now()
+	if at != "" {
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return &UsageError{fmt.Errorf("--at %q: want an RFC 3339 time, e.g. 2026-11-05T03:05:00Z", at)}
+		}
+		now = t
+	}
+	ended := cal.Ended(now, from, to)
+	var gaps []calendar.Gap
+	if len(ended) > 0 {
+		pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		loaded, err := audit.LoadedPartitions(cmd.Context(), pool, cfg.Pipeline, dataset, ended[0].Key, ended[len(ended)-1].Key)
+		if err != nil {
+			return err
+		}
+		gaps = cal.Gaps(now, from, to, func(k string) bool { return loaded[k] })
+	}
+	out := make([]calendarGap, len(gaps))
+	late := 0
+	for i, g := range gaps {
+		out[i] = calendarGap{Partition: g.Key, State: "missing", Due: g.Due.UTC()}
+		if g.Late {
+			out[i].State = "late"
+			late++
+		}
+	}
+	if asJSON {
+		if err := printJSON(e.out, map[string]any{"dataset": dataset, "at": now.UTC(), "expected": len(ended), "missing": out}); err != nil {
+			return err
+		}
+	} else {
+		tb := &table{headers: []string{"PARTITION", "STATE", "DUE"}}
+		for _, g := range out {
+			tb.add(g.Partition, g.State, g.Due.Format(time.RFC3339))
+		}
+		if len(out) > 0 {
+			if err := tb.print(e.out, isTerminal(e.out)); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(e.out, "%d of %d expected partition(s) of %s not loaded: %d late, %d within the deadline\n",
+			len(out), len(ended), dataset, late, len(out)-late)
+	}
+	if len(out) > 0 {
+		return ErrReported
 	}
 	return nil
 }
