@@ -100,8 +100,8 @@ failed; 2 usage.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.from, "from", "", "first partition, YYYY-MM-DD (or YYYY-MM-DDTHH with --step hour) (required)")
-	fl.StringVar(&f.to, "to", "", "last partition, inclusive (required)")
+	fl.StringVar(&f.from, "from", "", "first partition, YYYY-MM-DD (or YYYY-MM-DDTHH with --step hour); default: the calendar's first (expect:)")
+	fl.StringVar(&f.to, "to", "", "last partition, inclusive; default: the calendar's last ended partition")
 	fl.StringVar(&f.step, "step", "", "day or hour (default: the dataset's partition type)")
 	fl.StringVar(&f.reprocess, "reprocess", "missing,failed", "which partitions to publish: missing, failed, all")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print the plan, publish nothing")
@@ -112,8 +112,6 @@ failed; 2 usage.`,
 	fl.BoolVar(&f.force, "force", false, "events carry force: rerun even if this run_id already succeeded")
 	fl.StringVar(&f.runID, "run-id", "", "run id of every event (default backfill__<UTC timestamp>)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the plan (--dry-run) or the result as JSON")
-	_ = c.MarkFlagRequired("from")
-	_ = c.MarkFlagRequired("to")
 	return c
 }
 
@@ -127,6 +125,20 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		return err
 	}
 	ds := cfg.Datasets[dataset]
+	if f.from == "" && f.to == "" {
+		cal, ok := ds.Calendar()
+		if !ok {
+			return &UsageError{fmt.Errorf("--from and --to are required: dataset %q has no calendar (expect:)", dataset)}
+		}
+		ended := cal.Ended(time.Now(), "", "")
+		if len(ended) == 0 {
+			fmt.Fprintf(e.out, "nothing to backfill: no partition of %s's calendar has ended yet\n", dataset)
+			return nil
+		}
+		f.from, f.to = ended[0].Key, ended[len(ended)-1].Key
+	} else if f.from == "" || f.to == "" {
+		return &UsageError{errors.New("give both --from and --to, or neither for a dataset with a calendar")}
+	}
 	keys, step, err := backfillPartitions(ds.PartitionType, f.step, f.from, f.to)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -60,4 +61,32 @@ func TestAuditMissingNeedsDatesWithoutACalendar(t *testing.T) {
 	r := w.run("audit", "missing", "orders")
 	require.ErrorAs(t, r.e, &usage)
 	require.Contains(t, r.e.Error(), "has no calendar")
+}
+
+// A backfill of a calendar dataset without dates plans over the calendar:
+// every partition since its first, the missing and failed ones published.
+func TestBackfillFromTheCalendar(t *testing.T) {
+	w := newCLIWorld(t)
+	b, err := os.ReadFile(w.cfg)
+	require.NoError(t, err)
+	from := time.Now().UTC().AddDate(0, 0, -4).Format(time.DateOnly)
+	require.NoError(t, os.WriteFile(w.cfg, append(b, []byte("    expect: {every: day, from: "+from+"}\n")...), 0o600))
+
+	before := time.Now().UTC()
+	r := w.run("backfill", "orders", "--dry-run", "--json")
+	after := time.Now().UTC() // the run may straddle midnight
+	require.NoError(t, r.e, r.err)
+	var plan struct {
+		From, To  string
+		Planned   int
+		ToPublish int `json:"to_publish"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.out), &plan))
+	require.Equal(t, from, plan.From)
+	require.Contains(t, []string{before.AddDate(0, 0, -1).Format(time.DateOnly), after.AddDate(0, 0, -1).Format(time.DateOnly)}, plan.To)
+	days := int(after.Truncate(24*time.Hour).Sub(before.Truncate(24*time.Hour)).Hours() / 24)
+	require.Contains(t, []int{4, 4 + days}, plan.Planned)
+
+	var usage *UsageError
+	require.ErrorAs(t, w.run("backfill", "orders", "--from", from).e, &usage)
 }
