@@ -1,6 +1,11 @@
 // Package cli holds idem's commands. Run parses arguments and writes to the
 // given writers, so every command is testable without a process; cmd/idem only
 // turns the returned error into an exit code (UsageError: 2, other errors: 1).
+//
+// A command parses its flags, loads the config and renders; it does not
+// assemble the service: `idem serve` and `idem dev` hand the config to
+// internal/service, whose wiring the other commands share (connecting,
+// building datasets, the streams' config).
 package cli
 
 import (
