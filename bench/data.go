@@ -3,13 +3,13 @@ package bench
 import (
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/handlers"
-	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/service"
 )
 
 // One row shape (an orders table) for every measurement, so idem and the
@@ -38,28 +38,19 @@ func day(base string, i int) time.Time {
 
 func dayKey(base string, i int) string { return day(base, i).Format(time.DateOnly) }
 
-func splitTable(t string) strategies.Table {
-	s, n, _ := strings.Cut(t, ".")
-	return strategies.Table{Schema: s, Name: n}
-}
-
-// handlerFor builds idem's handler for one dataset over db, as `idem serve`
-// builds it from the config.
+// handlerFor builds idem's handler for one dataset over db from the config
+// the harness writes for `idem serve`, through the same wiring.
 func handlerFor(db handlers.DB, d dataset) (*handlers.Handler, error) {
-	spec := strategies.Spec{
-		Dataset: d.Name, Target: splitTable(d.Target), Source: d.Source,
-		PartitionColumn: d.PartitionColumn, Key: d.Key,
+	cfg, err := config.Parse([]byte("pipeline: "+pipeline+"\ndatasets:\n"+d.yaml()), nil)
+	if err != nil {
+		return nil, err
 	}
-	if d.View != "" {
-		spec.View = splitTable(d.View)
-	}
-	st, err := strategies.New(d.Strategy, spec)
+	dss, err := service.Datasets(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &handlers.Handler{
-		DB: db, Pipeline: pipeline,
-		Datasets: map[string]*handlers.Dataset{d.Name: {Name: d.Name, Strategy: st}},
+		DB: db, Pipeline: cfg.Pipeline, Datasets: dss,
 		// idem serve logs at info; formatting is part of its cost.
 		Log: zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
 	}, nil

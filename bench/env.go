@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/internal/service"
 )
 
 // Names of what the harness creates in servers it may share with others.
@@ -100,7 +100,9 @@ func (e *env) start(ctx context.Context) error {
 	if e.pgbench == "" {
 		e.res.note("pgbench not found: the pgbench columns are empty")
 	}
-	e.idemParams = idemRuntimeParams()
+	if e.idemParams, err = idemRuntimeParams(e.dbURL); err != nil {
+		return err
+	}
 	e.describeMachine(ctx)
 	var params []string
 	for k, v := range e.idemParams {
@@ -111,30 +113,23 @@ func (e *env) start(ctx context.Context) error {
 	return nil
 }
 
-// idemRuntimeParams reads the session settings idem serve's pool sets, from
-// the source of internal/cli's connect, so the limit replays idem's SQL under
-// the same settings (synchronous_commit = off for bookkeeping, for one)
-// whatever the lead changes there. Without the source, the last known ones.
-func idemRuntimeParams() map[string]string {
-	out := map[string]string{"synchronous_commit": "off"}
-	root, err := moduleRoot()
+// idemRuntimeParams are the session settings idem serve's pool sets on url
+// (service.PoolConfig), so the limit replays idem's SQL under the same
+// settings (synchronous_commit = off for bookkeeping, for one). The
+// application name stays the harness's own.
+func idemRuntimeParams(url string) (map[string]string, error) {
+	cfg, err := service.PoolConfig(url, 0)
 	if err != nil {
-		return out
+		return nil, err
 	}
-	src, err := os.ReadFile(filepath.Join(root, "internal", "cli", "wire.go"))
-	if err != nil {
-		return out
-	}
-	out = map[string]string{}
-	for _, m := range runtimeParamRe.FindAllStringSubmatch(string(src), -1) {
-		if m[1] != "application_name" {
-			out[m[1]] = m[2]
+	out := map[string]string{}
+	for k, v := range cfg.ConnConfig.RuntimeParams {
+		if k != "application_name" {
+			out[k] = v
 		}
 	}
-	return out
+	return out, nil
 }
-
-var runtimeParamRe = regexp.MustCompile(`RuntimeParams\["([a-z_]+)"\]\s*=\s*"([^"]*)"`)
 
 // connectAsIdem opens a connection with idem's session settings.
 func (e *env) connectAsIdem(ctx context.Context) (*pgx.Conn, error) {

@@ -1,6 +1,11 @@
 // Package cli holds idem's commands. Run parses arguments and writes to the
 // given writers, so every command is testable without a process; cmd/idem only
 // turns the returned error into an exit code (UsageError: 2, other errors: 1).
+//
+// A command parses its flags, loads the config and renders; it does not
+// assemble the service: `idem serve` and `idem dev` hand the config to
+// internal/service, whose wiring the other commands share (connecting,
+// building datasets, the streams' config).
 package cli
 
 import (
@@ -8,11 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/idem-data/idem/internal/config"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3".
@@ -32,6 +40,44 @@ type env struct {
 	out, errOut io.Writer
 	getenv      func(string) string
 	configPath  string
+}
+
+// loadConfig reads and completes the config file; validation is the caller's.
+func (e *env) loadConfig() (*config.Config, error) {
+	cfg, err := config.Load(e.configPath, e.getenv)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("config file %s not found: pass --config or set IDEM_CONFIG", e.configPath)
+	}
+	return cfg, err
+}
+
+// validConfig loads the config and refuses to go on with any problem.
+func (e *env) validConfig() (*config.Config, error) {
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s has problems (run 'idem validate'):\n%w", e.configPath, err)
+	}
+	return cfg, nil
+}
+
+// databaseURL is the Postgres URL from the config, or the environment alone
+// when there is no config file (idem migrate needs nothing else).
+func (e *env) databaseURL() (string, error) {
+	cfg, err := config.Load(e.configPath, e.getenv)
+	switch {
+	case err == nil && cfg.Postgres.URL != "":
+		return cfg.Postgres.URL, nil
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		if u := e.getenv("IDEM_DATABASE_URL"); u != "" {
+			return u, nil
+		}
+		return "", errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
+	default:
+		return "", err
+	}
 }
 
 // Run runs the idem command line args.

@@ -24,6 +24,7 @@ import (
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/internal/natsconn"
+	"github.com/idem-data/idem/internal/service"
 )
 
 //go:embed devdata/idem.dev.yaml
@@ -91,7 +92,7 @@ func (e *env) dev(ctx context.Context, once bool) error {
 		url = srv.URL("postgres")
 		fmt.Fprintf(e.out, "PostgreSQL on 127.0.0.1:%d (throwaway)\n", srv.Port)
 	}
-	pool, err := connect(ctx, url)
+	pool, err := service.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -129,8 +130,8 @@ func (e *env) dev(ctx context.Context, once bool) error {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(sctx, serveDeps{cfg: cfg, pool: pool, nc: nc, log: log, grace: 5 * time.Second,
-			ready: func(addr string) { ready <- addr }})
+		done <- service.Run(sctx, service.Options{Config: cfg, Log: log, BuildVersion: Version, Grace: 5 * time.Second,
+			Pool: pool, NATS: nc, Ready: func(addr string) { ready <- addr }})
 	}()
 	var addr string
 	select {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -9,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
+	"github.com/idem-data/idem/internal/service"
 )
 
 func streamsCmd(e *env) *cobra.Command {
@@ -38,7 +37,7 @@ deploy. Run this command to apply it.`,
 			if err != nil {
 				return err
 			}
-			sc := streamsConfig(cfg, consumerConfig(cfg, zerolog.Nop(), consumer.Hooks{}))
+			sc := service.StreamsConfig(cfg)
 			changed, err := consumer.ApplyStreams(cmd.Context(), js, sc)
 			for _, c := range changed {
 				fmt.Fprintln(e.out, c)
@@ -58,30 +57,4 @@ deploy. Run this command to apply it.`,
 			return nil
 		},
 	}
-}
-
-// streamsConfig is what EnsureStreams and ApplyStreams get: the server side
-// of ccfg and the config's duplicate window.
-func streamsConfig(cfg *config.Config, ccfg consumer.Config) consumer.StreamsConfig {
-	sc := ccfg.Streams()
-	sc.Duplicates = cfg.NATS.DuplicateWindow()
-	return sc
-}
-
-// ensureStreams is serve's start: it creates what is missing and warns about
-// each consumer setting that differs from the config, changing none.
-func ensureStreams(ctx context.Context, js jetstream.JetStream, sc consumer.StreamsConfig, log zerolog.Logger) error {
-	if err := consumer.EnsureStreams(ctx, js, sc); err != nil {
-		return err
-	}
-	drifts, err := consumer.ConsumerDrift(ctx, js, sc)
-	if err != nil {
-		return err
-	}
-	for _, d := range drifts {
-		log.Warn().Str("stream", d.Stream).Str("consumer", d.Consumer).Str("field", d.Field).
-			Str("server", d.Server).Str("config", d.Config).
-			Msg("consumer settings differ from the config; run `idem streams` to apply")
-	}
-	return nil
 }

@@ -12,39 +12,8 @@ import (
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/consumer/consumertest"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/service"
 )
-
-func TestDiffDefinitions(t *testing.T) {
-	def := func(s string) json.RawMessage { return json.RawMessage(s) }
-	orders := def(`{"source":"SELECT 1","retries":3,"key":["id"]}`)
-	for _, tc := range []struct {
-		name          string
-		running, next map[string]json.RawMessage
-		want          definitionsDiff
-	}{
-		{"same", map[string]json.RawMessage{"orders": orders}, map[string]json.RawMessage{"orders": orders},
-			definitionsDiff{Changed: map[string][]string{}}},
-		{"key order and spacing are no change", map[string]json.RawMessage{"orders": orders},
-			map[string]json.RawMessage{"orders": def(`{ "key": ["id"], "retries": 3, "source": "SELECT 1" }`)},
-			definitionsDiff{Changed: map[string][]string{}}},
-		{"added and removed", map[string]json.RawMessage{"orders": orders, "events": orders},
-			map[string]json.RawMessage{"orders": orders, "customers": orders},
-			definitionsDiff{Added: []string{"customers"}, Removed: []string{"events"}, Changed: map[string][]string{}}},
-		{"fields changed, added, dropped", map[string]json.RawMessage{"orders": orders},
-			map[string]json.RawMessage{"orders": def(`{"source":"SELECT 2","retries":3,"key":["id","day"],"timeout":"30s"}`)},
-			definitionsDiff{Changed: map[string][]string{"orders": {"key", "source", "timeout"}}}},
-		{"field removed", map[string]json.RawMessage{"orders": orders},
-			map[string]json.RawMessage{"orders": def(`{"source":"SELECT 1","key":["id"]}`)},
-			definitionsDiff{Changed: map[string][]string{"orders": {"retries"}}}},
-		{"no definition running: names only", map[string]json.RawMessage{"orders": nil},
-			map[string]json.RawMessage{"orders": orders},
-			definitionsDiff{Changed: map[string][]string{}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, diffDefinitions(tc.running, tc.next))
-		})
-	}
-}
 
 // TestValidateFleet runs `idem validate --fleet` against a real NATS whose
 // fleet bucket holds a replica of goodConfig and one of an older idem.
@@ -64,7 +33,7 @@ func TestValidateFleet(t *testing.T) {
 	kv, err := consumer.EnsureFleet(ctx, js, consumer.FleetConfig{Bucket: old.NATS.FleetBucketName()})
 	require.NoError(t, err)
 	for _, m := range []consumer.Member{
-		{Replica: "host-a-1", Version: configVersion(old), Datasets: old.DatasetNames(), Definitions: datasetDefinitions(old)},
+		{Replica: "host-a-1", Version: service.ConfigVersion(old), Datasets: old.DatasetNames(), Definitions: service.Definitions(old)},
 		{Replica: "host-b-1", Version: "older", Datasets: []string{"orders"}},
 	} {
 		m.Updated = time.Now().UTC()
@@ -76,14 +45,14 @@ func TestValidateFleet(t *testing.T) {
 
 	r = runCLI(t, env, "validate", "--offline", "--fleet", "--config", writeConfig(t, goodConfig))
 	require.NoError(t, r.e, r.err)
-	require.Contains(t, r.out, "version "+configVersion(old)+": 1 replica(s): host-a-1\n  same as the new config")
+	require.Contains(t, r.out, "version "+service.ConfigVersion(old)+": 1 replica(s): host-a-1\n  same as the new config")
 
 	next := strings.Replace(goodConfig, "SELECT * FROM staging.orders", "SELECT order_id, event_date, total FROM staging.orders", 1)
 	next = strings.Replace(next, "  events:\n", "  clicks:\n", 1)
 	next = strings.Replace(next, "  orders:\n", "  orders:\n    retries: 7\n", 1)
 	r = runCLI(t, env, "validate", "--offline", "--fleet", "--config", writeConfig(t, next))
 	require.NoError(t, r.e, r.err)
-	require.Contains(t, r.out, "version "+configVersion(old)+": 1 replica(s): host-a-1\n"+
+	require.Contains(t, r.out, "version "+service.ConfigVersion(old)+": 1 replica(s): host-a-1\n"+
 		"  added: clicks\n  removed: events\n  orders: retries, source changed\n")
 	require.Contains(t, r.out, "version older: 1 replica(s): host-b-1\n  added: clicks, customers\n")
 	require.Contains(t, r.out, "compared by name only")

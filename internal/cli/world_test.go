@@ -18,6 +18,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer/consumertest"
 	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/internal/service"
 )
 
 // cliWorld is a real NATS server (in this process), a real database with the
@@ -96,7 +97,7 @@ func (w *cliWorld) serve() {
 	e := &env{out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, getenv: func(string) string { return "" }, configPath: w.cfg}
 	cfg, err := e.validConfig()
 	require.NoError(w.t, err)
-	pool, err := connect(context.Background(), cfg.Postgres.URL)
+	pool, err := service.Connect(context.Background(), cfg.Postgres.URL)
 	require.NoError(w.t, err)
 	nc, err := nats.Connect(cfg.NATS.URL)
 	require.NoError(w.t, err)
@@ -104,8 +105,8 @@ func (w *cliWorld) serve() {
 	done := make(chan error, 1)
 	ready := make(chan struct{})
 	go func() {
-		done <- serve(ctx, serveDeps{cfg: cfg, pool: pool, nc: nc, log: zerolog.Nop(), grace: 5 * time.Second,
-			ready: func(string) { close(ready) }})
+		done <- service.Run(ctx, service.Options{Config: cfg, Log: zerolog.Nop(), Grace: 5 * time.Second,
+			Pool: pool, NATS: nc, Ready: func(string) { close(ready) }})
 	}()
 	select {
 	case <-ready:

@@ -1,6 +1,15 @@
-// Package natsconn builds the NATS connection idem uses from its config: auth
-// (user/password, token, nkey seed, creds file), TLS, and reconnecting forever
-// with every disconnect and reconnect logged. It never logs a secret.
+// Package natsconn is the one definition of how idem connects to NATS. From
+// the config's nats section it builds the options every idem connection uses
+// (the service's, and those of operator commands such as streams, publish or
+// validate): auth (user/password, token, nkey seed, creds file), TLS, and the
+// behaviour a daemon relies on: reconnecting forever with jitter, so
+// replicas do not reconnect in step, with every disconnect, reconnect, close
+// and asynchronous error logged under stable messages ("nats: disconnected;
+// reconnecting", "nats: reconnected").
+//
+// Package consumer never builds a connection and does not import this
+// package: it receives one. natsconn never logs a secret: server URLs are
+// logged redacted.
 package natsconn
 
 import (

@@ -1,8 +1,9 @@
-package cli
+package service
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -14,6 +15,67 @@ import (
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
 )
+
+// defaultConnectTimeout bounds a new connection when the URL sets none.
+const defaultConnectTimeout = 10 * time.Second
+
+// PoolConfig is the pool configuration idem uses for url: at least conns
+// connections (unless the URL sets pool_max_conns), and idem's session
+// settings. A service that runs max_in_flight loads at once needs one
+// connection per load, plus the relay's and a health check's.
+func PoolConfig(url string, conns int) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, handlers.Classify(err)
+	}
+	if conns > 0 && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = int32(max(int(cfg.MaxConns), conns))
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
+	// A server that does not answer (a blackholed address, a failover in
+	// progress) must fail the connect, so the warehouse circuit opens, rather
+	// than hang a load forever. connect_timeout in the URL overrides it.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	// Bookkeeping (the `started` row, failures, skips, outbox marks) commits
+	// without waiting for the WAL flush; every load transaction sets
+	// synchronous_commit back on, and its flush covers the earlier rows too.
+	// A server crash can therefore lose only the trace of an attempt that had
+	// not committed anything.
+	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	return cfg, nil
+}
+
+// Connect opens a pool and checks the server answers within 10 s.
+func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return connectSized(ctx, url, 0)
+}
+
+// connectSized opens a pool of at least conns connections (see PoolConfig).
+func connectSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) {
+	cfg, err := PoolConfig(url, conns)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// poolSize is the pool a service needs: one connection per load in flight,
+// plus the relay's, the reconciler's and a health check's.
+func poolSize(cfg *config.Config) int { return cfg.NATS.MaxInFlight + 4 }
 
 // Start-up waits for a server that is down (a maintenance window, a node
 // being replaced) instead of exiting: a process that exits is restarted by

@@ -1,6 +1,6 @@
 //go:build !idemtest
 
-package cli
+package service
 
 // crashHook is a no-op in real builds. Tests build idem with -tags idemtest to
 // make a process die at chosen points (see crashhook_idemtest.go).

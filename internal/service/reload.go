@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -64,8 +64,8 @@ func (r *reloader) reload(ctx context.Context) error {
 	if next.Pipeline != r.cur.Pipeline {
 		return fmt.Errorf("pipeline %q -> %q: the audit's dag_id changes only with a restart", r.cur.Pipeline, next.Pipeline)
 	}
-	diff := diffDefinitions(datasetDefinitions(r.cur), datasetDefinitions(next))
-	built, err := datasets(next)
+	diff := DiffDefinitions(Definitions(r.cur), Definitions(next))
+	built, err := Datasets(next)
 	if err != nil {
 		return err
 	}
@@ -86,13 +86,13 @@ func (r *reloader) reload(ctx context.Context) error {
 		if err := r.h.PrepareDataset(ctx, built[name]); err != nil {
 			return fmt.Errorf("dataset %s: %w", name, err)
 		}
-		if err := handlers.Check(ctx, r.pool, built[name], samplePartition(built[name].PartitionType)); err != nil {
+		if err := handlers.Check(ctx, r.pool, built[name], SamplePartition(built[name].PartitionType)); err != nil {
 			return fmt.Errorf("dataset %s: %w", name, err)
 		}
 	}
-	version := configVersion(next)
+	version := ConfigVersion(next)
 	ds := consumerConfig(next, r.log, consumer.Hooks{}).Datasets
-	if err := r.c.Reload(ctx, ds, version, datasetDefinitions(next)); err != nil {
+	if err := r.c.Reload(ctx, ds, version, Definitions(next)); err != nil {
 		return err
 	}
 	later := restartOnly(r.cur, next)

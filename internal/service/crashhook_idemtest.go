@@ -1,6 +1,6 @@
 //go:build idemtest
 
-package cli
+package service
 
 import (
 	"fmt"

@@ -1,0 +1,60 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+)
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+func TestPoolConfig(t *testing.T) {
+	cfg, err := PoolConfig("postgres://u@127.0.0.1:5432/db", 12)
+	require.NoError(t, err)
+	require.EqualValues(t, 12, cfg.MaxConns)
+	require.Equal(t, "idem", cfg.ConnConfig.RuntimeParams["application_name"])
+	require.Equal(t, "off", cfg.ConnConfig.RuntimeParams["synchronous_commit"])
+	require.Equal(t, defaultConnectTimeout, cfg.ConnConfig.ConnectTimeout)
+
+	// What the URL says wins.
+	cfg, err = PoolConfig("postgres://u@127.0.0.1:5432/db?pool_max_conns=3&connect_timeout=2&synchronous_commit=on", 12)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, cfg.MaxConns)
+	require.Equal(t, "on", cfg.ConnConfig.RuntimeParams["synchronous_commit"])
+	require.Equal(t, 2*time.Second, cfg.ConnConfig.ConnectTimeout)
+
+	_, err = PoolConfig("postgres://u@127.0.0.1:5432/db?pool_max_conns=x", 1)
+	require.Error(t, err)
+}
+
+func TestWaitUntilLogsOncePerReason(t *testing.T) {
+	var logs bytes.Buffer
+	log := zerolog.New(&logs)
+	down := errors.New("connection refused")
+	tries := 0
+	v, err := waitUntil(context.Background(), log, "postgres", func() (int, error) {
+		if tries++; tries < 2 {
+			return 0, down
+		}
+		return 7, nil
+	}, func(err error) bool { return errors.Is(err, down) })
+	require.NoError(t, err)
+	require.Equal(t, 7, v)
+	require.Equal(t, 1, strings.Count(logs.String(), "waiting for the server to start"), logs.String())
+	require.Contains(t, logs.String(), "server reachable: starting")
+
+	// A refusal is not waited for.
+	logs.Reset()
+	refused := errors.New("password authentication failed")
+	_, err = waitUntil(context.Background(), log, "postgres", func() (int, error) { return 0, refused },
+		func(err error) bool { return errors.Is(err, down) })
+	require.ErrorIs(t, err, refused)
+	require.Empty(t, logs.String())
+}

@@ -1,0 +1,88 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/metrics"
+)
+
+// consumerConfig is the consumer's side of the config.
+func consumerConfig(cfg *config.Config, log zerolog.Logger, hooks consumer.Hooks) consumer.Config {
+	ds := make(map[string]consumer.Dataset, len(cfg.Datasets))
+	for name, d := range cfg.Datasets {
+		ds[name] = consumer.Dataset{
+			PartitionType:  d.PartitionType,
+			MaxConcurrency: d.MaxConcurrency,
+			Retry: consumer.Retry{
+				MaxAttempts: d.MaxAttempts(),
+				Delay:       d.RetryDelay.Std(),
+				MaxDelay:    d.MaxRetryDelay.Std(),
+			},
+		}
+	}
+	return consumer.Config{
+		Stream:           cfg.NATS.Stream,
+		DLQStream:        cfg.NATS.DLQStream,
+		Consumer:         cfg.NATS.Consumer,
+		SubjectPrefix:    cfg.NATS.SubjectPrefix,
+		DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
+		AckWait:          cfg.NATS.AckWait.Std(),
+		MaxInFlight:      cfg.NATS.MaxInFlight,
+		Replicas:         cfg.NATS.Replicas,
+		Datasets:         ds,
+		Log:              log,
+		Hooks:            hooks,
+	}
+}
+
+// StreamsConfig is what consumer.EnsureStreams and consumer.ApplyStreams get
+// for cfg: the server side of the consumer's config and the duplicate window.
+func StreamsConfig(cfg *config.Config) consumer.StreamsConfig {
+	return streamsConfig(cfg, consumerConfig(cfg, zerolog.Nop(), consumer.Hooks{}))
+}
+
+func streamsConfig(cfg *config.Config, ccfg consumer.Config) consumer.StreamsConfig {
+	sc := ccfg.Streams()
+	sc.Duplicates = cfg.NATS.DuplicateWindow()
+	return sc
+}
+
+// ensureStreams is serve's start: it creates what is missing and warns about
+// each consumer setting that differs from the config, changing none.
+func ensureStreams(ctx context.Context, js jetstream.JetStream, sc consumer.StreamsConfig, log zerolog.Logger) error {
+	if err := consumer.EnsureStreams(ctx, js, sc); err != nil {
+		return err
+	}
+	drifts, err := consumer.ConsumerDrift(ctx, js, sc)
+	if err != nil {
+		return err
+	}
+	for _, d := range drifts {
+		log.Warn().Str("stream", d.Stream).Str("consumer", d.Consumer).Str("field", d.Field).
+			Str("server", d.Server).Str("config", d.Config).
+			Msg("consumer settings differ from the config; run `idem streams` to apply")
+	}
+	return nil
+}
+
+// loadFunc is the consumer's handler: one event, one load, its metrics.
+func loadFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Handler {
+	return func(ctx context.Context, msg *consumer.Message) error {
+		start := time.Now()
+		out, err := h.Handle(ctx, msg.Event, handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts})
+		crashHook("after_commit", msg.Event.RunID)
+		status := out.Status
+		if err != nil {
+			status = "failed"
+		}
+		m.Load(msg.Dataset, status, time.Since(start), out.Rows.Inserted+out.Rows.Updated)
+		return err
+	}
+}

@@ -1,0 +1,105 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
+)
+
+// Datasets builds the handler's datasets from a validated config.
+func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
+	out := make(map[string]*handlers.Dataset, len(cfg.Datasets))
+	for name, d := range cfg.Datasets {
+		ts, tn := d.TargetTable()
+		vs, vn := d.ViewName()
+		spec := strategies.Spec{
+			Dataset:         name,
+			Target:          strategies.Table{Schema: ts, Name: tn},
+			Source:          d.Source,
+			PartitionColumn: d.PartitionColumn,
+			Key:             d.Key,
+			VersionColumn:   d.VersionColumn,
+			View:            strategies.Table{Schema: vs, Name: vn},
+			RunIDColumn:     d.RunIDColumn,
+			LoadSeqColumn:   d.LoadSeqColumn,
+			AllowEmpty:      d.AllowEmpty,
+
+			TruncatePartition: d.TruncatePartition,
+		}
+		st, err := strategies.New(string(d.Strategy), spec)
+		if err != nil {
+			return nil, fmt.Errorf("dataset %q: %w", name, err)
+		}
+		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then}
+	}
+	for name, ds := range out {
+		ds.Upstreams = cfg.Upstreams(name)
+	}
+	return out, nil
+}
+
+// SamplePartition is a partition key of the dataset's type, used to plan a
+// load (at start, on reload, in `idem validate`) without reading the clock.
+func SamplePartition(t schemas.PartitionType) string {
+	switch t {
+	case schemas.PartitionHour:
+		return "2000-01-01T00:00:00Z"
+	case schemas.PartitionText:
+		return "idem-validate"
+	}
+	return "2000-01-01"
+}
+
+// ensureSchema migrates schema idem when it is behind; a role without the
+// right to do so gets told to run `idem migrate`.
+func ensureSchema(ctx context.Context, pool *pgxpool.Pool, log zerolog.Logger) error {
+	all, err := audit.Migrations()
+	if err != nil {
+		return err
+	}
+	v, err := audit.Version(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if v >= len(all) {
+		return nil
+	}
+	applied, err := audit.Migrate(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("schema idem is at version %d of %d and could not be upgraded (run 'idem migrate' with a role that may): %w", v, len(all), err)
+	}
+	for _, a := range applied {
+		log.Info().Int("version", a.Version).Str("name", a.Name).Msg("migrated schema idem")
+	}
+	return nil
+}
+
+// checkDatasets prepares views and plans every dataset's load. A broken
+// dataset is logged, not fatal: its events will fail with the same reason and
+// reach the dead-letter stream, while the other datasets keep loading.
+func checkDatasets(ctx context.Context, pool *pgxpool.Pool, h *handlers.Handler, log zerolog.Logger) {
+	failed := h.Prepare(ctx)
+	names := make([]string, 0, len(h.Datasets))
+	for n := range h.Datasets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		err := failed[n]
+		if err == nil {
+			err = handlers.Check(ctx, pool, h.Datasets[n], SamplePartition(h.Datasets[n].PartitionType))
+		}
+		if err != nil {
+			log.Error().Str("dataset", n).Err(err).Msg("dataset is broken: its events will go to the dead-letter stream until it is fixed")
+		}
+	}
+}

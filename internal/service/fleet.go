@@ -1,0 +1,135 @@
+package service
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-data/idem/internal/config"
+)
+
+// ConfigVersion names what a config makes idem do: a hash of the pipeline
+// and the datasets, the same on every replica that runs the same datasets,
+// whatever the secrets, URLs or comments.
+func ConfigVersion(cfg *config.Config) string {
+	b, err := json.Marshal(struct {
+		Pipeline string
+		Datasets map[string]*config.Dataset
+	}{cfg.Pipeline, cfg.Datasets})
+	if err != nil {
+		return "unknown"
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// replicaName names this process in the fleet: host and pid.
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// Definitions is what each replica reports of its datasets to the fleet:
+// each one as JSON keyed by its YAML field names, so that a diff names
+// fields as the config file does ("source", "retries").
+func Definitions(cfg *config.Config) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(cfg.Datasets))
+	for name, ds := range cfg.Datasets {
+		y, err := yaml.Marshal(ds)
+		if err != nil {
+			continue
+		}
+		var fields map[string]any
+		if err := yaml.Unmarshal(y, &fields); err != nil {
+			continue
+		}
+		if b, err := json.Marshal(fields); err == nil {
+			out[name] = b
+		}
+	}
+	return out
+}
+
+// DefinitionsDiff is what a new config changes against a running one.
+type DefinitionsDiff struct {
+	Added   []string
+	Removed []string
+	// Changed maps a dataset in both to the fields whose values differ.
+	Changed map[string][]string
+}
+
+// Empty reports whether no dataset was added, removed or changed.
+func (d DefinitionsDiff) Empty() bool {
+	return len(d.Added) == 0 && len(d.Removed) == 0 && len(d.Changed) == 0
+}
+
+// DiffDefinitions compares the datasets a replica runs with those of a new
+// config, field by field. A running dataset without a definition (a replica
+// of an older idem) is compared by name only.
+func DiffDefinitions(running, next map[string]json.RawMessage) DefinitionsDiff {
+	d := DefinitionsDiff{Changed: map[string][]string{}}
+	for _, name := range slices.Sorted(maps.Keys(next)) {
+		old, ok := running[name]
+		if !ok {
+			d.Added = append(d.Added, name)
+			continue
+		}
+		if old == nil {
+			continue
+		}
+		if fields := changedFields(old, next[name]); len(fields) > 0 {
+			d.Changed[name] = fields
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(running)) {
+		if _, ok := next[name]; !ok {
+			d.Removed = append(d.Removed, name)
+		}
+	}
+	return d
+}
+
+// changedFields lists, sorted, the top-level keys whose values differ
+// between two JSON objects, a key missing on one side included.
+func changedFields(a, b json.RawMessage) []string {
+	var ma, mb map[string]json.RawMessage
+	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
+		if bytes.Equal(a, b) {
+			return nil
+		}
+		return []string{"(definition)"}
+	}
+	var out []string
+	for k, va := range ma {
+		if vb, ok := mb[k]; !ok || !jsonEqual(va, vb) {
+			out = append(out, k)
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return bytes.Equal(a, b)
+	}
+	ca, _ := json.Marshal(va) // maps marshal with sorted keys
+	cb, _ := json.Marshal(vb)
+	return bytes.Equal(ca, cb)
+}

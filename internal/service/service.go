@@ -1,0 +1,194 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/metrics"
+	"github.com/idem-data/idem/internal/relay"
+)
+
+// Options is what Run needs. Config is required; everything else has a
+// working zero value.
+type Options struct {
+	// Config is a validated config.
+	Config *config.Config
+	// Log receives the service's log lines.
+	Log zerolog.Logger
+	// BuildVersion is idem's own version, reported by the metrics.
+	BuildVersion string
+	// Grace is how long in-flight loads may finish once ctx is cancelled
+	// before they are interrupted and nak'ed; zero means the consumer's
+	// default.
+	Grace time.Duration
+
+	// Pool and NATS are the connections to use. When nil, Run opens them
+	// from the config, waiting at start for a server that cannot be reached
+	// yet, and closes them when it returns; a connection handed in stays
+	// the caller's to close. Run drains the NATS connection either way.
+	Pool *pgxpool.Pool
+	NATS *nats.Conn
+	// ClientName names the NATS connection Run opens in the server's
+	// monitoring ("idem serve").
+	ClientName string
+
+	// Ready, when set, is called once the consumer is about to fetch, with
+	// the address the HTTP server listens on.
+	Ready func(addr string)
+	// Reload, when set, reads the config again on SIGHUP.
+	Reload func() (*config.Config, error)
+}
+
+// Run runs the service until ctx is cancelled; it returns nil after a clean
+// stop.
+func Run(ctx context.Context, o Options) error {
+	cfg, log := o.Config, o.Log
+	pool, nc := o.Pool, o.NATS
+	if pool == nil {
+		if cfg.Postgres.URL == "" {
+			return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
+		}
+		p, err := connectWaiting(ctx, log, cfg.Postgres.URL, poolSize(cfg))
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		pool = p
+	}
+	if nc == nil {
+		name := o.ClientName
+		if name == "" {
+			name = "idem"
+		}
+		c, err := natsWaiting(ctx, log, cfg.NATS, name)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		nc = c
+	}
+	return run(ctx, o, pool, nc)
+}
+
+func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) error {
+	log, cfg := o.Log, o.Config
+	if err := ensureSchema(ctx, pool, log); err != nil {
+		return err
+	}
+	dss, err := Datasets(cfg)
+	if err != nil {
+		return err
+	}
+	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, SubjectPrefix: cfg.NATS.SubjectPrefix,
+		Started: func(_, runID string, _ int) { crashHook("before_load", runID) }}
+	checkDatasets(ctx, pool, h, log)
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	m := metrics.New(o.BuildVersion)
+	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix}, log)
+	if err != nil {
+		return err
+	}
+	outbox.Published = func(n int) { m.OutboxPublished.Add(float64(n)) }
+	outbox.Failed = func(n int) { m.OutboxPublishFailures.Add(float64(n)) }
+	outbox.Backlog = func(b audit.OutboxBacklog) { m.OutboxBacklogSet(b.Pending, b.Oldest) }
+	h.Enqueued = outbox.Wake
+	ccfg := consumerConfig(cfg, log, m.Hooks())
+	ccfg.ShutdownGrace = o.Grace
+	version := ConfigVersion(cfg)
+	m.ConfigInfo.WithLabelValues(version).Set(1)
+	var current atomic.Pointer[string]
+	current.Store(&version)
+	ccfg.Fleet = &consumer.FleetConfig{
+		Bucket: cfg.NATS.FleetBucketName(), Replica: replicaName(), Version: version, Grace: cfg.NATS.UnknownGrace(),
+		Definitions: Definitions(cfg),
+	}
+	connCfg := pool.Config().ConnConfig
+	ccfg.Probe = func(ctx context.Context) error {
+		if err := handlers.Probe(ctx, connCfg); err != nil {
+			return err
+		}
+		// The pooled sessions predate the outage: they may point at a
+		// demoted server or carry its read-only default. Loads get new ones,
+		// like the probe's.
+		pool.Reset()
+		return nil
+	}
+	if err := ensureStreams(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
+		return err
+	}
+	c, err := consumer.New(js, ccfg, loadFunc(h, m))
+	if err != nil {
+		return err
+	}
+	rec, err := consumer.NewReconciler(js, ccfg)
+	if err != nil {
+		return err
+	}
+
+	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, pool, nc, c, &current, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info().Str("http", addr).Str("pipeline", cfg.Pipeline).Strs("datasets", cfg.DatasetNames()).Str("config_version", version).
+		Str("replica", ccfg.Fleet.Replica).Msg("idem serve started")
+	if o.Ready != nil {
+		o.Ready(addr)
+	}
+
+	var wg sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	if o.Reload != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		r := &reloader{load: o.Reload, pool: pool, h: h, c: c, m: m, log: log, version: &current, cur: cfg, dss: dss}
+		wg.Add(1)
+		go func() { defer wg.Done(); r.run(bgCtx, hup) }()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := rec.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error().Err(err).Msg("dead-letter reconciler stopped")
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		_ = outbox.Run(bgCtx) // makes a last pass when stopped
+	}()
+	err = c.Run(ctx)
+	stopBackground()
+	wg.Wait()
+	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+		log.Warn().Err(derr).Msg("nats drain")
+	}
+	if err != nil {
+		return err
+	}
+	log.Info().Msg("idem serve stopped cleanly")
+	return nil
+}
