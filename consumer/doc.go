@@ -10,8 +10,8 @@
 // handlers, strategies or audit. What it needs to know about a message comes
 // from schemas (the dataset, for routing and limits, and whether the body is
 // valid at all); what it needs to know about a failure comes from the
-// error's behaviour. It never builds a connection either: cmd does, with
-// ConnOptions, and drains it after Run returns.
+// error's behaviour. It never builds a connection either: internal/service
+// does, with internal/natsconn's options, and drains it after Run returns.
 //
 // # A message's way through
 //
@@ -202,9 +202,9 @@
 // in flight and heartbeats; cmd plugs Prometheus into them. Dataset labels
 // are configured names or InvalidDataset, so their number stays bounded.
 //
-// # Wiring, in cmd
+// # Wiring, in internal/service
 //
-//	nc, err := nats.Connect(url, append(authOptions, consumer.ConnOptions(log)...)...)
+//	nc, err := natsconn.Connect(ctx, cfg.NATS, "idem serve", log)
 //	js, err := jetstream.New(nc)
 //	cfg := consumer.Config{Stream: ..., Datasets: ..., Log: log, Hooks: hooks}
 //	err = consumer.EnsureStreams(ctx, js, cfg.Streams())

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/natsconn"
 )
 
 const (
@@ -79,8 +81,10 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 // returns Run's error.
 func (e *env) start(h Handler) (c *Consumer, stop func(grace time.Duration) error) {
 	e.t.Helper()
-	// Connected as cmd connects: reconnect forever, state changes logged.
-	nc, err := nats.Connect(e.srv.ClientURL(), ConnOptions(e.cfg.Log)...)
+	// Connected as idem serve connects: reconnect forever, state changes logged.
+	opts, err := natsconn.Options(config.NATS{}, "consumer test", e.cfg.Log)
+	require.NoError(e.t, err)
+	nc, err := nats.Connect(e.srv.ClientURL(), opts...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
