@@ -345,8 +345,11 @@ func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg) {
 	c.cfg.Hooks.inFlight(int(c.held.Add(1)))
 	go func() {
 		defer func() {
-			c.release(1)
+			// Counted out before the slot is freed: the next fetch may take
+			// it at once, and the gauge must never show more than
+			// max_in_flight.
 			c.cfg.Hooks.inFlight(int(c.held.Add(-1)))
+			c.release(1)
 			c.wg.Done()
 		}()
 		c.process(hard, msg)
