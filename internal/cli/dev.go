@@ -140,7 +140,7 @@ func (e *env) dev(ctx context.Context, once bool) error {
 		stop()
 		return fmt.Errorf("idem serve: %w", err)
 	}
-	fmt.Fprintf(e.out, "idem serve running: metrics on http://%s/metrics, log in %s\n", addr, logFile.Name())
+	fmt.Fprintf(e.out, "idem serve running: status page on http://%s/ , metrics on http://%s/metrics, log in %s\n", addr, addr, logFile.Name())
 
 	if err := e.devScenario(ctx, nc, pool, cfg); err != nil {
 		stop()
@@ -150,7 +150,7 @@ func (e *env) dev(ctx context.Context, once bool) error {
 	if !once {
 		fmt.Fprintf(e.out, "\nStill serving. Try, from another terminal:\n\n"+
 			"  nats --server %s pub idem.ready.orders '{\"dataset\":\"orders\",\"partition\":\"2026-11-27\",\"run_id\":\"manual__1\"}'\n\n"+
-			"then see the audit row with psql %q -c 'TABLE idem.partition_status'\nCtrl-C to stop.\n", ns.URL(), url)
+			"then see the audit row with psql %q -c 'TABLE idem.partition_status'\nor the grid on http://%s/\nCtrl-C to stop.\n", ns.URL(), url, addr)
 		select {
 		case <-ctx.Done():
 		case err := <-done:
@@ -191,9 +191,11 @@ func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool
 		{"merge them again under a new run_id: unchanged rows are not rewritten", "idem.ready.customers", `{"dataset":"customers","partition":"2026-11-28","run_id":"manual__again"}`, audit.StatusSuccess},
 		{"append events of 2026-11-27", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r2"}`, audit.StatusSuccess},
 		{"append again under an older-looking run_id: the view still shows one row per event", "idem.ready.events", `{"dataset":"events","partition":"2026-11-27","run_id":"r1"}`, audit.StatusSuccess},
+		{"catch up an earlier day of orders (daily_revenue follows)", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-25","run_id":"scheduled__2026-11-25"}`, audit.StatusSuccess},
+		{"and another", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-26","run_id":"scheduled__2026-11-26"}`, audit.StatusSuccess},
 		{"poison: 2026-02-30 is not a date", "idem.ready.orders", `{"dataset":"orders","partition":"2026-02-30","run_id":"bad"}`, "dlq"},
 		{"poison: not even JSON", "idem.ready.orders", `{"dataset": "orders", oops`, "dlq"},
-		{"a partition with no source rows is refused, never a silent wipe", "idem.ready.orders", `{"dataset":"orders","partition":"2027-01-01","run_id":"empty"}`, "dlq"},
+		{"a partition with no source rows is refused, never a silent wipe", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-24","run_id":"scheduled__2026-11-24"}`, "dlq"},
 	}
 	dead := 0
 	for _, s := range steps {
@@ -222,7 +224,7 @@ func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool
 	}
 	var n int64
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM analytics.fact_orders").Scan(&n); err == nil {
-		fmt.Fprintf(e.out, "\nanalytics.fact_orders holds %d rows (25 for the one day loaded, never doubled)\n", n)
+		fmt.Fprintf(e.out, "\nanalytics.fact_orders holds %d rows (25 for each of the 3 days loaded, never doubled)\n", n)
 	}
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM raw.latest_events").Scan(&n); err == nil {
 		fmt.Fprintf(e.out, "raw.latest_events shows %d events (raw.events keeps every appended copy)\n", n)

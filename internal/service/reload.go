@@ -32,6 +32,9 @@ type reloader struct {
 	m       *metrics.Metrics
 	log     zerolog.Logger
 	version *atomic.Pointer[string]
+	// applied, when set, receives each config applied (the status page and
+	// the observer follow it).
+	applied *atomic.Pointer[config.Config]
 
 	mu  sync.Mutex
 	cur *config.Config
@@ -98,6 +101,9 @@ func (r *reloader) reload(ctx context.Context) error {
 	later := restartOnly(r.cur, next)
 	r.h.Replace(built)
 	r.cur, r.dss = next, built
+	if r.applied != nil {
+		r.applied.Store(next)
+	}
 	r.version.Store(&version)
 	r.m.ConfigInfo.Reset()
 	r.m.ConfigInfo.WithLabelValues(version).Set(1)

@@ -144,7 +144,14 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		return err
 	}
 
-	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, pool, nc, c, &current, log)
+	var cfgNow atomic.Pointer[config.Config]
+	cfgNow.Store(cfg)
+	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, log)
+	page, err := st.page()
+	if err != nil {
+		return err
+	}
+	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, pool, nc, c, &current, page.Handler(), log)
 	if err != nil {
 		return err
 	}
@@ -165,11 +172,12 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		r := &reloader{load: o.Reload, pool: pool, h: h, c: c, m: m, log: log, version: &current, cur: cfg, dss: dss}
+		r := &reloader{load: o.Reload, pool: pool, h: h, c: c, m: m, log: log, version: &current, cur: cfg, dss: dss, applied: &cfgNow}
 		wg.Add(1)
 		go func() { defer wg.Done(); r.run(bgCtx, hup) }()
 	}
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); st.obs.Run(bgCtx) }()
 	go func() {
 		defer wg.Done()
 		if err := rec.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {

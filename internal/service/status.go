@@ -1,0 +1,220 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/backfill"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/internal/metrics"
+	"github.com/idem-data/idem/internal/observer"
+	"github.com/idem-data/idem/internal/statuspage"
+	"github.com/idem-data/idem/schemas"
+)
+
+// dlqListTTL: the page lists the dead-letter stream at most this often.
+const dlqListTTL = 5 * time.Second
+
+// status assembles the observer and the status page over the running
+// service's parts. cfg follows reloads.
+type status struct {
+	cfg     *atomic.Pointer[config.Config]
+	pool    *pgxpool.Pool
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	c       *consumer.Consumer
+	version *atomic.Pointer[string]
+	log     zerolog.Logger
+	obs     *observer.Observer
+
+	mu       sync.Mutex
+	dlqAt    time.Time
+	dlq      []statuspage.DeadLetter
+	dlqErr   error
+	dlqStore *deadletter.Store
+}
+
+func newStatus(cfg *atomic.Pointer[config.Config], pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, c *consumer.Consumer,
+	version *atomic.Pointer[string], m *metrics.Metrics, log zerolog.Logger) *status {
+	s := &status{cfg: cfg, pool: pool, nc: nc, js: js, c: c, version: version, log: log}
+	cur := cfg.Load()
+	s.obs = observer.New(observer.Config{
+		JS: js, Stream: cur.NATS.Stream, Consumer: cur.NATS.Consumer, DLQStream: cur.NATS.DLQStream,
+		DLQSubjectPrefix: cur.NATS.DLQSubjectPrefix, DB: pool, Pipeline: cur.Pipeline,
+		Calendars: s.calendars, Replicas: s.replicas, Ready: func(ctx context.Context) bool { return len(readiness(ctx, nc, c, pool)) == 0 },
+		Metrics: m, Log: log,
+	})
+	return s
+}
+
+func (s *status) calendars() []observer.Calendar {
+	cfg := s.cfg.Load()
+	var out []observer.Calendar
+	for _, name := range cfg.DatasetNames() {
+		if e, ok := cfg.Datasets[name].Calendar(); ok {
+			out = append(out, observer.Calendar{Dataset: name, Expect: e})
+		}
+	}
+	return out
+}
+
+func (s *status) replicas(ctx context.Context) ([]observer.Replica, error) {
+	ms, err := s.c.Fleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]observer.Replica, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, observer.Replica{Name: m.Replica, Version: m.Version})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// page builds the status page.
+func (s *status) page() (*statuspage.Page, error) {
+	cfg := s.cfg.Load()
+	return statuspage.New(statuspage.Deps{
+		Pipeline: cfg.Pipeline, DB: s.pool, Token: cfg.HTTP.Token, Log: s.log,
+		Datasets:    s.datasets,
+		Health:      s.health,
+		DeadLetters: s.deadLetters,
+		Replay:      s.replay,
+		Backfill:    s.backfill,
+	})
+}
+
+func (s *status) datasets() []statuspage.Dataset {
+	cfg := s.cfg.Load()
+	out := make([]statuspage.Dataset, 0, len(cfg.Datasets))
+	for _, name := range cfg.DatasetNames() {
+		d := statuspage.Dataset{Name: name, Upstreams: cfg.Upstreams(name)}
+		if e, ok := cfg.Datasets[name].Calendar(); ok {
+			d.Calendar = &e
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (s *status) health(ctx context.Context) statuspage.Health {
+	up, state, reason, since := s.c.Warehouse()
+	h := statuspage.Health{WarehouseUp: up, NATS: s.nc.Status().String(), ConfigVersion: *s.version.Load()}
+	if !up {
+		h.WarehouseReason = fmt.Sprintf("circuit %s for %s: %v", state, time.Since(since).Round(time.Second), reason)
+	}
+	r := s.obs.Last()
+	h.Pending, h.AckPending = r.Pending, r.AckPending
+	for _, rep := range r.Replicas {
+		h.Replicas = append(h.Replicas, statuspage.Replica{Name: rep.Name, Version: rep.Version})
+	}
+	return h
+}
+
+func (s *status) store(ctx context.Context) (*deadletter.Store, error) {
+	if s.dlqStore != nil {
+		return s.dlqStore, nil
+	}
+	cfg := s.cfg.Load()
+	st, err := deadletter.Open(ctx, s.js, deadletter.Config{Stream: cfg.NATS.DLQStream, SubjectPrefix: cfg.NATS.DLQSubjectPrefix, EventsStream: cfg.NATS.Stream})
+	if err != nil {
+		return nil, err
+	}
+	s.dlqStore = st
+	return st, nil
+}
+
+// deadLetters lists the dead-letter stream, cached for dlqListTTL.
+func (s *status) deadLetters(ctx context.Context) ([]statuspage.DeadLetter, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.dlqAt) < dlqListTTL {
+		return s.dlq, s.dlqErr
+	}
+	s.dlq, s.dlqErr = nil, nil
+	st, err := s.store(ctx)
+	if err == nil {
+		var ls []deadletter.Letter
+		if ls, err = st.List(ctx, deadletter.Filter{}, false); err == nil {
+			for _, l := range ls {
+				s.dlq = append(s.dlq, statuspage.DeadLetter{Seq: l.Seq, Time: l.StoredAt, Dataset: l.Dataset, Partition: l.Partition,
+					RunID: l.RunID, Kind: string(l.Kind), Reason: l.Error, Subject: l.OriginalSubject})
+			}
+		}
+	}
+	s.dlqAt, s.dlqErr = time.Now(), err
+	return s.dlq, err
+}
+
+// replay republishes one dead letter exactly as `idem dlq replay SEQ` does.
+func (s *status) replay(ctx context.Context, seq uint64) (string, error) {
+	s.mu.Lock()
+	st, err := s.store(ctx)
+	s.dlqAt = time.Time{} // the next listing reads the stream again
+	s.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	l, err := st.Get(ctx, seq)
+	if err != nil {
+		return "", err
+	}
+	r := st.Replay(ctx, l, deadletter.ReplayOptions{})
+	if r.Action != deadletter.ActionReplayed {
+		return "", fmt.Errorf("seq %d not replayed (%s): %s", seq, r.Action, r.Reason)
+	}
+	return fmt.Sprintf("seq %d (%s %s run %s) republished to %s as %s seq %d", seq, r.Dataset, r.Partition, r.RunID, r.Subject, r.Stream, r.StreamSeq), nil
+}
+
+// backfill publishes the missing and failed partitions of a range, as
+// `idem backfill DATASET --from --to` does.
+func (s *status) backfill(ctx context.Context, dataset, from, to string) (string, error) {
+	cfg := s.cfg.Load()
+	d, ok := cfg.Datasets[dataset]
+	if !ok {
+		return "", fmt.Errorf("dataset %q is not configured", dataset)
+	}
+	step, ok := backfill.StepOf(d.PartitionType)
+	if !ok {
+		return "", fmt.Errorf("dataset %s has %s partitions, which cannot be enumerated", dataset, d.PartitionType)
+	}
+	f, err := schemas.ParsePartition(d.PartitionType, from)
+	if err != nil {
+		return "", fmt.Errorf("from: %w", err)
+	}
+	t, err := schemas.ParsePartition(d.PartitionType, to)
+	if err != nil {
+		return "", fmt.Errorf("to: %w", err)
+	}
+	if t.Time.Before(f.Time) {
+		return "", fmt.Errorf("to %s is before from %s", to, from)
+	}
+	keys, err := backfill.Keys(step, f.Time, t.Time)
+	if err != nil {
+		return "", err
+	}
+	res := &backfill.Result{Dataset: dataset, From: from, To: to, Step: string(step), RunID: backfill.NewRunID(time.Now()), Planned: len(keys)}
+	rp := backfill.Reprocess{Missing: true, Failed: true}
+	res.Reprocess = rp.String()
+	if err := backfill.Plan(ctx, s.pool, cfg, res, keys, rp); err != nil {
+		return "", err
+	}
+	if res.ToPublish == 0 {
+		return fmt.Sprintf("%s %s..%s: nothing missing or failed among %d partition(s)", dataset, from, to, len(keys)), nil
+	}
+	if err := backfill.Publish(ctx, s.js, cfg, res, 0, nil); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s %s..%s: %d partition(s) published with run_id %s (%d duplicate)", dataset, from, to, res.Published, res.RunID, res.Duplicates), nil
+}
