@@ -42,8 +42,10 @@ func BenchmarkGrid50x400(b *testing.B) {
 	now := time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC) // 400 ended days
 	p, err := statuspage.New(statuspage.Deps{
 		Pipeline: "shop", DB: db.Pool, Now: func() time.Time { return now }, Log: zerolog.Nop(),
-		Datasets:    func() []statuspage.Dataset { return dss },
-		Health:      func(context.Context) statuspage.Health { return statuspage.Health{WarehouseUp: true, NATS: "CONNECTED"} },
+		Datasets: func() []statuspage.Dataset { return dss },
+		Health: func(context.Context) statuspage.Health {
+			return statuspage.Health{WarehouseUp: true, NATS: "CONNECTED"}
+		},
 		DeadLetters: func(context.Context) ([]statuspage.DeadLetter, error) { return nil, nil },
 	})
 	require.NoError(b, err)
