@@ -34,11 +34,13 @@
 //	IDEM_NATS_TOKEN        nats.token
 //	IDEM_DATABASE_URL      postgres.url
 //	IDEM_HTTP_ADDR         http.addr
+//	IDEM_HTTP_TOKEN        http.token
 //
 // # Secrets
 //
 // A secret can be written inline, come from the environment, or come from a
-// file: nats.password_file, nats.token_file and postgres.url_file are read at
+// file: nats.password_file, nats.token_file, postgres.url_file and
+// http.token_file are read at
 // Load (a relative path is relative to the config file's folder; with Parse,
 // to the working directory), with a trailing line break trimmed. A missing or
 // empty file is an error naming the field, and so is setting both a value and
@@ -99,7 +101,9 @@
 //
 // # http
 //
-//	addr   127.0.0.1:9464   host:port of /metrics, /healthz and /readyz
+//	addr         127.0.0.1:9464   host:port of the status page, /metrics, /healthz and /readyz
+//	token        none             enables the status page's actions (replay, backfill); 16+ characters
+//	token_file                    file holding the token
 //
 // # datasets
 //
@@ -127,6 +131,7 @@
 //	max_concurrency   0               per-process limit for this dataset; 0 for none
 //	allow_empty       false           let an empty source partition load
 //	truncate_partition false          delete_insert only: TRUNCATE the child holding the partition (see below)
+//	expect            none            the calendar: which partitions should exist and by when (see below)
 //
 // A zero duration or count in YAML means the default.
 //
@@ -148,6 +153,18 @@
 // TRUNCATE takes ACCESS EXCLUSIVE on the child, waiting at most a few seconds
 // for its readers before the load fails as transient and is retried. It needs
 // TRUNCATE on each such child, which `idem validate` checks.
+//
+// # Calendars
+//
+// expect: {every: day, from: 2026-01-01, deadline: 3h, timezone: Europe/Paris}
+//
+//	every      required   day (partition_type date) or hour (timestamp)
+//	from       required   the first expected partition: 2026-01-01, or 2026-01-01T00:00:00Z for hours
+//	deadline   0          how long after its period ends a partition may be missing before it is late
+//	timezone   UTC        IANA zone days are counted in; hours are always UTC
+//
+// A partition is expected once its period has ended; missing until its
+// deadline, late after. text datasets have no calendar.
 //
 // # Validation
 //
