@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 func TestSuccessAcksOnce(t *testing.T) {
@@ -80,17 +81,17 @@ func TestFatalErrorDeadLettersAfterOneDelivery(t *testing.T) {
 	h := dl.Header
 	require.Equal(t, []string{"t1", "t2"}, h.Values("X-Trace"))
 	require.Equal(t, "orders:2026-11-28:scheduled__2026-11-28", h.Get("Idem-Original-Nats-Msg-Id"))
-	require.Equal(t, DeadLetterMsgID(testStream, seq), h.Get("Nats-Msg-Id"))
-	require.Equal(t, `undefined_object: relation "analytics.fact_orders" does not exist SQLSTATE 42P01`, h.Get(HeaderError))
-	require.Equal(t, "fatal", h.Get(HeaderErrorKind))
-	require.Equal(t, "idem.ready.orders", h.Get(HeaderOriginalSubject))
-	require.Equal(t, testStream, h.Get(HeaderOriginalStream))
-	require.Equal(t, "1", h.Get(HeaderOriginalSeq))
-	require.Equal(t, "1", h.Get(HeaderDeliveries))
-	require.Equal(t, "orders", h.Get(HeaderDataset))
-	require.Equal(t, "2026-11-28", h.Get(HeaderPartition))
-	require.Equal(t, "scheduled__2026-11-28", h.Get(HeaderRunID))
-	failedAt, err := time.Parse(time.RFC3339, h.Get(HeaderFailedAt))
+	require.Equal(t, deadletter.MsgID(testStream, seq), h.Get("Nats-Msg-Id"))
+	require.Equal(t, `undefined_object: relation "analytics.fact_orders" does not exist SQLSTATE 42P01`, h.Get(deadletter.HeaderError))
+	require.Equal(t, "fatal", h.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "idem.ready.orders", h.Get(deadletter.HeaderOriginalSubject))
+	require.Equal(t, testStream, h.Get(deadletter.HeaderOriginalStream))
+	require.Equal(t, "1", h.Get(deadletter.HeaderOriginalSeq))
+	require.Equal(t, "1", h.Get(deadletter.HeaderDeliveries))
+	require.Equal(t, "orders", h.Get(deadletter.HeaderDataset))
+	require.Equal(t, "2026-11-28", h.Get(deadletter.HeaderPartition))
+	require.Equal(t, "scheduled__2026-11-28", h.Get(deadletter.HeaderRunID))
+	failedAt, err := time.Parse(time.RFC3339, h.Get(deadletter.HeaderFailedAt))
 	require.NoError(t, err)
 	require.WithinRange(t, failedAt, before, time.Now().Add(time.Second))
 	require.Equal(t, 1, e.hook.deadLetter("orders/fatal"))
@@ -115,9 +116,9 @@ func TestTransientRetriesAfterBackoffThenExhausted(t *testing.T) {
 
 	dl := e.deadLetters(1)[0]
 	e.settled(seq)
-	require.Equal(t, "exhausted", dl.Header.Get(HeaderErrorKind))
-	require.Equal(t, "3", dl.Header.Get(HeaderDeliveries))
-	require.Equal(t, "connection reset by peer", dl.Header.Get(HeaderError))
+	require.Equal(t, "exhausted", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "3", dl.Header.Get(deadletter.HeaderDeliveries))
+	require.Equal(t, "connection reset by peer", dl.Header.Get(deadletter.HeaderError))
 	msgs, at := got.snapshot()
 	require.Len(t, msgs, 3)
 	for i, m := range msgs {
@@ -176,12 +177,12 @@ func TestInvalidMessagesSkipTheHandler(t *testing.T) {
 	bySeq := map[string]string{}
 	bodies := map[string][]byte{}
 	for _, dl := range dls {
-		bodies[dl.Header.Get(HeaderOriginalSeq)] = dl.Data
-		require.Equal(t, "fatal", dl.Header.Get(HeaderErrorKind))
-		require.Contains(t, dl.Header.Get(HeaderError), "invalid event")
-		require.Equal(t, "1", dl.Header.Get(HeaderDeliveries))
-		require.Empty(t, dl.Header.Get(HeaderPartition))
-		bySeq[dl.Header.Get(HeaderOriginalSeq)] = dl.Subject
+		bodies[dl.Header.Get(deadletter.HeaderOriginalSeq)] = dl.Data
+		require.Equal(t, "fatal", dl.Header.Get(deadletter.HeaderErrorKind))
+		require.Contains(t, dl.Header.Get(deadletter.HeaderError), "invalid event")
+		require.Equal(t, "1", dl.Header.Get(deadletter.HeaderDeliveries))
+		require.Empty(t, dl.Header.Get(deadletter.HeaderPartition))
+		bySeq[dl.Header.Get(deadletter.HeaderOriginalSeq)] = dl.Subject
 	}
 	require.Equal(t, map[string]string{
 		"1": "idem.dlq.orders", // a configured dataset with a bad body
@@ -191,8 +192,8 @@ func TestInvalidMessagesSkipTheHandler(t *testing.T) {
 	}, bySeq)
 	require.Equal(t, []byte("\xff\xfe"), bodies["3"], "bytes kept, even invalid UTF-8")
 	for _, dl := range dls {
-		if dl.Header.Get(HeaderOriginalSeq) == "2" {
-			require.Equal(t, "nope", dl.Header.Get(HeaderDataset), "a valid but unconfigured name is still told")
+		if dl.Header.Get(deadletter.HeaderOriginalSeq) == "2" {
+			require.Equal(t, "nope", dl.Header.Get(deadletter.HeaderDataset), "a valid but unconfigured name is still told")
 		}
 	}
 	require.Equal(t, 2, e.hook.deadLetter("_invalid/fatal"))
@@ -222,7 +223,7 @@ func TestRepeatedHeaderKeysCrashNothing(t *testing.T) {
 		require.Equal(t, []string{"one", "two", "three"}, m.Headers.Values("X-Tag"), "the handler sees every value")
 	}
 	require.Equal(t, []string{"one", "two", "three"}, dl.Header.Values("X-Tag"))
-	require.Equal(t, []string{"r1"}, dl.Header.Values(HeaderRunID), "ours, not a forged one")
+	require.Equal(t, []string{"r1"}, dl.Header.Values(deadletter.HeaderRunID), "ours, not a forged one")
 	require.Equal(t, []string{"x", "y"}, dl.Header.Values("Idem-Original-Idem-Run-Id"), "the publisher's kept, renamed")
 	require.Equal(t, 1, e.hook.event("orders/acked"))
 }
@@ -386,8 +387,8 @@ func TestPanicIsRetriedThenDeadLetteredAsCrashed(t *testing.T) {
 	dl := e.deadLetters(1)[0]
 	e.settled(seq)
 	require.Equal(t, 2, got.count())
-	require.Equal(t, "crashed", dl.Header.Get(HeaderErrorKind))
-	require.Contains(t, dl.Header.Get(HeaderError), "handler panicked: runtime error: index out of range")
+	require.Equal(t, "crashed", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Contains(t, dl.Header.Get(deadletter.HeaderError), "handler panicked: runtime error: index out of range")
 	require.Equal(t, uint64(1), e.streamMsgs(testDLQ), "exactly once")
 	require.Contains(t, e.logs.String(), "goroutine", "the stack is logged")
 }
@@ -412,7 +413,7 @@ func TestDeadLetterPublishFailureKeepsTheMessage(t *testing.T) {
 	require.NoError(t, EnsureStreams(context.Background(), e.js, e.cfg.Streams()))
 	dl := e.deadLetters(1)[0]
 	e.settled(seq)
-	require.Equal(t, "fatal", dl.Header.Get(HeaderErrorKind))
+	require.Equal(t, "fatal", dl.Header.Get(deadletter.HeaderErrorKind))
 	require.True(t, strings.HasPrefix(dl.Subject, "idem.dlq."))
 }
 

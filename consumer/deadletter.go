@@ -12,28 +12,6 @@ import (
 	"github.com/idem-data/idem/internal/deadletter"
 )
 
-// The dead-letter headers under the names they had before package
-// deadletter took them over, for code that still reads them from here.
-const (
-	HeaderError           = deadletter.HeaderError
-	HeaderErrorKind       = deadletter.HeaderErrorKind
-	HeaderOriginalSubject = deadletter.HeaderOriginalSubject
-	HeaderOriginalStream  = deadletter.HeaderOriginalStream
-	HeaderOriginalSeq     = deadletter.HeaderOriginalSeq
-	HeaderDeliveries      = deadletter.HeaderDeliveries
-	HeaderFailedAt        = deadletter.HeaderFailedAt
-	HeaderDataset         = deadletter.HeaderDataset
-	HeaderPartition       = deadletter.HeaderPartition
-	HeaderRunID           = deadletter.HeaderRunID
-	HeaderBodyOmitted     = deadletter.HeaderBodyOmitted
-	HeaderHeadersOmitted  = deadletter.HeaderHeadersOmitted
-	HeaderOriginalPrefix  = deadletter.HeaderOriginalPrefix
-)
-
-// DeadLetterMsgID is the Nats-Msg-Id of the dead letter of message seq of
-// stream (deadletter.MsgID).
-func DeadLetterMsgID(stream string, seq uint64) string { return deadletter.MsgID(stream, seq) }
-
 // deadLetter is one message on its way to the dead-letter stream: what the
 // consumer knows of it when it decides to dead-letter it.
 type deadLetter struct {

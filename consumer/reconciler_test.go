@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // crash takes the next message like a process that dies before acking it:
@@ -52,12 +54,12 @@ func TestCrashedProcessIsDeadLetteredOnceByTwoReconcilers(t *testing.T) {
 	dl := e.deadLetters(1)[0]
 	require.Equal(t, "idem.dlq.orders", dl.Subject)
 	require.Equal(t, body, dl.Data)
-	require.Equal(t, "crashed", dl.Header.Get(HeaderErrorKind))
-	require.Equal(t, "2", dl.Header.Get(HeaderDeliveries))
-	require.Equal(t, fmt.Sprint(seq), dl.Header.Get(HeaderOriginalSeq))
-	require.Equal(t, "2026-11-28", dl.Header.Get(HeaderPartition))
-	require.Equal(t, "r1", dl.Header.Get(HeaderRunID))
-	require.Contains(t, dl.Header.Get(HeaderError), "after 2 deliveries")
+	require.Equal(t, "crashed", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "2", dl.Header.Get(deadletter.HeaderDeliveries))
+	require.Equal(t, fmt.Sprint(seq), dl.Header.Get(deadletter.HeaderOriginalSeq))
+	require.Equal(t, "2026-11-28", dl.Header.Get(deadletter.HeaderPartition))
+	require.Equal(t, "r1", dl.Header.Get(deadletter.HeaderRunID))
+	require.Contains(t, dl.Header.Get(deadletter.HeaderError), "after 2 deliveries")
 
 	// The same advisory again, twice at once, one per reconciler (an ack
 	// lost after the dead letter was stored looks like this): JetStream
@@ -127,7 +129,7 @@ func TestBudgetSpentIsDeadLetteredByKind(t *testing.T) {
 	e.publish("idem.ready.orders", event("orders", "2026-11-30", "last"), nil)
 	kinds := map[string]string{}
 	for _, dl := range e.deadLetters(3) {
-		kinds[dl.Header.Get(HeaderRunID)] = dl.Header.Get(HeaderErrorKind)
+		kinds[dl.Header.Get(deadletter.HeaderRunID)] = dl.Header.Get(deadletter.HeaderErrorKind)
 	}
 	require.Equal(t, map[string]string{"died": "crashed", "failed": "exhausted", "last": "exhausted"}, kinds)
 	require.Equal(t, 3, got.count(), "each delivered once: the handler's count, not the delivery's, ends them")

@@ -10,6 +10,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // poll is how often Wait reads the audit table.
@@ -42,11 +43,11 @@ func WatchDeadLetters(ctx context.Context, js jetstream.JetStream, cfg *config.C
 	}
 	w.cc, err = cons.Consume(func(m jetstream.Msg) {
 		h := m.Headers()
-		if h.Get(consumer.HeaderRunID) != runID {
+		if h.Get(deadletter.HeaderRunID) != runID {
 			return
 		}
 		w.mu.Lock()
-		w.seen[h.Get(consumer.HeaderPartition)] = deadLetter{kind: h.Get(consumer.HeaderErrorKind), err: h.Get(consumer.HeaderError)}
+		w.seen[h.Get(deadletter.HeaderPartition)] = deadLetter{kind: h.Get(deadletter.HeaderErrorKind), err: h.Get(deadletter.HeaderError)}
 		w.mu.Unlock()
 	})
 	return w, err

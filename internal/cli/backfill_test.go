@@ -18,6 +18,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/backfill"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -321,10 +322,10 @@ func TestBackfillWaitSeesCrashedDeadLetters(t *testing.T) {
 		w.bfStartedRow("2026-02-10", "backfill__crash")
 		m := nats.NewMsg("idem.dlq.orders")
 		m.Data = []byte(`{}`)
-		m.Header.Set(consumer.HeaderRunID, "backfill__crash")
-		m.Header.Set(consumer.HeaderPartition, "2026-02-10")
-		m.Header.Set(consumer.HeaderErrorKind, string(consumer.KindCrashed))
-		m.Header.Set(consumer.HeaderError, "the process died on the last delivery")
+		m.Header.Set(deadletter.HeaderRunID, "backfill__crash")
+		m.Header.Set(deadletter.HeaderPartition, "2026-02-10")
+		m.Header.Set(deadletter.HeaderErrorKind, string(consumer.KindCrashed))
+		m.Header.Set(deadletter.HeaderError, "the process died on the last delivery")
 		_, err := w.js.PublishMsg(context.Background(), m)
 		done <- err
 	}()

@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/internal/natsconn"
@@ -267,7 +267,7 @@ func waitDeadLetter(ctx context.Context, dlq jetstream.Stream, n int) (string, e
 				return "", err
 			}
 			return fmt.Sprintf("dead letter on %s, kind %s, after %s delivery: %s", m.Subject,
-				m.Header.Get(consumer.HeaderErrorKind), m.Header.Get(consumer.HeaderDeliveries), m.Header.Get(consumer.HeaderError)), nil
+				m.Header.Get(deadletter.HeaderErrorKind), m.Header.Get(deadletter.HeaderDeliveries), m.Header.Get(deadletter.HeaderError)), nil
 		}
 		select {
 		case <-ctx.Done():

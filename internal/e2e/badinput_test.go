@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -343,33 +343,33 @@ func TestBadInputCorpus(t *testing.T) {
 	seen := map[uint64]bool{}
 	for _, m := range dl {
 		h := m.Header
-		seq, err := strconv.ParseUint(h.Get(consumer.HeaderOriginalSeq), 10, 64)
+		seq, err := strconv.ParseUint(h.Get(deadletter.HeaderOriginalSeq), 10, 64)
 		require.NoError(t, err)
 		b, ok := seqs[seq]
 		require.True(t, ok, "dead letter of unknown seq %d", seq)
 		require.False(t, seen[seq], "%s: dead-lettered twice", b.kind)
 		seen[seq] = true
-		require.NotEmpty(t, b.dlq, "%s: valid, yet dead-lettered: %s", b.kind, h.Get(consumer.HeaderError))
+		require.NotEmpty(t, b.dlq, "%s: valid, yet dead-lettered: %s", b.kind, h.Get(deadletter.HeaderError))
 		require.Equal(t, b.dlq, m.Subject, b.kind)
-		require.Contains(t, h.Get(consumer.HeaderError), b.reason, b.kind)
-		require.Equal(t, "fatal", h.Get(consumer.HeaderErrorKind), b.kind)
+		require.Contains(t, h.Get(deadletter.HeaderError), b.reason, b.kind)
+		require.Equal(t, "fatal", h.Get(deadletter.HeaderErrorKind), b.kind)
 		if b.kind == "unknown dataset" {
 			// It waited the fleet's grace for a replica that knows it first.
-			require.Contains(t, h.Get(consumer.HeaderError), "no live replica knows it after 1s", b.kind)
+			require.Contains(t, h.Get(deadletter.HeaderError), "no live replica knows it after 1s", b.kind)
 		} else {
-			require.Equal(t, "1", h.Get(consumer.HeaderDeliveries), b.kind)
+			require.Equal(t, "1", h.Get(deadletter.HeaderDeliveries), b.kind)
 		}
-		require.Equal(t, b.subj(), h.Get(consumer.HeaderOriginalSubject), b.kind)
+		require.Equal(t, b.subj(), h.Get(deadletter.HeaderOriginalSubject), b.kind)
 		if tok := strings.TrimPrefix(b.subj(), "idem.ready."); schemas.ValidDataset(tok) {
-			require.Equal(t, tok, h.Get(consumer.HeaderDataset), b.kind)
+			require.Equal(t, tok, h.Get(deadletter.HeaderDataset), b.kind)
 		} else {
-			require.Empty(t, h.Get(consumer.HeaderDataset), b.kind)
+			require.Empty(t, h.Get(deadletter.HeaderDataset), b.kind)
 		}
 		if b.db { // decoded: the dead letter says which run failed
-			require.Equal(t, "r1", h.Get(consumer.HeaderRunID), b.kind)
-			require.NotEmpty(t, h.Get(consumer.HeaderPartition), b.kind)
+			require.Equal(t, "r1", h.Get(deadletter.HeaderRunID), b.kind)
+			require.NotEmpty(t, h.Get(deadletter.HeaderPartition), b.kind)
 		}
-		if omitted := h.Get(consumer.HeaderBodyOmitted); b.omitted || omitted != "" {
+		if omitted := h.Get(deadletter.HeaderBodyOmitted); b.omitted || omitted != "" {
 			require.True(t, b.omitted, "%s: body omitted: %s", b.kind, omitted)
 			require.NotEmpty(t, omitted, b.kind)
 			require.Empty(t, m.Data, b.kind)
@@ -384,7 +384,7 @@ func TestBadInputCorpus(t *testing.T) {
 		for k, vs := range b.header {
 			key := k
 			if l := strings.ToLower(k); strings.HasPrefix(l, "idem-") || strings.HasPrefix(l, "nats-") {
-				key = consumer.HeaderOriginalPrefix + k
+				key = deadletter.HeaderOriginalPrefix + k
 			}
 			require.Equal(t, vs, h.Values(key), "%s: header %s", b.kind, k)
 		}
@@ -396,8 +396,8 @@ func TestBadInputCorpus(t *testing.T) {
 	}
 	// The forged headers did not pass for idem's.
 	for _, m := range dl {
-		require.NotEqual(t, "forged by the publisher", m.Header.Get(consumer.HeaderError))
-		require.NotEqual(t, "none", m.Header.Get(consumer.HeaderErrorKind))
+		require.NotEqual(t, "forged by the publisher", m.Header.Get(deadletter.HeaderError))
+		require.NotEqual(t, "none", m.Header.Get(deadletter.HeaderErrorKind))
 		require.Empty(t, m.Header.Values("idem-run-id"))
 	}
 
@@ -523,11 +523,11 @@ func TestDeadLetterOfHeadersNearTheLimit(t *testing.T) {
 	require.NoError(t, err, "the events stream takes it")
 	dl := w.waitDeadLetters(1)
 	w.waitSettled()
-	require.Equal(t, fmt.Sprint(ack.Sequence), dl[0].Header.Get(consumer.HeaderOriginalSeq))
-	require.Equal(t, "fatal", dl[0].Header.Get(consumer.HeaderErrorKind))
-	require.Equal(t, "1", dl[0].Header.Get(consumer.HeaderDeliveries))
+	require.Equal(t, fmt.Sprint(ack.Sequence), dl[0].Header.Get(deadletter.HeaderOriginalSeq))
+	require.Equal(t, "fatal", dl[0].Header.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "1", dl[0].Header.Get(deadletter.HeaderDeliveries))
 	require.Equal(t, "abc", string(dl[0].Data))
 	require.Empty(t, dl[0].Header.Get("X-Blob"), "the oversized original header is dropped from the dead letter")
-	require.Contains(t, dl[0].Header.Get(consumer.HeaderHeadersOmitted), "64 KiB header limit")
+	require.Contains(t, dl[0].Header.Get(deadletter.HeaderHeadersOmitted), "64 KiB header limit")
 	require.NotContains(t, p.output(), "dead letter not published")
 }

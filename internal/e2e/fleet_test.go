@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // TestMixedConfigVersionsDeadLetterNothing runs the moment of a rolling
@@ -58,8 +58,8 @@ func TestMixedConfigVersionsDeadLetterNothing(t *testing.T) {
 	_, err = w.js.Publish(t.Context(), "idem.ready.nosuch", []byte(`{"dataset":"nosuch","partition":"2026-11-01","run_id":"r1"}`))
 	require.NoError(t, err)
 	dl := w.waitDeadLetters(1)[0]
-	require.Equal(t, "fatal", dl.Header.Get(consumer.HeaderErrorKind))
-	require.Contains(t, dl.Header.Get(consumer.HeaderError), "no live replica knows it after 3s")
+	require.Equal(t, "fatal", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Contains(t, dl.Header.Get(deadletter.HeaderError), "no live replica knows it after 3s")
 	require.GreaterOrEqual(t, time.Since(sent), 3*time.Second, "dead-lettered only after the grace")
 	require.Equal(t, "idem.dlq._invalid", dl.Subject)
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/pgtest"
 )
@@ -117,7 +117,7 @@ func TestLeastPrivilegeRoleLoadsEveryStrategy(t *testing.T) {
 	dl := lp.waitDeadLetters(1)
 	lp.waitSettled()
 
-	require.Contains(t, dl[0].Header.Get(consumer.HeaderError), "empty_source")
+	require.Contains(t, dl[0].Header.Get(deadletter.HeaderError), "empty_source")
 	require.Contains(t, p.output(), `"route":"delete_child"`) // the default: MVCC-safe, no TRUNCATE privilege needed
 	require.Contains(t, p.output(), `"route":"delete"`)
 	require.NotContains(t, p.output(), "permission denied")

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/pgtest"
 )
 
@@ -99,8 +99,8 @@ func TestBrokenDatasetDoesNotStopServe(t *testing.T) {
 	w.publish("2026-11-13", "r1", nil)
 	dl := w.waitDeadLetters(1)[0]
 	require.Equal(t, "idem.dlq.broken", dl.Subject)
-	require.Equal(t, "fatal", dl.Header.Get(consumer.HeaderErrorKind))
-	require.Contains(t, dl.Header.Get(consumer.HeaderError), "analytics.does_not_exist")
+	require.Equal(t, "fatal", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Contains(t, dl.Header.Get(deadletter.HeaderError), "analytics.does_not_exist")
 	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'orders' AND status = 'success'")
 }
 

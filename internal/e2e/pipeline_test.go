@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // A three-step pipeline: orders (delete_insert) -> b (daily aggregate,
@@ -110,7 +110,7 @@ func TestFailedDownstreamDoesNotTouchUpstream(t *testing.T) {
 	w.publish("2026-11-17", "r1", nil)
 	dl := w.waitDeadLetters(1)[0]
 	require.Equal(t, "idem.dlq.c", dl.Subject)
-	require.Equal(t, "fatal", dl.Header.Get(consumer.HeaderErrorKind))
+	require.Equal(t, "fatal", dl.Header.Get(deadletter.HeaderErrorKind))
 	w.waitSettled()
 	// orders and b succeeded once each; c failed on its own and rolled back nothing of theirs.
 	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.run_ledger WHERE task_id = 'orders'"))

@@ -25,7 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/pgtest"
 )
@@ -230,7 +230,7 @@ func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
 	}
 	kinds := map[string]string{}
 	for _, m := range dl {
-		kinds[m.Header.Get(consumer.HeaderRunID)] = m.Header.Get(consumer.HeaderErrorKind)
+		kinds[m.Header.Get(deadletter.HeaderRunID)] = m.Header.Get(deadletter.HeaderErrorKind)
 	}
 	require.Equal(t, map[string]string{"empty": "fatal", "poison": "crashed"}, kinds)
 	require.NotRegexp(t, `(?i)permissions violation`, all.String())

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 func TestDuplicateDeliveryLoadsOnce(t *testing.T) {
@@ -64,15 +64,15 @@ func TestFatalErrorGoesToDLQAfterOneDelivery(t *testing.T) {
 	require.Equal(t, "idem.dlq.orders", dl.Subject)
 	require.JSONEq(t, `{"dataset":"orders","partition":"2030-01-01","run_id":"no-rows"}`, string(dl.Data))
 	h := dl.Header
-	require.Equal(t, "fatal", h.Get(consumer.HeaderErrorKind))
-	require.Contains(t, h.Get(consumer.HeaderError), "empty_source")
-	require.Equal(t, "idem.ready.orders", h.Get(consumer.HeaderOriginalSubject))
-	require.Equal(t, fmt.Sprint(seq), h.Get(consumer.HeaderOriginalSeq))
-	require.Equal(t, "1", h.Get(consumer.HeaderDeliveries))
-	require.Equal(t, "orders", h.Get(consumer.HeaderDataset))
-	require.Equal(t, "2030-01-01", h.Get(consumer.HeaderPartition))
-	require.Equal(t, "no-rows", h.Get(consumer.HeaderRunID))
-	_, err := time.Parse(time.RFC3339, h.Get(consumer.HeaderFailedAt))
+	require.Equal(t, "fatal", h.Get(deadletter.HeaderErrorKind))
+	require.Contains(t, h.Get(deadletter.HeaderError), "empty_source")
+	require.Equal(t, "idem.ready.orders", h.Get(deadletter.HeaderOriginalSubject))
+	require.Equal(t, fmt.Sprint(seq), h.Get(deadletter.HeaderOriginalSeq))
+	require.Equal(t, "1", h.Get(deadletter.HeaderDeliveries))
+	require.Equal(t, "orders", h.Get(deadletter.HeaderDataset))
+	require.Equal(t, "2030-01-01", h.Get(deadletter.HeaderPartition))
+	require.Equal(t, "no-rows", h.Get(deadletter.HeaderRunID))
+	_, err := time.Parse(time.RFC3339, h.Get(deadletter.HeaderFailedAt))
 	require.NoError(t, err)
 	require.Equal(t, []string{"abc", "def"}, h.Values("X-Trace"))
 	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit"), "one delivery, one attempt")
@@ -91,8 +91,8 @@ func TestTransientOnLastAttemptIsExhausted(t *testing.T) {
 	require.NoError(t, err)
 	w.publish("2026-11-04", "r1", nil)
 	dl := w.waitDeadLetters(1)[0]
-	require.Equal(t, "exhausted", dl.Header.Get(consumer.HeaderErrorKind))
-	require.Equal(t, "2", dl.Header.Get(consumer.HeaderDeliveries))
+	require.Equal(t, "exhausted", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "2", dl.Header.Get(deadletter.HeaderDeliveries))
 	// Exactly retries+1 attempts ran, numbered 1 and 2.
 	require.EqualValues(t, 2, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'failed' AND error_kind = 'transient'"))
 	require.EqualValues(t, 2, w.count("SELECT count(*) FROM idem.pipeline_audit"))
@@ -164,14 +164,14 @@ func TestCrashLoopEndsInDLQAsCrashed(t *testing.T) {
 		}
 	}()
 	dl := w.waitDeadLetters(1)
-	require.Equal(t, "crashed", dl[0].Header.Get(consumer.HeaderErrorKind))
-	require.Equal(t, "poison", dl[0].Header.Get(consumer.HeaderRunID))
+	require.Equal(t, "crashed", dl[0].Header.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "poison", dl[0].Header.Get(deadletter.HeaderRunID))
 	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'fine' AND status = 'success'")
 	w.waitSettled()
 	// Exactly one copy, after exactly retries+1 attempts that died: each
 	// left its `started` row, and the delivery after the last ran nothing.
 	require.Len(t, w.deadLetters(), 1)
-	require.Contains(t, dl[0].Header.Get(consumer.HeaderError), "3 attempts ran and the last one never finished")
+	require.Contains(t, dl[0].Header.Get(deadletter.HeaderError), "3 attempts ran and the last one never finished")
 	require.EqualValues(t, 3, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'poison' AND status = 'started'"))
 	require.EqualValues(t, 3, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'poison'"))
 	require.EqualValues(t, 3, w.count("SELECT max(attempt) FROM idem.pipeline_audit WHERE run_id = 'poison'"))
