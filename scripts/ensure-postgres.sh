@@ -3,6 +3,7 @@
 # tests, benchmarks and `idem dev` can start a throwaway cluster. It starts
 # nothing: internal/localpg does, as the postgres user when we run as root.
 set -euo pipefail
+source "$(dirname "$0")/apt-install.sh"
 
 have_server() {
   for d in /usr/lib/postgresql/*/bin; do
@@ -15,13 +16,6 @@ have_server() {
 if have_server && id postgres >/dev/null 2>&1; then
   exit 0
 fi
-if [[ $(id -u) -ne 0 ]]; then
-  echo "PostgreSQL 15+ is not installed and we are not root: run 'sudo apt-get install -y postgresql'" >&2
-  exit 1
-fi
-echo "installing PostgreSQL from the Debian package..." >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq postgresql >/dev/null
+apt_install postgresql "PostgreSQL 15+"
 # The package starts a cluster of its own on 5432; idem never uses it.
 have_server || { echo "postgresql installed but no server binaries found" >&2; exit 1; }
