@@ -3,12 +3,9 @@ package cli
 import (
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/internal/natsconn"
 	"github.com/idem-data/idem/internal/service"
 )
 
@@ -28,15 +25,11 @@ deploy. Run this command to apply it.`,
 			if err != nil {
 				return err
 			}
-			nc, err := natsconn.Connect(cmd.Context(), cfg.NATS, "idem streams", zerolog.Nop())
+			nc, js, err := e.openNATS(cmd.Context(), cfg, "idem streams")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
 			sc := service.StreamsConfig(cfg)
 			changed, err := consumer.ApplyStreams(cmd.Context(), js, sc)
 			for _, c := range changed {

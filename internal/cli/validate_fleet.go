@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/internal/natsconn"
 	"github.com/idem-data/idem/internal/service"
 )
 
@@ -57,15 +55,11 @@ func groupFleet(members []consumer.Member) []fleetVersion {
 func (e *env) validateFleet(ctx context.Context, cfg *config.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, err := natsconn.Connect(ctx, cfg.NATS, "idem validate", zerolog.Nop())
+	nc, js, err := e.openNATS(ctx, cfg, "idem validate")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	bucket := cfg.NATS.FleetBucketName()
 	members, err := consumer.ReadFleet(ctx, js, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
