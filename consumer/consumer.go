@@ -40,7 +40,7 @@ type Consumer struct {
 	// delivery keeps the one it was read with until its fate (Reload).
 	sets    atomic.Pointer[datasets]
 	circuit *circuit
-	fleet   *fleet
+	fleet   atomic.Pointer[fleet] // set once Run opened the bucket; read by Reload and Fleet
 	held    atomic.Int64
 	wg      sync.WaitGroup
 
@@ -97,8 +97,8 @@ func (c *Consumer) Reload(ctx context.Context, ds map[string]Dataset, version st
 		return err
 	}
 	c.sets.Store(newDatasets(cfg.Datasets, c.sets.Load()))
-	if c.fleet != nil {
-		if err := c.fleet.update(ctx, sortedKeys(cfg.Datasets), version, defs); err != nil {
+	if f := c.fleet.Load(); f != nil {
+		if err := f.update(ctx, sortedKeys(cfg.Datasets), version, defs); err != nil {
 			c.log.Warn().Err(err).Msg("fleet entry not updated after the reload; the next refresh writes it")
 		}
 	}
@@ -108,10 +108,11 @@ func (c *Consumer) Reload(ctx context.Context, ds map[string]Dataset, version st
 // Fleet lists the live replicas' entries in the fleet bucket (nil without a
 // fleet): which config version each runs and which datasets it knows.
 func (c *Consumer) Fleet(ctx context.Context) ([]Member, error) {
-	if c.fleet == nil {
+	f := c.fleet.Load()
+	if f == nil {
 		return nil, nil
 	}
-	return c.fleet.view(ctx)
+	return f.view(ctx)
 }
 
 // Warehouse reports the warehouse circuit: up while it is closed; otherwise
@@ -171,7 +172,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Error().Err(err).Str("bucket", c.cfg.Fleet.Bucket).
 				Msg("fleet bucket not usable (run `idem streams`, check the permissions): events for datasets this replica does not know are dead-lettered at once")
 		} else {
-			c.fleet = f
+			c.fleet.Store(f)
 			fctx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 			fleetDone := make(chan struct{})
 			go func() { defer close(fleetDone); f.run(fctx) }()

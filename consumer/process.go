@@ -108,23 +108,24 @@ func (c *Consumer) maxQueued(limit int) int {
 // still rolling out), the event waits for another delivery; otherwise its
 // decoding error stands, and it is dead-lettered as fatal.
 func (c *Consumer) unknownDataset(ctx context.Context, d *delivery) error {
-	if c.fleet == nil || !has(d.decodeErr, func(e interface{ UnknownDataset() bool }) bool { return e.UnknownDataset() }) {
+	f := c.fleet.Load()
+	if f == nil || !has(d.decodeErr, func(e interface{ UnknownDataset() bool }) bool { return e.UnknownDataset() }) {
 		return d.decodeErr
 	}
 	fctx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
 	defer cancel()
-	known, err := c.fleet.knows(fctx, d.token)
+	known, err := f.knows(fctx, d.token)
 	age := c.cfg.Now().Sub(d.m.Published)
 	switch {
 	case known:
 		return errElsewhere
-	case age < c.fleet.cfg.Grace:
+	case age < f.cfg.Grace:
 		if err != nil {
 			d.log.Warn().Err(err).Msg("fleet not readable: the event waits as if its dataset were rolling out")
 		}
 		return errRollout
 	}
-	return fmt.Errorf("%w; no live replica knows it after %s", d.decodeErr, c.fleet.cfg.Grace)
+	return fmt.Errorf("%w; no live replica knows it after %s", d.decodeErr, f.cfg.Grace)
 }
 
 type turnResult int
