@@ -310,14 +310,16 @@ func TestBackfillWaitSeesCrashedDeadLetters(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		// As the consumer's reconciler would, once the event is in the stream.
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			s, err := w.js.Stream(context.Background(), "IDEM_EVENTS")
-			if err != nil {
-				continue
+		published := false
+		for deadline := time.Now().Add(30 * time.Second); !published && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if s, err := w.js.Stream(context.Background(), "IDEM_EVENTS"); err == nil {
+				info, err := s.Info(context.Background())
+				published = err == nil && info.State.LastSeq > before
 			}
-			if info, err := s.Info(context.Background()); err == nil && info.State.LastSeq > before {
-				break
-			}
+		}
+		if !published {
+			done <- errors.New("the backfill's event never reached the stream within 30s")
+			return
 		}
 		w.bfStartedRow("2026-02-10", "backfill__crash")
 		m := nats.NewMsg("idem.dlq.orders")

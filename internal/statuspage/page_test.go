@@ -25,7 +25,7 @@ import (
 	"github.com/idem-data/idem/internal/statuspage"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 const (
 	hostileRun   = `<script>window.pwned=1</script>`
