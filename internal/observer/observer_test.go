@@ -56,9 +56,11 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 		Calendars: func() []observer.Calendar {
 			return []observer.Calendar{{Dataset: "orders", Expect: calendar.Expect{Every: calendar.Day, From: "2026-11-01", Deadline: time.Hour}}}
 		},
-		Replicas: func(context.Context) ([]observer.Replica, error) { return []observer.Replica{{Name: "a", Version: "v1"}}, nil },
-		Ready:    func(context.Context) bool { return true },
-		Metrics:  m, Now: func() time.Time { return now }, Log: zerolog.Nop(),
+		Replicas: func(context.Context) ([]observer.Replica, error) {
+			return []observer.Replica{{Name: "a", Version: "v1"}}, nil
+		},
+		Ready:   func(context.Context) bool { return true },
+		Metrics: m, Now: func() time.Time { return now }, Log: zerolog.Nop(),
 	})
 	o.Refresh(ctx)
 
