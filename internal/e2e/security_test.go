@@ -8,6 +8,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -235,6 +237,35 @@ func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
 	require.Equal(t, map[string]string{"empty": "fatal", "poison": "crashed"}, kinds)
 	require.NotRegexp(t, `(?i)permissions violation`, all.String())
 	require.Equal(t, w.expected("2026-11-02"), w.target())
+
+	// The status page and the observer read what they show under the same
+	// user: the dead letters, their count per dataset, the live replicas.
+	p := w.serve(append([]string{"IDEM_LOG_LEVEL=debug"}, serveEnv...)...)
+	base := "http://" + p.httpAddr()
+	require.Eventually(t, func() bool {
+		return strings.Contains(httpGet(t, base+"/metrics"), `idem_dead_letters_pending{dataset="orders"} 2`)
+	}, 30*time.Second, 100*time.Millisecond)
+	page := httpGet(t, base+"/dead-letters")
+	require.Contains(t, page, "poison")
+	require.Contains(t, page, "Dead letters (2)")
+	// Crashed replicas stay listed until their entries expire (30 s).
+	require.Regexp(t, `\d+ replicas? · `, httpGet(t, base+"/"))
+	require.Contains(t, httpGet(t, base+"/"), `<td class="dead_lettered" data-i="1">`, "11-03, crashed")
+	p.signal(syscall.SIGTERM)
+	require.Equal(t, 0, p.exit(t, 30*time.Second), p.output())
+	require.NotRegexp(t, `(?i)permissions violation|observer: not read`, p.output())
+}
+
+// httpGet returns the body of a 200 answer.
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", url, b)
+	return string(b)
 }
 
 func TestNATSToken(t *testing.T) {

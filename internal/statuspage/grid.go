@@ -57,8 +57,10 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 		byCell[dlqKey{l.Dataset, l.Partition}] = l
 	}
 	inDLQ := make(map[dlqKey]bool, len(dead))
+	runInDLQ := make(map[[3]string]bool, len(dead))
 	for _, d := range dead {
 		inDLQ[dlqKey{d.Dataset, d.Partition}] = true
+		runInDLQ[[3]string{d.Dataset, d.Partition, d.RunID}] = true
 	}
 	g := Grid{Keys: keys, Counts: map[Status]int{}}
 	// Slots of each calendar within the grid, by key.
@@ -82,6 +84,11 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 			case audit.StatusSuccess:
 				return Success
 			case audit.StatusStarted:
+				// A process that died in its last allowed attempt leaves the
+				// row started; the reconciler dead-letters the message.
+				if runInDLQ[[3]string{ds.Name, key, l.RunID}] {
+					return DeadLettered
+				}
 				return Running
 			default:
 				if inDLQ[dlqKey{ds.Name, key}] {

@@ -24,12 +24,12 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		{Dataset: "web", Partition: "2026-11-01", Status: "success"},
 		{Dataset: "web", Partition: "2026-11-02", Status: "failed", ErrorKind: "fatal"},
 		{Dataset: "web", Partition: "2026-11-03", Status: "failed", ErrorKind: "transient"},
-		{Dataset: "web", Partition: "2026-11-04", Status: "started"},
+		{Dataset: "web", Partition: "2026-11-04", Status: "started", RunID: "r1"},
 		{Dataset: "shop", Partition: "2026-11-01", Status: "success"},
 		{Dataset: "revenue", Partition: "2026-11-01", Status: "success"},
 		{Dataset: "adhoc", Partition: "2026-11-03", Status: "success"},
 	}
-	dead := []DeadLetter{{Dataset: "web", Partition: "2026-11-02"}}
+	dead := []DeadLetter{{Dataset: "web", Partition: "2026-11-02"}, {Dataset: "web", Partition: "2026-11-04", RunID: "r0"}}
 	g := build(now, dss, keys, latest, dead)
 	got := map[string][]Status{}
 	for _, r := range g.Rows {
@@ -37,7 +37,7 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 	}
 	require.Equal(t, map[string][]Status{
 		// 11-04 ended at 11-05 00:00 and is due at 12:00: still missing for shop.
-		"web":     {Success, DeadLettered, Failed, Running},
+		"web":     {Success, DeadLettered, Failed, Running}, // 11-04's dead letter is an older run's
 		"shop":    {Success, Late, Late, Missing},
 		"revenue": {Success, Waiting, Waiting, Waiting},
 		"adhoc":   {None, None, Success, None},
@@ -55,4 +55,14 @@ func TestColumns(t *testing.T) {
 	// Calendar days 11-01..11-04 plus a partition b ran for, newest 3 kept.
 	require.Equal(t, []string{"2026-11-03", "2026-11-04", "2026-11-09"}, columns(now, dss, []string{"2026-11-09", "2026-10-01"}, "", "", 3))
 	require.Equal(t, []string{"2026-10-01", "2026-11-01", "2026-11-02"}, columns(now, dss, []string{"2026-11-09", "2026-10-01"}, "", "2026-11-02", 10))
+}
+
+// The process died in the last allowed attempt: the row stays started and
+// the message is dead-lettered as crashed.
+func TestBuildCrashedIsDeadLettered(t *testing.T) {
+	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	g := build(now, []Dataset{{Name: "web"}}, []string{"2026-11-04"},
+		[]audit.Latest{{Dataset: "web", Partition: "2026-11-04", Status: "started", RunID: "poison"}},
+		[]DeadLetter{{Dataset: "web", Partition: "2026-11-04", RunID: "poison", Kind: "crashed"}})
+	require.Equal(t, []Status{DeadLettered}, g.Rows[0].Cells)
 }
