@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/browsertest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/statuspage"
@@ -22,6 +24,32 @@ import (
 // over an audit of 20,000 partitions (one attempt each, 1 in 50 failed):
 // the read of the audit and the rendering, as the browser asks for it.
 func BenchmarkGrid50x400(b *testing.B) {
+	url := gridServer(b)
+	var size int
+	b.ResetTimer()
+	for b.Loop() {
+		resp, err := http.Get(url)
+		require.NoError(b, err)
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		size = int(n)
+	}
+	b.ReportMetric(float64(size)/1024, "KiB/page")
+}
+
+// BenchmarkGrid50x400InChromium loads the same page in headless chromium
+// until the grid is laid out: what an operator waits for.
+func BenchmarkGrid50x400InChromium(b *testing.B) {
+	url := gridServer(b)
+	ctx := browsertest.New(b)
+	b.ResetTimer()
+	for b.Loop() {
+		require.NoError(b, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible("#grid td[data-i='399']")))
+	}
+}
+
+// gridServer serves the page over 50 calendar datasets x 400 days.
+func gridServer(b *testing.B) string {
 	db := pgtest.NewDB(b)
 	ctx := context.Background()
 	_, err := audit.Migrate(ctx, db.Pool)
@@ -50,16 +78,6 @@ func BenchmarkGrid50x400(b *testing.B) {
 	})
 	require.NoError(b, err)
 	srv := httptest.NewServer(p.Handler())
-	defer srv.Close()
-	url := srv.URL + "/?n=400"
-	var size int
-	b.ResetTimer()
-	for b.Loop() {
-		resp, err := http.Get(url)
-		require.NoError(b, err)
-		n, _ := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		size = int(n)
-	}
-	b.ReportMetric(float64(size)/1024, "KiB/page")
+	b.Cleanup(srv.Close)
+	return srv.URL + "/?n=400"
 }
