@@ -41,6 +41,10 @@ type Filter struct {
 	Dataset string    // the subject's last token: a dataset, or InvalidSubjectToken
 	Kind    Kind      // "" for any
 	Since   time.Time // failed at or after; zero for any
+	// Newest, when above 0, reads only the last Newest sequences of the
+	// stream (fewer dead letters where some were deleted): a bounded read
+	// for a page that refreshes.
+	Newest uint64
 }
 
 // subject narrows the read on the server, so a dataset filter does not read
@@ -67,7 +71,11 @@ func (s *Store) List(ctx context.Context, f Filter, withBody bool) ([]Letter, er
 	}
 	subject := f.subject(s.cfg.SubjectPrefix)
 	out := []Letter{}
-	for seq := max(info.State.FirstSeq, 1); seq <= info.State.LastSeq; {
+	first := max(info.State.FirstSeq, 1)
+	if f.Newest > 0 && info.State.LastSeq >= f.Newest {
+		first = max(first, info.State.LastSeq-f.Newest+1)
+	}
+	for seq := first; seq <= info.State.LastSeq; {
 		m, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break

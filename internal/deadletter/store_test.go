@@ -125,6 +125,9 @@ func TestListFilters(t *testing.T) {
 		{Filter{Kind: KindFatal}, []uint64{1, 3}},
 		{Filter{Dataset: "orders", Kind: KindExhausted}, []uint64{2}},
 		{Filter{Since: since("2026-11-28T04:00:00Z")}, []uint64{2, 3, 4, hand.Sequence}},
+		{Filter{Newest: 2}, []uint64{4, hand.Sequence}},
+		{Filter{Newest: 2, Dataset: "orders"}, []uint64{hand.Sequence}},
+		{Filter{Newest: 99}, []uint64{1, 2, 3, 4, hand.Sequence}},
 	} {
 		got, err := w.store.List(context.Background(), c.f, false)
 		require.NoError(t, err)

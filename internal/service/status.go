@@ -23,8 +23,12 @@ import (
 	"github.com/idem-data/idem/schemas"
 )
 
-// dlqListTTL: the page lists the dead-letter stream at most this often.
-const dlqListTTL = 5 * time.Second
+// dlqListTTL: the page lists the dead-letter stream at most this often;
+// dlqListNewest bounds each listing to the newest dead letters.
+const (
+	dlqListTTL    = 5 * time.Second
+	dlqListNewest = 2000
+)
 
 // status assembles the observer and the status page over the running
 // service's parts. cfg follows reloads.
@@ -146,7 +150,7 @@ func (s *status) deadLetters(ctx context.Context) ([]statuspage.DeadLetter, erro
 	st, err := s.store(ctx)
 	if err == nil {
 		var ls []deadletter.Letter
-		if ls, err = st.List(ctx, deadletter.Filter{}, false); err == nil {
+		if ls, err = st.List(ctx, deadletter.Filter{Newest: dlqListNewest}, false); err == nil {
 			for _, l := range ls {
 				s.dlq = append(s.dlq, statuspage.DeadLetter{Seq: l.Seq, Time: l.StoredAt, Dataset: l.Dataset, Partition: l.Partition,
 					RunID: l.RunID, Kind: string(l.Kind), Reason: l.Error, Subject: l.OriginalSubject})
