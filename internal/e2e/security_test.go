@@ -248,8 +248,11 @@ func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
 	page := httpGet(t, base+"/dead-letters")
 	require.Contains(t, page, "poison")
 	require.Contains(t, page, "Dead letters (2)")
-	// Crashed replicas stay listed until their entries expire (30 s).
-	require.Regexp(t, `\d+ replicas? · `, httpGet(t, base+"/"))
+	// The observer lists the replicas once the consumer has written its
+	// fleet entry; crashed replicas stay listed until theirs expire (30 s).
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`[1-9]\d* replicas? · `).MatchString(httpGet(t, base+"/"))
+	}, 30*time.Second, 200*time.Millisecond)
 	require.Contains(t, httpGet(t, base+"/"), `<td class="dead_lettered" data-i="1">`, "11-03, crashed")
 	p.signal(syscall.SIGTERM)
 	require.Equal(t, 0, p.exit(t, 30*time.Second), p.output())

@@ -120,7 +120,13 @@ func (s *status) health(ctx context.Context) statuspage.Health {
 	}
 	r := s.obs.Last()
 	h.Pending, h.AckPending = r.Pending, r.AckPending
-	for _, rep := range r.Replicas {
+	// The fleet bucket is read now (the consumer caches it briefly): a
+	// replica that just started is listed at once.
+	reps, err := s.replicas(ctx)
+	if err != nil {
+		reps = r.Replicas
+	}
+	for _, rep := range reps {
 		h.Replicas = append(h.Replicas, statuspage.Replica{Name: rep.Name, Version: rep.Version})
 	}
 	return h
