@@ -104,14 +104,16 @@ func Fail(ctx context.Context, db Querier, id int64, cause error, kind string) e
 
 // Skip marks a started row `skipped`: the run had already succeeded.
 func Skip(ctx context.Context, db Querier, id int64) error {
-	_, err := db.Exec(ctx, `
-		UPDATE idem.pipeline_audit SET status = 'skipped', finished_at = clock_timestamp()
-		 WHERE id = $1 AND status = 'started'`, id)
+	_, err := db.Exec(ctx, skipSQL, id)
 	if err != nil {
 		return fmt.Errorf("audit: skip: %w", err)
 	}
 	return nil
 }
+
+const skipSQL = `
+		UPDATE idem.pipeline_audit SET status = 'skipped', finished_at = clock_timestamp()
+		 WHERE id = $1 AND status = 'started'`
 
 // ErrAlreadySucceeded is reported by QueueRecordSuccess when the ledger
 // already holds a success for the run and force is false.
@@ -281,4 +283,88 @@ func QueueMessageSucceeded(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
 	b.Queue(`SELECT $5::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
 	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success')`,
 		k.Pipeline, k.Dataset, k.Partition, k.RunID, nullSeq(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+}
+
+// QueueBegin queues on b what Begin runs, for a caller that pipelines it
+// with its own statements; into is filled once b's results are read, and
+// ran reports whether the statement succeeded.
+func QueueBegin(b *pgx.Batch, a Attempt, budget int, into *Begun, ran *bool) {
+	b.Queue(beginSQL,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget,
+	).QueryRow(func(r pgx.Row) error {
+		var (
+			id     *int64
+			status *string
+			last   *string
+		)
+		if err := r.Scan(&into.Prior, &last, &id, &status); err != nil {
+			return fmt.Errorf("audit: begin: %w", err)
+		}
+		*ran = true
+		into.Attempt = into.Prior + 1
+		into.LastDied = last != nil && *last == StatusStarted
+		if id == nil {
+			into.Spent = true
+			return nil
+		}
+		into.ID, into.Skipped = *id, *status == StatusSkipped
+		return nil
+	})
+}
+
+// QueueSucceedAndRecord queues on b, as one statement, the update of
+// started row id to `success` with the row counts and the ledger entry for
+// k pointing at it. Both conditions are checked by the server, so a batch
+// that ends with COMMIT never commits past them: a row that was not
+// `started` leaves the ledger's audit_id NULL (23502), and without force a
+// second success of the run violates the ledger's primary key (23505).
+// SuccessError turns those into ErrNotStarted and ErrAlreadySucceeded.
+func QueueSucceedAndRecord(b *pgx.Batch, k RunKey, id int64, rows Rows, force bool) {
+	var deleted *int64
+	if rows.Deleted >= 0 {
+		deleted = &rows.Deleted
+	}
+	conflict := ""
+	if force {
+		conflict = `
+		ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
+		SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
+	}
+	b.Queue(`
+		WITH done AS (
+		     UPDATE idem.pipeline_audit
+		        SET status = 'success', row_count = $6, rows_inserted = $7, rows_updated = $8,
+		            rows_deleted = $9, finished_at = clock_timestamp()
+		      WHERE id = $5 AND status = 'started'
+		     RETURNING id)
+		INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
+		VALUES ($1, $2, $3, $4, (SELECT id FROM done))`+conflict,
+		k.Pipeline, k.Dataset, k.Partition, k.RunID, id, rows.Written(), rows.Inserted, rows.Updated, deleted)
+}
+
+// SuccessError maps the server's refusals of QueueSucceedAndRecord's
+// statement to ErrNotStarted and ErrAlreadySucceeded; other errors come
+// back unchanged.
+func SuccessError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.TableName != "run_ledger" {
+		return err
+	}
+	switch {
+	case pgErr.Code == "23502" && pgErr.ColumnName == "audit_id":
+		return ErrNotStarted
+	case pgErr.Code == "23505":
+		return ErrAlreadySucceeded
+	}
+	return err
+}
+
+// TryLockSQL is LockSQL without the wait: it returns false at once when
+// another transaction holds the lock, so a pipeline never stalls behind it.
+const TryLockSQL = "SELECT pg_try_advisory_xact_lock(" + lockIDSQL + ") FROM (SELECT $1::text AS lock_key) k"
+
+// QueueSkip queues on b what Skip runs.
+func QueueSkip(b *pgx.Batch, id int64) {
+	b.Queue(skipSQL, id)
 }

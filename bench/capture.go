@@ -60,11 +60,59 @@ func (r *recorder) one(sql string, args []any, query bool) *stmt {
 
 // recDB wraps the pool handed to idem's handler. It carries every method a
 // handler could reasonably use, so the wrapper keeps compiling when
-// handlers.DB grows.
+// handlers.DB grows. What runs on a connection the handler holds (Acquire)
+// is recorded by a tracer on a pool of its own, set up as the pool is.
 type recDB struct {
-	pool *pgxpool.Pool
-	rec  *recorder
+	pool   *pgxpool.Pool
+	rec    *recorder
+	traced *pgxpool.Pool
 }
+
+// newRecDB returns a recDB over pool; close it with closeTraced.
+func newRecDB(ctx context.Context, pool *pgxpool.Pool, rec *recorder) (*recDB, error) {
+	cfg := pool.Config()
+	cfg.MaxConns = 2
+	cfg.ConnConfig.Tracer = &recTracer{rec: rec}
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &recDB{pool: pool, rec: rec, traced: traced}, nil
+}
+
+func (d *recDB) closeTraced() { d.traced.Close() }
+
+func (d *recDB) Acquire(ctx context.Context) (*pgxpool.Conn, error) { return d.traced.Acquire(ctx) }
+
+// recTracer records the statements sent on a held connection: a batch as
+// one trip, any other statement as a trip of its own. It sees no result
+// values; the template finds the audit id by its column's name.
+type recTracer struct {
+	rec *recorder
+	cur *trip
+}
+
+func (t *recTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	t.rec.one(data.SQL, data.Args, true)
+	return ctx
+}
+
+func (t *recTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *recTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.cur = t.rec.add(&trip{batch: true})
+	return ctx
+}
+
+func (t *recTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if t.cur != nil {
+		t.rec.mu.Lock()
+		t.cur.stmts = append(t.cur.stmts, &stmt{sql: data.SQL, args: data.Args, query: true})
+		t.rec.mu.Unlock()
+	}
+}
+
+func (t *recTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) { t.cur = nil }
 
 var _ handlers.DB = (*recDB)(nil)
 
@@ -296,6 +344,16 @@ func newTemplate(trips []*trip, partition, run string, date time.Time, auditID i
 			}
 		}
 	}
+	// Traced trips carry no results: the statement that inserts the audit
+	// row returns its id in a column named id.
+	for i, tr := range trips {
+		for j, s := range tr.stmts {
+			if strings.Contains(s.sql, "INSERT INTO idem.pipeline_audit") {
+				t.idTrip, t.idStmt, t.idCol = i, j, -1
+				return t
+			}
+		}
+	}
 	return t
 }
 
@@ -469,8 +527,16 @@ func (t *template) drain(rows pgx.Rows, trip, st int, b *binding) error {
 			if err != nil {
 				return err
 			}
-			if t.idCol < len(vals) {
-				if n, ok := vals[t.idCol].(int64); ok {
+			col := t.idCol
+			if col < 0 {
+				for k, f := range rows.FieldDescriptions() {
+					if f.Name == "id" {
+						col = k
+					}
+				}
+			}
+			if col >= 0 && col < len(vals) {
+				if n, ok := vals[col].(int64); ok {
 					b.id = n
 				}
 			}

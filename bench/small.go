@@ -61,7 +61,12 @@ func handle(ctx context.Context, h *handlers.Handler, ev event, seq uint64) (han
 // capture records the round trips of one load and of one skipped duplicate.
 func (s *small) capture(ctx context.Context) error {
 	rec := &recorder{}
-	h, err := handlerFor(&recDB{pool: s.pool, rec: rec}, smallDS)
+	db, err := newRecDB(ctx, s.pool, rec)
+	if err != nil {
+		return err
+	}
+	defer db.closeTraced()
+	h, err := handlerFor(db, smallDS)
 	if err != nil {
 		return err
 	}

@@ -96,8 +96,9 @@ type Config struct {
 	// AckWait is the consumer's ack wait; heartbeats are sent every AckWait/3.
 	// Required.
 	AckWait time.Duration
-	// MaxInFlight bounds the messages this process holds at once, running or
-	// waiting for their dataset's turn. Required.
+	// MaxInFlight bounds the loads this process runs at once. It holds up
+	// to twice as many messages: the others were fetched ahead, or wait for
+	// their dataset's turn, with their heartbeats going. Required.
 	MaxInFlight int
 	// Replicas of the streams EnsureStreams creates; default 1.
 	Replicas int

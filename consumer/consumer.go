@@ -33,9 +33,16 @@ type Consumer struct {
 	log    zerolog.Logger
 	dl     *deadLetterer
 
-	// slots holds one token per message fetched and not yet settled, so a
-	// fetch never asks for more messages than there are free workers.
+	// slots holds one token per message fetched and not yet settled:
+	// max_in_flight messages running plus as many fetched ahead, so the
+	// next loads find their message already delivered while the previous
+	// ones commit and are acked. A message fetched ahead waits with its
+	// heartbeats going, like one waiting for its dataset's turn.
 	slots chan struct{}
+	// loads holds one token per handler running: never more than
+	// max_in_flight loads at once.
+	loads   chan struct{}
+	running atomic.Int64
 	// sets is the current generation of the configured datasets; a
 	// delivery keeps the one it was read with until its fate (Reload).
 	sets    atomic.Pointer[datasets]
@@ -73,7 +80,8 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		handle: h,
 		log:    cfg.Log,
 		dl:     newDeadLetterer(js, cfg),
-		slots:  make(chan struct{}, cfg.MaxInFlight),
+		slots:  make(chan struct{}, cfg.MaxInFlight+prefetch(cfg.MaxInFlight)),
+		loads:  make(chan struct{}, cfg.MaxInFlight),
 	}
 	c.sets.Store(newDatasets(cfg.Datasets, nil))
 	c.stopCtx, c.stopNow = context.WithCancel(context.Background())
@@ -323,7 +331,7 @@ func (c *Consumer) reserve() int {
 		return 0
 	}
 	n := 1
-	for n < c.cfg.MaxInFlight {
+	for n < cap(c.slots) {
 		select {
 		case c.slots <- struct{}{}:
 			n++
@@ -343,16 +351,43 @@ func (c *Consumer) release(n int) {
 // dispatch hands msg, which holds one reserved slot, to its own goroutine.
 func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg) {
 	c.wg.Add(1)
-	c.cfg.Hooks.inFlight(int(c.held.Add(1)))
+	c.held.Add(1)
 	go func() {
 		defer func() {
-			// Counted out before the slot is freed: the next fetch may take
-			// it at once, and the gauge must never show more than
-			// max_in_flight.
-			c.cfg.Hooks.inFlight(int(c.held.Add(-1)))
+			c.held.Add(-1)
 			c.release(1)
 			c.wg.Done()
 		}()
 		c.process(hard, msg)
 	}()
+}
+
+// prefetch is how many messages are fetched ahead of the running loads: as
+// many as run, within the ack budget every replica's consumer has by
+// default (a max_in_flight above half of it fetches less ahead).
+func prefetch(maxInFlight int) int {
+	return max(0, min(maxInFlight, DefaultMaxAckPending-maxInFlight))
+}
+
+// startLoad waits for a free load slot; false means stopping. Every
+// successful call is followed by endLoad.
+func (c *Consumer) startLoad() bool {
+	select {
+	case c.loads <- struct{}{}:
+	case <-c.stopping:
+		return false
+	}
+	if c.isStopping() {
+		<-c.loads
+		return false
+	}
+	c.cfg.Hooks.inFlight(int(c.running.Add(1)))
+	return true
+}
+
+// endLoad frees the load slot; counted out first, so the gauge never shows
+// more than max_in_flight.
+func (c *Consumer) endLoad() {
+	c.cfg.Hooks.inFlight(int(c.running.Add(-1)))
+	<-c.loads
 }

@@ -15,9 +15,11 @@
 //
 // # A message's way through
 //
-//  1. Fetch asks for as many messages as there are free slots
-//     (Config.MaxInFlight), so no message waits in a buffer while its ack
-//     clock runs.
+//  1. Fetch asks for as many messages as there are free slots: twice
+//     Config.MaxInFlight, so the next loads' messages are already here
+//     while the previous ones commit and are acked. A fetched message
+//     never waits in a buffer without its heartbeats (step 3), and at most
+//     MaxInFlight handlers run at once (step 6).
 //  2. The message is read: JetStream metadata (stream sequence,
 //     NumDelivered), its dataset from the subject's last token, and the body
 //     through schemas.Decode with the configured datasets' partition types.
@@ -25,7 +27,9 @@
 //  4. While the warehouse circuit is open, the message waits (see below).
 //  5. If the dataset has a MaxConcurrency, the message waits for a turn; if
 //     half the slots already wait for that dataset, it goes back instead.
-//  6. The Handler runs, panics recovered as *PanicError.
+//  6. The message waits for one of the MaxInFlight load slots, then the
+//     Handler runs, panics recovered as *PanicError. The slot is freed
+//     before the fate is carried out: the ack overlaps the next load.
 //  7. Decide gives the fate; a Hold goes back to step 4, anything else
 //     stops the heartbeats and is carried out.
 //

@@ -17,7 +17,7 @@ type Hooks struct {
 	DeadLetter func(dataset string, kind Kind)
 	// Redelivery is called for a delivery with NumDelivered > 1.
 	Redelivery func(dataset string)
-	// InFlight is called with the number of messages held, on every change.
+	// InFlight is called with the number of loads running, on every change.
 	InFlight func(n int)
 	// Heartbeat is called for every InProgress sent.
 	Heartbeat func(dataset string)

@@ -84,6 +84,11 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		return in, 0, trial, false
 	}
 	defer release()
+	if !c.startLoad() {
+		in.Err, in.Cause = ErrShutdown, ErrShutdown
+		return in, 0, trial, false
+	}
+	defer c.endLoad()
 	ctx := d.log.WithContext(hard)
 	start := time.Now()
 	in.Err = c.call(ctx, d)
@@ -97,9 +102,10 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 
 // maxQueued is how many messages of a dataset limited to limit may wait for
 // a turn in this process: enough that the next loads need no redelivery
-// (half the slots), never so many that other datasets find none free.
+// (half the slots, those fetched ahead included), never so many that other
+// datasets find none free.
 func (c *Consumer) maxQueued(limit int) int {
-	return max(limit, c.cfg.MaxInFlight/2)
+	return max(limit, cap(c.slots)/2)
 }
 
 // unknownDataset decides what to do with an event this replica cannot read:

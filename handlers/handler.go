@@ -2,14 +2,15 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
@@ -23,6 +24,9 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	// Acquire holds one connection for a load, whose round trips are
+	// pipelined batches of one transaction.
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
 }
 
 // Dataset is one configured dataset, ready to load.
@@ -41,7 +45,7 @@ type Dataset struct {
 	Upstreams []string
 
 	prepareMu sync.Mutex
-	prepared  bool
+	prepared  atomic.Bool
 }
 
 // Handler turns one decoded event into one load transaction.
@@ -161,14 +165,22 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		Uint64("stream_seq", m.StreamSeq).Logger()
 
 	h.unrecorded.flush(ctx, h.DB, log)
-	// One statement: the ledger check, the budget, and the `started` row (or
-	// a `skipped` row when the run already succeeded). Nothing has run yet,
-	// so any failure here but a fatal one is the warehouse's, not the event's.
-	b, err := audit.Begin(ctx, h.DB, a, m.MaxAttempts)
+	c, err := h.DB.Acquire(ctx)
 	if err != nil {
+		return Outcome{}, beforeLoad(fmt.Errorf("audit: begin: %w", err))
+	}
+	l := &loading{h: h, ds: ds, a: a, c: c.Conn(), log: log}
+	defer func() { l.close(ctx); c.Release() }()
+	// Round trip 1: the ledger check, the budget and the `started` row (or a
+	// `skipped` row), committed at once, then the load's transaction opened
+	// behind it in the same pipeline. Until the first statement has run,
+	// any failure but a fatal one is the warehouse's, not the event's.
+	b, err := l.begin(ctx, m.MaxAttempts)
+	if !l.begun {
 		return Outcome{}, beforeLoad(err)
 	}
 	log = log.With().Int("attempt", b.Attempt).Logger()
+	l.log = log
 	switch {
 	case b.Spent:
 		err := &BudgetSpentError{Attempts: b.Prior, LastDied: b.LastDied}
@@ -178,12 +190,18 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		log.Info().Msg("run already succeeded: skipped")
 		return Outcome{Status: audit.StatusSkipped, AuditID: b.ID}, nil
 	}
-	a.Attempt = b.Attempt
+	l.a.Attempt = b.Attempt
 	if h.Started != nil {
 		h.Started(ev.Dataset, ev.RunID, b.Attempt)
 	}
-	out, err := h.prepareAndLoad(ctx, ds, a, b.ID)
+	var out Outcome
+	if err == nil {
+		out, err = l.load(ctx, b.ID)
+	}
 	if err != nil {
+		// The connection goes back to the pool before the failure is
+		// recorded on another one.
+		l.close(ctx)
 		err = Classify(err)
 		kind := audit.KindTransient
 		switch {
@@ -219,96 +237,6 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 			Int64("rows_deleted", out.Rows.Deleted).Str("route", out.Rows.Route).Msg("loaded")
 	}
 	return out, nil
-}
-
-// prepareAndLoad runs the dataset's one-time setup when needed, then the load.
-func (h *Handler) prepareAndLoad(ctx context.Context, ds *Dataset, a audit.Attempt, id int64) (Outcome, error) {
-	if err := h.prepare(ctx, ds); err != nil {
-		return Outcome{AuditID: id}, err
-	}
-	return h.load(ctx, ds, a, id)
-}
-
-func (h *Handler) load(ctx context.Context, ds *Dataset, a audit.Attempt, id int64) (Outcome, error) {
-	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	skipped := false
-	p := strategies.Params{Partition: a.Partition, RunID: a.RunID}
-	err := pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
-		// Round trip 1: settings, the partition lock, the ledger check under
-		// the lock (its own statement, so its snapshot follows the lock), and
-		// the strategy's catalog reads.
-		b := &pgx.Batch{}
-		// The pool may commit bookkeeping asynchronously; a load never.
-		b.Queue("SET LOCAL synchronous_commit = on")
-		// A load is one big statement planned once: JIT compilation costs
-		// more than it saves there (half of a 100k-row merge, measured).
-		b.Queue("SET LOCAL jit = off")
-		if ds.Timeout > 0 {
-			b.Queue("SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(ds.Timeout.Milliseconds()))
-		}
-		b.Queue(audit.LockSQL, audit.PartitionLockKey(a.Pipeline, a.Dataset, a.Partition))
-		var done bool
-		if a.Force {
-			audit.QueueMessageSucceeded(b, a.RunKey, a.StreamSeq, &done)
-		} else {
-			audit.QueueSucceeded(b, a.RunKey, &done)
-		}
-		plan := ds.Strategy.Describe(b, p)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		if done {
-			skipped = true
-			return audit.Skip(ctx, tx, id)
-		}
-		// Round trip 2: the load itself.
-		res, err := ds.Strategy.Execute(ctx, tx, plan, p)
-		if err != nil {
-			return err
-		}
-		out.Rows = res
-		// Round trip 3: the audit row, the ledger, the downstream events (a
-		// join's only once its other upstreams are known to be ready: one
-		// more round trip, for joins only).
-		b = &pgx.Batch{}
-		audit.QueueSucceed(b, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
-		audit.QueueRecordSuccess(b, a.RunKey, id, a.Force)
-		joins, err := h.queueDownstream(b, ds, a, id)
-		if err != nil {
-			return err
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil || len(joins) == 0 {
-			return err
-		}
-		b = &pgx.Batch{}
-		for _, j := range joins {
-			if *j.ready {
-				if err := h.enqueue(b, j.down, a, id); err != nil {
-					return err
-				}
-			} else {
-				zerolog.Ctx(ctx).Debug().Str("join", j.down).Msg("join waits for its other upstreams")
-			}
-		}
-		if b.Len() == 0 {
-			return nil
-		}
-		return tx.SendBatch(ctx, b).Close()
-	})
-	if skipped && err == nil {
-		out.Status = audit.StatusSkipped
-	}
-	if err == nil && !skipped && len(ds.Then) > 0 && h.Enqueued != nil {
-		h.Enqueued()
-	}
-	if errors.Is(err, audit.ErrAlreadySucceeded) {
-		// Unreachable while the lock and the check above hold; if it happens the
-		// transaction rolled back and the run is done: record the duplicate.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return Outcome{Status: audit.StatusSkipped, AuditID: id}, audit.Skip(fctx, h.DB, id)
-	}
-	return out, err
 }
 
 // pendingJoin is a join whose readiness round trip 3 asks.
@@ -389,13 +317,18 @@ func (h *Handler) PrepareDataset(ctx context.Context, ds *Dataset) error {
 
 // prepare runs the strategy's one-time setup (append_dedupe's view) in its own
 // transaction the first time a dataset is loaded by this process.
-func (h *Handler) prepare(ctx context.Context, ds *Dataset) error {
+func (h *Handler) prepare(ctx context.Context, ds *Dataset) error { return prepareOn(ctx, h.DB, ds) }
+
+// prepareOn runs ds's setup on db (the pool, or the connection a load holds).
+func prepareOn(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, ds *Dataset) error {
 	ds.prepareMu.Lock()
 	defer ds.prepareMu.Unlock()
-	if ds.prepared {
+	if ds.prepared.Load() {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// Two processes starting together would race on CREATE OR REPLACE VIEW.
 		if _, err := tx.Exec(ctx, audit.LockSQL, "prepare\x1f"+ds.Name); err != nil {
 			return err
@@ -403,14 +336,16 @@ func (h *Handler) prepare(ctx context.Context, ds *Dataset) error {
 		return ds.Strategy.Prepare(ctx, tx)
 	})
 	if err == nil {
-		ds.prepared = true
+		ds.prepared.Store(true)
 	}
 	return err
 }
 
 // Check plans a dataset's load against the database without running it (for
 // `idem validate`): the transaction is always rolled back.
-func Check(ctx context.Context, db DB, ds *Dataset, partition string) error {
+func Check(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, ds *Dataset, partition string) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return err
