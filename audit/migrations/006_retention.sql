@@ -21,3 +21,19 @@ CREATE TABLE idem.pruned_attempts (
     skipped       bigint NOT NULL DEFAULT 0,   -- skipped duplicates deleted
     PRIMARY KEY (dag_id, task_id, partition_key)
 );
+
+-- The same answer as before, but the successes are read for the range only:
+-- without the bound the planner's anti join read every success of the
+-- dataset, so the cost grew with the history.
+CREATE OR REPLACE FUNCTION idem.missing_partitions(p_dag_id text, p_task_id text, p_from date, p_to date)
+RETURNS TABLE (logical_date date)
+LANGUAGE sql STABLE AS $$
+    SELECT d::date
+      FROM generate_series(p_from, p_to, interval '1 day') AS d
+     WHERE NOT EXISTS (
+           SELECT 1 FROM idem.pipeline_audit a
+            WHERE a.dag_id = p_dag_id AND a.task_id = p_task_id
+              AND a.logical_date BETWEEN p_from AND p_to
+              AND a.logical_date = d::date AND a.status = 'success')
+     ORDER BY 1
+$$;
