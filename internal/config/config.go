@@ -94,6 +94,8 @@ type Config struct {
 	Postgres Postgres `yaml:"postgres"`
 	// HTTP says where /metrics, /healthz and /readyz are served.
 	HTTP HTTP `yaml:"http"`
+	// Audit says how long the audit table keeps attempts.
+	Audit Audit `yaml:"audit,omitempty"`
 	// Datasets maps a dataset name (the last subject token) to how it loads.
 	Datasets map[string]*Dataset `yaml:"datasets"`
 }
@@ -338,6 +340,10 @@ func (c *Config) WithDefaults() {
 		c.NATS.MaxInFlight = DefaultMaxInFlight
 	}
 	setDefault(&c.HTTP.Addr, DefaultHTTPAddr)
+	if c.Audit.Retention == nil {
+		r := DefaultAuditRetention
+		c.Audit.Retention = &r
+	}
 	for name, d := range c.Datasets {
 		if d == nil {
 			d = &Dataset{}

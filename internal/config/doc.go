@@ -105,6 +105,17 @@
 //	token        none             enables the status page's actions (replay, backfill); 16+ characters
 //	token_file                    file holding the token
 //
+// # audit
+//
+//	retention    90d              attempts kept in idem.pipeline_audit: a number of days (at least 7d), or forever (0)
+//
+// `idem serve` prunes older attempts once an hour, in small batches, one
+// replica at a time. Each partition's latest attempt and latest success stay,
+// and so does the ledger (idem.run_ledger), so `idem audit status`, `idem audit
+// missing`, calendars, backfill plans and the status page answer the same.
+// 90 days keep a quarter of history to investigate and bound the table: an
+// hourly pipeline of 1,000 datasets keeps about 2.2M attempts.
+//
 // # datasets
 //
 // A dataset's name is its key under datasets: 1-63 lower-case letters, digits

@@ -74,5 +74,7 @@ postgres:
 	//   url: postgres://idem:REDACTED@db:5432/warehouse
 	// http:
 	//   addr: 127.0.0.1:9464
+	// audit:
+	//   retention: 90d
 	// datasets: {}
 }

@@ -204,7 +204,7 @@ func wantType(goType, tag, value string) string {
 // knownKeys maps the type names yaml.v3 prints to the keys they accept.
 var knownKeys = func() map[string][]string {
 	out := map[string][]string{}
-	for _, v := range []any{Config{}, NATS{}, TLS{}, Postgres{}, HTTP{}, Dataset{}, Expect{}} {
+	for _, v := range []any{Config{}, NATS{}, TLS{}, Postgres{}, HTTP{}, Audit{}, Dataset{}, Expect{}} {
 		t := reflect.TypeOf(v)
 		var keys []string
 		for i := 0; i < t.NumField(); i++ {

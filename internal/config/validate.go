@@ -156,6 +156,7 @@ func (c *Config) validateTop(v *validator) {
 	if host, port, err := net.SplitHostPort(c.HTTP.Addr); err != nil || !validPort(port) || strings.ContainsAny(host, " \t") {
 		v.add("http.addr", "%q is not host:port; e.g. %s, or :9464 for every interface", c.HTTP.Addr, DefaultHTTPAddr)
 	}
+	validateAudit(v, c.Audit)
 	if t := c.HTTP.Token; t != "" && (len(t) < MinHTTPTokenChars || strings.TrimSpace(t) != t) {
 		v.add("http.token", "too weak: at least %d characters without surrounding space; e.g. the output of `openssl rand -hex 24`", MinHTTPTokenChars)
 	}

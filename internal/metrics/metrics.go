@@ -62,6 +62,8 @@ type Metrics struct {
 	PartitionsMissing  *prometheus.GaugeVec
 	PartitionsLate     *prometheus.GaugeVec
 	NewestPartitionAge *prometheus.GaugeVec
+	// AuditPruned counts attempts the audit retention deleted.
+	AuditPruned prometheus.Counter
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -149,8 +151,12 @@ func New(version string) *Metrics {
 	m.NewestPartitionAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idem_newest_partition_age_seconds", Help: "Seconds since the end of the period of the dataset's newest partition with a successful load (calendar datasets).",
 	}, []string{"dataset"})
+	m.AuditPruned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idem_audit_pruned_total", Help: "Attempts deleted from idem.pipeline_audit by the audit retention (audit.retention).",
+	})
 	for _, c := range []prometheus.Collector{m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
-		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge} {
+		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
+		m.AuditPruned} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)

@@ -188,6 +188,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		defer wg.Done()
 		_ = outbox.Run(bgCtx) // makes a last pass when stopped
 	}()
+	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
 	err = c.Run(ctx)
 	stopBackground()
 	wg.Wait()

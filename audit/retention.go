@@ -1,0 +1,157 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Bounds of one prune batch.
+const (
+	// DefaultPruneBatch is how many attempts, in id order, one prune
+	// statement examines (it deletes at most that many).
+	DefaultPruneBatch = 1000
+	// PruneLockTimeout bounds how long a batch waits for a lock; a row a load
+	// holds is skipped (SKIP LOCKED), so only DDL could make it wait.
+	PruneLockTimeout = time.Second
+	// PruneStatementTimeout bounds one batch.
+	PruneStatementTimeout = 30 * time.Second
+)
+
+// pruneLockKey is the session advisory lock one prune pass holds: with
+// several replicas, one prunes and the others skip their pass.
+const pruneLockKey = 0x6964656d02 // "idem" 2
+
+// PruneOptions says what Prune deletes.
+type PruneOptions struct {
+	// Retention: attempts that started longer ago than this are pruned,
+	// measured by the database clock. Must be positive.
+	Retention time.Duration
+	// Batch is how many attempts one statement examines; 0 means
+	// DefaultPruneBatch.
+	Batch int
+	// Pruned, when set, is called after each batch that deleted rows.
+	Pruned func(n int64)
+}
+
+// PruneResult is what one pass did.
+type PruneResult struct {
+	// Deleted counts the attempts deleted.
+	Deleted int64
+	// Batches counts the statements run.
+	Batches int
+	// Busy: another process was pruning, so this pass did nothing.
+	Busy bool
+}
+
+// Prune deletes attempts older than o.Retention, in batches of short
+// transactions, walking idem.pipeline_audit in id order from the oldest
+// until it reaches an attempt inside the retention. It keeps:
+//   - each partition's latest attempt that is not a skipped duplicate,
+//     unless a newer one has finished (a newer started attempt may yet be
+//     skipped, and the older one would then be the latest again);
+//   - each partition's latest success, so idem.missing_partitions, `idem
+//     audit status` and backfill plans read the same after pruning;
+//   - attempts an outbox row still names;
+//   - rows a transaction holds (skipped, for a later pass).
+//
+// The ledger (idem.run_ledger) is never pruned. What is deleted is counted
+// per partition in idem.pruned_attempts.
+//
+// Prune takes a session advisory lock on conn for the pass: with several
+// replicas, one prunes and the others return Busy at once. Each batch runs
+// with PruneLockTimeout and PruneStatementTimeout.
+func Prune(ctx context.Context, conn *pgx.Conn, o PruneOptions) (PruneResult, error) {
+	var res PruneResult
+	if o.Retention <= 0 {
+		return res, errors.New("audit: prune: the retention must be positive")
+	}
+	batch := o.Batch
+	if batch <= 0 {
+		batch = DefaultPruneBatch
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pruneLockKey).Scan(&got); err != nil {
+		return res, fmt.Errorf("audit: prune: %w", err)
+	}
+	if !got {
+		res.Busy = true
+		return res, nil
+	}
+	defer func() {
+		// Unlock even when ctx is done: the connection goes back to a pool.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", pruneLockKey)
+	}()
+	var cutoff time.Time
+	if err := conn.QueryRow(ctx, "SELECT now() - $1 * interval '1 microsecond'", o.Retention.Microseconds()).Scan(&cutoff); err != nil {
+		return res, fmt.Errorf("audit: prune: %w", err)
+	}
+	var cursor int64
+	for {
+		var (
+			last    *int64
+			deleted int64
+			done    bool
+		)
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d",
+				PruneLockTimeout.Milliseconds(), PruneStatementTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, pruneSQL, cursor, batch, cutoff).Scan(&last, &deleted, &done)
+		})
+		if err != nil {
+			return res, fmt.Errorf("audit: prune after id %d: %w", cursor, err)
+		}
+		res.Batches++
+		res.Deleted += deleted
+		if deleted > 0 && o.Pruned != nil {
+			o.Pruned(deleted)
+		}
+		if done || last == nil {
+			return res, nil
+		}
+		cursor = *last
+	}
+}
+
+// pruneSQL examines the next $2 attempts after id $1 and deletes those
+// started before $3 that are not kept (see Prune), counting them per
+// partition. It returns the last id examined, the rows deleted, and whether
+// the walk reached the retention window (or the end of the table).
+//
+// Ids grow with started_at (both are taken at insert), so the first
+// attempt inside the window ends the walk. Every lookup is an index seek:
+// the batch on the primary key, "a newer attempt finished" on
+// pipeline_audit_partition_idx, the outbox on outbox_event.
+const pruneSQL = `
+WITH batch AS (
+     SELECT id, started_at FROM idem.pipeline_audit WHERE id > $1 ORDER BY id LIMIT $2),
+doomed AS (
+     SELECT a.id FROM idem.pipeline_audit a JOIN batch b ON b.id = a.id
+      WHERE a.started_at < $3
+        AND NOT EXISTS (SELECT 1 FROM idem.outbox o WHERE o.audit_id = a.id)
+        AND (a.status = 'skipped' OR EXISTS (
+             SELECT 1 FROM idem.pipeline_audit n
+              WHERE n.dag_id = a.dag_id AND n.task_id = a.task_id AND n.partition_key = a.partition_key
+                AND n.id > a.id
+                AND (n.status = 'success' OR (n.status = 'failed' AND a.status <> 'success'))))
+        FOR UPDATE OF a SKIP LOCKED),
+del AS (
+     DELETE FROM idem.pipeline_audit a USING doomed d WHERE a.id = d.id
+     RETURNING a.dag_id, a.task_id, a.partition_key, a.logical_date, a.status),
+counted AS (
+     INSERT INTO idem.pruned_attempts AS p (dag_id, task_id, partition_key, logical_date, attempts, skipped)
+     SELECT dag_id, task_id, partition_key, max(logical_date),
+            count(*) FILTER (WHERE status <> 'skipped'), count(*) FILTER (WHERE status = 'skipped')
+       FROM del GROUP BY dag_id, task_id, partition_key
+     ON CONFLICT (dag_id, task_id, partition_key) DO UPDATE
+        SET attempts = p.attempts + EXCLUDED.attempts, skipped = p.skipped + EXCLUDED.skipped)
+SELECT (SELECT max(id) FROM batch),
+       (SELECT count(*) FROM del),
+       (SELECT count(*) < $2 OR bool_or(started_at >= $3) FROM batch)`

@@ -1,0 +1,46 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/pgtest"
+)
+
+// TestHistoryCosts measures the audit lookups on a 100k and a 10M-attempt
+// history when IDEM_BENCH_HISTORY is set (to "small" for 10k and 100k, a
+// quick check of the harness). It writes the table and the plans into
+// IDEM_BENCH_HISTORY_OUT (a folder) when set, and logs them. It never
+// checks a speed: the ratios are for docs/HISTORY-COSTS.md.
+func TestHistoryCosts(t *testing.T) {
+	mode := os.Getenv("IDEM_BENCH_HISTORY")
+	if mode == "" {
+		t.Skip("set IDEM_BENCH_HISTORY=1 (10M attempts: minutes) or small")
+	}
+	sizes := HistorySizes
+	if mode == "small" {
+		sizes = []HistorySize{{Datasets: 50, Days: 40}, sizes[0]}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	rep, err := RunHistory(ctx, pgtest.AdminURL(), sizes, 15, testLog{t})
+	require.NoError(t, err)
+	for _, l := range rep.Lookups {
+		require.Len(t, l.Medians, len(sizes), l.Name)
+	}
+	var b strings.Builder
+	b.WriteString(rep.Markdown())
+	for _, name := range []string{"status before", "status after", "missing before", "missing after"} {
+		b.WriteString("\n## " + name + "\n\n" + rep.Plans[name] + "\n")
+	}
+	t.Log("\n" + b.String())
+	if dir := os.Getenv("IDEM_BENCH_HISTORY_OUT"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "history-costs.md"), []byte(b.String()), 0o644))
+	}
+}

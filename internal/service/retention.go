@@ -1,0 +1,67 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/metrics"
+)
+
+// Audit retention runs in every replica; a pass another replica is running
+// is skipped (audit.Prune's lock), so the fleet prunes about once per
+// pruneInterval.
+const (
+	pruneInterval   = time.Hour
+	pruneFirstDelay = time.Minute // let start-up and the first loads go first
+)
+
+// startRetention prunes the audit table to the retention of the config in
+// force (read again each pass, so a reload applies) until ctx is done.
+func startRetention(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, cfg *atomic.Pointer[config.Config], m *metrics.Metrics, log zerolog.Logger) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTimer(pruneFirstDelay)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			pruneAudit(ctx, pool, cfg.Load().AuditRetention(), m, log)
+			t.Reset(pruneInterval)
+		}
+	}()
+}
+
+// pruneAudit runs one pass; failures are logged and retried next pass.
+func pruneAudit(ctx context.Context, pool *pgxpool.Pool, r config.Retention, m *metrics.Metrics, log zerolog.Logger) {
+	if r.Forever() {
+		return
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn().Err(err).Msg("audit retention: no connection; next pass in an hour")
+		}
+		return
+	}
+	defer c.Release()
+	start := time.Now()
+	res, err := audit.Prune(ctx, c.Conn(), audit.PruneOptions{Retention: r.Std(), Pruned: func(n int64) { m.AuditPruned.Add(float64(n)) }})
+	switch {
+	case err != nil && ctx.Err() == nil:
+		log.Warn().Err(err).Int64("pruned", res.Deleted).Msg("audit retention: pass stopped; the next one carries on")
+	case res.Deleted > 0:
+		log.Info().Int64("pruned", res.Deleted).Int("batches", res.Batches).Str("retention", r.String()).
+			Dur("took", time.Since(start)).Msg("audit retention: pruned old attempts")
+	}
+}
