@@ -74,10 +74,13 @@ chaos-short: postgres ## the short chaos campaign that make test runs (about 2.5
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the
 # harness at existing servers; by default it starts its own.
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-history
 
 bench: postgres ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg
 	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
 
 bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json
 	$(GO) run ./bench/cmd/idembench -mode quick -json bench/results/quick.json
+
+bench-history: postgres ## the audit lookups at 100k and 10M attempts side by side (about 3 min); see docs/HISTORY-COSTS.md
+	IDEM_BENCH_HISTORY=1 IDEM_BENCH_HISTORY_OUT=$(CURDIR)/bin $(GO) test -count=1 -run '^TestHistoryCosts$$' -v -timeout 60m ./bench/
