@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,6 +71,30 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, sc consumer.Stre
 			Msg("consumer settings differ from the config; run `idem streams` to apply")
 	}
 	return nil
+}
+
+// ensureStreamsWaiting is ensureStreams, waiting while JetStream cannot
+// answer yet: a cluster electing its meta leader (a server replaced, a
+// rolling restart) answers 503 "temporarily unavailable" or not at all for
+// a few seconds. Exiting then would hand the restart to a supervisor's
+// growing delay; JetStream not enabled at all is still an error.
+func ensureStreamsWaiting(ctx context.Context, js jetstream.JetStream, sc consumer.StreamsConfig, log zerolog.Logger) error {
+	_, err := waitUntil(ctx, log, "jetstream", func() (struct{}, error) {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return struct{}{}, ensureStreams(actx, js, sc, log)
+	}, jetStreamNotReady)
+	return err
+}
+
+// jetStreamNotReady reports an answer worth waiting out at start: a 503
+// other than "JetStream not enabled". A request that times out is not
+// waited out: a subject the user may not publish to (a permissions
+// violation) looks the same from here, and must fail the start.
+func jetStreamNotReady(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 503 &&
+		api.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && api.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
 }
 
 // loadFunc is the consumer's handler: one event, one load, its metrics.

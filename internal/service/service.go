@@ -132,7 +132,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		pool.Reset()
 		return nil
 	}
-	if err := ensureStreams(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
+	if err := ensureStreamsWaiting(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}
 	c, err := consumer.New(js, ccfg, loadFunc(h, m))
