@@ -238,13 +238,16 @@ func TestChaosClusterShort(t *testing.T) {
 }
 
 // TestChaosClusterCampaign is the long cluster campaign of `make
-// chaos-cluster`. Its seed is drawn unless CHAOS_SEED is set.
+// chaos-cluster`: faults 0.5-2 s apart, so that a run of about 80 minutes
+// injects over a thousand, four rounds of long faults among them. Its seed
+// is drawn unless CHAOS_SEED is set.
 func TestChaosClusterCampaign(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") != "1" {
 		t.Skip("the long cluster campaign runs with CHAOS_LONG=1 (make chaos-cluster)")
 	}
 	r := runCampaign(t, Options{Cluster: true, Events: 100000, Duration: 60 * time.Minute, Partitions: 100,
-		DrainBound: 3 * time.Minute, LongRounds: 4, WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 2 * time.Minute})
+		DrainBound: 3 * time.Minute, LongRounds: 4, WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 2 * time.Minute,
+		FaultGapMin: 500 * time.Millisecond, FaultGapMax: 2 * time.Second})
 	requireLongFaults(t, r)
 	requireClusterFaults(t, r, clusterKinds()...)
 }
