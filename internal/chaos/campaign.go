@@ -495,7 +495,8 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 // NATS was down while it started: the supervisor restarts it.
 func startupFailure(line string) bool {
 	for _, s := range []string{"cannot reach PostgreSQL", "cannot reach NATS", "nats connect", "connect: connection refused",
-		"the database system is", "schema idem", "look up stream", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect"} {
+		"the database system is", "schema idem", "look up stream", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect",
+		"JetStream system temporarily unavailable"} {
 		if strings.Contains(line, s) {
 			return true
 		}
