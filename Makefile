@@ -58,7 +58,7 @@ CHAOS_SEED     ?=
 CHAOS_REPLICAS ?= 3
 CHAOS_ENV = CHAOS_EVENTS=$(CHAOS_EVENTS) CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_REPLICAS=$(CHAOS_REPLICAS)
 
-.PHONY: chaos chaos-short
+.PHONY: chaos chaos-short chaos-cluster chaos-cluster-short
 
 chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED, CHAOS_REPLICAS); a random seed unless CHAOS_SEED; figures in bin/chaos-report.json
 	@mkdir -p bin
@@ -70,6 +70,24 @@ chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED
 
 chaos-short: postgres ## the short chaos campaign that make test runs (about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
 	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./internal/chaos/
+
+# The cluster campaign: three nats-server processes, R3 streams, Toxiproxy on
+# the client links and the routes. Its own defaults (100,000 events over
+# 75 minutes) unless CHAOS_EVENTS or CHAOS_DURATION are given.
+CLUSTER_EVENTS   = $(if $(filter command line environment,$(origin CHAOS_EVENTS)),$(CHAOS_EVENTS),100000)
+CLUSTER_DURATION = $(if $(filter command line environment,$(origin CHAOS_DURATION)),$(CHAOS_DURATION),75m)
+CHAOS_CLUSTER_REPORT ?= $(CURDIR)/bin/chaos-cluster-report.json
+
+chaos-cluster: postgres ## long cluster campaign (3 NATS servers, R3; CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED, CHAOS_REPLICAS); figures in bin/chaos-cluster-report.json
+	@mkdir -p $(dir $(CHAOS_CLUSTER_REPORT))
+	@seed=$(CHAOS_SEED); seed=$${seed:-$$(( ($$(od -An -N4 -tu4 /dev/urandom) % 999999999) + 1 ))}; \
+	echo "chaos-cluster: seed $$seed (replay with make chaos-cluster CHAOS_SEED=$$seed)"; \
+	CHAOS_LONG=1 CHAOS_SEED=$$seed CHAOS_EVENTS=$(CLUSTER_EVENTS) CHAOS_DURATION=$(CLUSTER_DURATION) CHAOS_REPLICAS=$(CHAOS_REPLICAS) \
+		CHAOS_REPORT=$(CHAOS_CLUSTER_REPORT) \
+		$(GO) test -count=1 -timeout 4h -run '^TestChaosClusterCampaign$$' -v ./internal/chaos/
+
+chaos-cluster-short: postgres ## the short cluster campaign that make test runs (about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
+	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./internal/chaos/
 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the

@@ -24,10 +24,13 @@ const dbName = "chaos"
 type campaign struct {
 	o        Options
 	db       *pgxpool.Pool
-	nats     *natsBox
+	nats     natsServers
+	cluster  *natsCluster // the cluster topology; nil with one server
 	link     *dbLink
-	nc       *nats.Conn
+	nc       *nats.Conn // the checker's: the servers' own ports, never a proxy
 	js       jetstream.JetStream
+	pubNC    *nats.Conn // the publisher's: through the proxies in a cluster
+	pubJS    jetstream.JetStream
 	cfg      string
 	logs     string
 	replicas []*replica
@@ -45,7 +48,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Seed: o.Seed, Replicas: o.Replicas, Partitions: o.Partitions, AckWait: o.AckWait.String(),
 		CrashProb: o.CrashProb, NoFaults: o.NoFaults, DrainBoundSeconds: o.DrainBound.Seconds(),
-		Faults: FaultFigures{ByKind: map[string]int{}},
+		Faults: FaultFigures{ByKind: map[string]int{}}, Topology: "one in-process NATS server",
+	}
+	if o.Cluster {
+		r.Topology = fmt.Sprintf("%d nats-server processes, R%d streams, Toxiproxy on client ports and routes", clusterSize, clusterSize)
 	}
 	if o.NoFaults {
 		r.CrashProb = 0
@@ -69,8 +75,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if !o.NoFaults {
 		sched = schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2)))
 	}
-	pub := &publisher{js: c.js, db: c.db, logf: o.Logf}
-	nem := &nemesis{replicas: c.replicas, pg: o.PG, db: c.db, dbName: dbName, nats: c.nats, link: c.link, logf: o.Logf}
+	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
+	nem := &nemesis{replicas: c.replicas, pg: o.PG, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
+		link: c.link, logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
 	rd := &reader{}
@@ -148,6 +155,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := checkChains(cctx, c.db, r); err != nil {
 		return r, err
 	}
+	if err := checkStored(cctx, c.js, h, r); err != nil {
+		return r, err
+	}
 	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
 		r.Messages.StoredInStream = info.State.LastSeq
 	}
@@ -184,29 +194,57 @@ func (c *campaign) setup(ctx context.Context) error {
 	if err := createSchema(ctx, c.db, o.Partitions, o.SlowLoad, rand.New(rand.NewPCG(uint64(o.Seed), 3))); err != nil {
 		return err
 	}
-	if c.nats, err = startNATS(filepath.Join(o.Dir, "jetstream")); err != nil {
-		return err
+	var clientURL, directURL string
+	if o.Cluster {
+		if c.cluster, err = startCluster(ctx, o.NATSBin, o.Dir, c.logs); err != nil {
+			return err
+		}
+		c.nats = c.cluster
+		clientURL, directURL = c.cluster.clientURLs(), c.cluster.directURLs()
+	} else {
+		box, err := startNATS(filepath.Join(o.Dir, "jetstream"))
+		if err != nil {
+			return err
+		}
+		c.nats = box
+		clientURL, directURL = box.url, box.url
 	}
 	if c.link, err = startLink(fmt.Sprintf("127.0.0.1:%d", o.PG.Port)); err != nil {
 		return err
 	}
 	pgURL := fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", c.link.addr, dbName)
 	c.cfg = filepath.Join(o.Dir, "idem.yaml")
-	if err := os.WriteFile(c.cfg, []byte(configYAML(c.nats.url, pgURL, o)), 0o600); err != nil {
+	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)), 0o600); err != nil {
 		return err
 	}
 	for _, args := range [][]string{{"migrate"}, {"streams"}} {
-		out, err := exec.CommandContext(ctx, o.Bin, append(args, "--config", c.cfg)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("chaos: idem %s: %w\n%s", args[0], err, out)
+		// A cluster that just formed may still be electing its meta leader:
+		// retry, as a setup job's back-off would.
+		for try := 1; ; try++ {
+			out, err := exec.CommandContext(ctx, o.Bin, append(args, "--config", c.cfg)...).CombinedOutput()
+			if err == nil {
+				break
+			}
+			if try == 5 || !o.Cluster {
+				return fmt.Errorf("chaos: idem %s: %w\n%s", args[0], err, out)
+			}
+			o.Logf("chaos: idem %s failed (try %d), again: %s", args[0], try, strings.TrimSpace(string(out)))
+			sleepCtx(ctx, 2*time.Second)
 		}
 	}
-	c.nc, err = nats.Connect(c.nats.url, nats.Name("idem chaos harness"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1))
-	if err != nil {
+	connect := func(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+		nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1))
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		return nc, js, err
+	}
+	if c.nc, c.js, err = connect(directURL, "idem chaos checker"); err != nil {
 		return err
 	}
-	if c.js, err = jetstream.New(c.nc); err != nil {
+	if c.pubNC, c.pubJS, err = connect(clientURL, "idem chaos publisher"); err != nil {
 		return err
 	}
 	prob := o.CrashProb
@@ -457,7 +495,8 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 // NATS was down while it started: the supervisor restarts it.
 func startupFailure(line string) bool {
 	for _, s := range []string{"cannot reach PostgreSQL", "cannot reach NATS", "nats connect", "connect: connection refused",
-		"the database system is", "schema idem", "look up stream", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect"} {
+		"the database system is", "schema idem", "look up stream", "SQLSTATE 57P", "unexpected EOF", "connection reset", "failed to connect",
+		"JetStream system temporarily unavailable"} {
 		if strings.Contains(line, s) {
 			return true
 		}
@@ -472,7 +511,12 @@ func (c *campaign) close() {
 	if c.nc != nil {
 		c.nc.Close()
 	}
-	if c.nats != nil {
+	if c.pubNC != nil {
+		c.pubNC.Close()
+	}
+	if c.cluster != nil {
+		c.cluster.close()
+	} else if c.nats != nil {
 		c.nats.down()
 	}
 	if c.link != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,11 +17,11 @@ import (
 // The idem binary (with the crash hook) and the PostgreSQL cluster are made
 // once, by the first test that needs them, and removed by TestMain.
 var (
-	binOnce, pgOnce sync.Once
-	binErr, pgErr   error
-	idemBin         string
-	binDir          string
-	cluster         *localpg.Server
+	binOnce, pgOnce, natsOnce sync.Once
+	binErr, pgErr, natsErr    error
+	idemBin, natsBin          string
+	binDir, natsDir           string
+	cluster                   *localpg.Server
 )
 
 func TestMain(m *testing.M) {
@@ -28,8 +29,10 @@ func TestMain(m *testing.M) {
 	if cluster != nil {
 		_ = cluster.Close()
 	}
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
+	for _, d := range []string{binDir, natsDir} {
+		if d != "" {
+			_ = os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
 }
@@ -62,6 +65,30 @@ func binary(t *testing.T) string {
 	return idemBin
 }
 
+// natsServerBinary builds nats-server, at the version go.mod requires, for
+// the cluster topology: its servers are child processes, so that a SIGKILL
+// is a real crash. CHAOS_NATS_BIN names a binary built already.
+func natsServerBinary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("CHAOS_NATS_BIN"); bin != "" {
+		return bin
+	}
+	natsOnce.Do(func() {
+		if natsDir, natsErr = os.MkdirTemp("", "idem-chaos-nats-"); natsErr != nil {
+			return
+		}
+		natsBin = filepath.Join(natsDir, "nats-server")
+		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		if err != nil {
+			natsErr = fmt.Errorf("building nats-server: %v\n%s", err, out)
+		}
+	})
+	if natsErr != nil {
+		t.Fatal(natsErr)
+	}
+	return natsBin
+}
+
 // pg starts a cluster of this package's own: the campaign restarts it,
 // which no other package's tests may see. synchronous_commit is on, so a
 // COMMIT that returned survives a crash of the server (fsync stays off: the
@@ -88,6 +115,9 @@ func runCampaign(t *testing.T, o Options) *Report {
 		t.Fatal(err)
 	}
 	o.Bin, o.PG = binary(t), pg(t)
+	if o.Cluster {
+		o.NATSBin = natsServerBinary(t)
+	}
 	dir, err := os.MkdirTemp("", "idem-chaos-")
 	if err != nil {
 		t.Fatal(err)
@@ -174,5 +204,74 @@ func requireLongFaults(t *testing.T, r *Report) {
 	if r.Faults.LongestWarehouseOutageSeconds <= r.RetryScheduleSeconds {
 		t.Errorf("the longest warehouse outage (%.1fs) is not longer than the retry schedule (%.1fs)",
 			r.Faults.LongestWarehouseOutageSeconds, r.RetryScheduleSeconds)
+	}
+}
+
+// clusterShortSeed is TestChaosClusterShort's seed, one whose 120 s
+// schedule holds every cluster fault (TestClusterShortScheduleHasEveryKind);
+// CHAOS_SEED overrides it.
+const clusterShortSeed = 20261157
+
+var clusterShortOptions = Options{Seed: clusterShortSeed, Cluster: true, Events: 1200, Duration: 120 * time.Second, LongRounds: -1}
+
+// TestChaosClusterShort is the cluster campaign `make test` runs: three
+// nats-server processes with R3 streams, three idem replicas, 120 s of
+// short faults among which the cluster's (the stream leader and a follower
+// killed, a server stopped past an election, a minority partitioned away,
+// the client links disturbed). The long faults (warehouse and whole-cluster
+// outages, rolling restarts of idem) are left to TestChaosShort and to
+// `make chaos-cluster`: in 120 s they would leave room for little else.
+func TestChaosClusterShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign: not in -short")
+	}
+	if os.Getenv("CHAOS_LONG") == "1" {
+		t.Skip("CHAOS_LONG=1 runs TestChaosClusterCampaign instead")
+	}
+	r := runCampaign(t, clusterShortOptions)
+	// The schedule draws every cluster fault (see
+	// TestClusterShortScheduleHasEveryKind), but slow heals can push the
+	// last ones past the phase: require the ones that come early.
+	if os.Getenv("CHAOS_SEED") == "" {
+		requireClusterFaults(t, r, FaultLeaderKill, FaultFollowerKill, FaultPartition, FaultNATSBlackhole, FaultNATSReset, FaultNATSRolling)
+	}
+}
+
+// TestChaosClusterCampaign is the long cluster campaign of `make
+// chaos-cluster`: faults 0.5-2 s apart, so that a run of about 80 minutes
+// injects over a thousand, four rounds of long faults among them. Its seed
+// is drawn unless CHAOS_SEED is set.
+func TestChaosClusterCampaign(t *testing.T) {
+	if os.Getenv("CHAOS_LONG") != "1" {
+		t.Skip("the long cluster campaign runs with CHAOS_LONG=1 (make chaos-cluster)")
+	}
+	r := runCampaign(t, Options{Cluster: true, Events: 100000, Duration: 60 * time.Minute, Partitions: 100,
+		DrainBound: 3 * time.Minute, LongRounds: 4, WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 2 * time.Minute,
+		FaultGapMin: 500 * time.Millisecond, FaultGapMax: 2 * time.Second})
+	requireLongFaults(t, r)
+	requireClusterFaults(t, r, clusterKinds()...)
+}
+
+// clusterKinds are the cluster faults of the schedule.
+func clusterKinds() []string {
+	var out []string
+	for _, w := range clusterFaultWeights {
+		if slices.Contains(natsClusterFaults, w.kind) {
+			out = append(out, w.kind)
+		}
+	}
+	return out
+}
+
+// requireClusterFaults fails t when one of kinds was never injected.
+func requireClusterFaults(t *testing.T, r *Report, kinds ...string) {
+	t.Helper()
+	if r == nil || r.NoFaults {
+		return
+	}
+	for _, k := range kinds {
+		if r.Faults.ByKind[k] == 0 {
+			t.Errorf("no %s injected: the campaign proves nothing about it", k)
+		}
 	}
 }

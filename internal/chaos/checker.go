@@ -101,7 +101,10 @@ var (
 	// outageFaults: PostgreSQL stopped (fast: sessions get 57P01, then
 	// connections are refused) or its sessions terminated (57P01), NATS
 	// stopped, replicas restarted with SIGTERM.
-	outageFaults = []string{FaultWarehouseDown, FaultPGFast, FaultPGTerminate, FaultNATSDown, FaultNATSRestart, FaultRollingRestart}
+	// In a cluster, every fault of NATS or of the links to it is one too:
+	// none of them runs a load, so none may spend a message's budget.
+	outageFaults = append([]string{FaultWarehouseDown, FaultPGFast, FaultPGTerminate, FaultNATSDown, FaultNATSRestart, FaultRollingRestart},
+		natsClusterFaults...)
 	// attemptFaults end a load that ran: the process dies in it (kill,
 	// crash_commit), stops in it past the ack wait (pause), or its
 	// connection is lost mid-load (a server crash, a reset, a timeout).
@@ -112,7 +115,12 @@ var (
 	// redeliveryFaults can make JetStream deliver a message again without
 	// any failure: its process died or stopped, its ack was lost, or a
 	// shutdown handed it back.
-	redeliveryFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart, FaultNATSDown, FaultRollingRestart}
+	redeliveryFaults = append([]string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart, FaultNATSDown, FaultRollingRestart},
+		natsClusterFaults...)
+	// natsClusterFaults lose acks and pulls in flight, or hand a consumer
+	// to a new leader: they redeliver without any failure of idem's.
+	natsClusterFaults = []string{FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultPartition, FaultNATSRolling,
+		FaultNATSLatency, FaultNATSReset, FaultNATSBlackhole}
 )
 
 func isOutage(kind string) bool { return slices.Contains(outageFaults, kind) }
@@ -622,4 +630,98 @@ func seqs(ev *event) string {
 		}
 	}
 	return strings.Join(s, ",")
+}
+
+// checkStored reads the events stream message by message and counts how
+// many times each published copy is stored. A copy that carries a
+// Nats-Msg-Id is stored at most once, whatever its publisher retried: a
+// PubAck lost to a leader change and the publish retried must come back as
+// a duplicate, not as a second message. A copy without one may be stored
+// twice (the ledger absorbs it); that is counted, not a violation.
+func checkStored(ctx context.Context, js jetstream.JetStream, h history, r *Report) error {
+	s, err := js.Stream(ctx, eventsStream)
+	if err != nil {
+		return fmt.Errorf("chaos: events stream: %w", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	type stored struct {
+		n      int
+		msgIDs []string
+	}
+	got := map[string]*stored{}
+	if info.State.Msgs > 0 {
+		oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return fmt.Errorf("chaos: read events stream: %w", err)
+		}
+		it, err := oc.Messages()
+		if err != nil {
+			return err
+		}
+		defer it.Stop()
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return fmt.Errorf("chaos: read events stream: %w", err)
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			id := m.Headers().Get(chaosIDHeader)
+			st := got[id]
+			if st == nil {
+				st = &stored{}
+				got[id] = st
+			}
+			st.n++
+			st.msgIDs = append(st.msgIDs, m.Headers().Get(jetstream.MsgIDHeader))
+			if md.Sequence.Stream >= info.State.LastSeq {
+				break
+			}
+		}
+	}
+	c := &r.Check
+	for _, ev := range h.events {
+		for _, cp := range ev.copies {
+			st := got[cp.chaosID()]
+			if st == nil {
+				continue
+			}
+			if cp.msgID {
+				for _, id := range st.msgIDs {
+					if id != ev.msgID {
+						c.MissingMsgID++
+						if c.MissingMsgID <= 5 {
+							r.violate("copy %s (%s %s %s) is stored with Nats-Msg-Id %q; its publisher was to send %q",
+								cp.chaosID(), ev.dataset, ev.partition, ev.runID, id, ev.msgID)
+						}
+						break
+					}
+				}
+			}
+			if st.n < 2 {
+				continue
+			}
+			if cp.msgID {
+				c.StoredTwice++
+				if c.StoredTwice <= 10 {
+					r.violate("copy %s (%s %s %s) is stored %d times: a publish with Nats-Msg-Id %q was retried into a second message",
+						cp.chaosID(), ev.dataset, ev.partition, ev.runID, st.n, ev.msgID)
+				}
+			} else {
+				r.Messages.StoredTwiceNoMsgID++
+			}
+		}
+	}
+	if c.MissingMsgID > 5 {
+		r.violate("... %d copies stored without their Nats-Msg-Id in all", c.MissingMsgID)
+	}
+	if c.StoredTwice > 10 {
+		r.violate("... %d copies with a Nats-Msg-Id stored more than once in all", c.StoredTwice)
+	}
+	return nil
 }

@@ -160,12 +160,13 @@ nats:
   ack_wait: %s
   max_in_flight: %d
   unknown_dataset_grace: %s
+  replicas: %d
 postgres:
   url: %s
 http:
   addr: 127.0.0.1:0
 datasets:
-`, natsURL, o.AckWait, o.MaxInFlight, unknownDatasetGrace, pgURL)
+`, natsURL, o.AckWait, o.MaxInFlight, unknownDatasetGrace, o.streamReplicas(), pgURL)
 	for _, d := range datasets {
 		fmt.Fprintf(&b, "  %s:\n    strategy: %s\n    target: %s\n%s    source: %s\n", d.name, d.strategy, d.target, d.yaml, sourceSQL(d))
 		// No retries line: idem's default (Retries) is what the campaign proves.

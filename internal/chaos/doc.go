@@ -38,6 +38,18 @@
 // docs/RELIABILITY.md lists every invariant and the figures of the last
 // long run.
 //
+// # The cluster topology
+//
+// With Options.Cluster, NATS is three nats-server child processes
+// (natscluster.go) with R3 streams, a Toxiproxy proxy in front of every
+// client port and on every route, and the schedule draws from
+// clusterFaultWeights: the stream's leader or a follower SIGKILLed and
+// restarted, a server stopped past an election, one server's routes
+// blackholed (a minority partitioned away), a rolling restart of the
+// servers, and latency, resets and blackholes on the client links
+// (faults_cluster.go). nats_restart and nats_down stop every server. The
+// checker is the same; every cluster fault counts as an outage.
+//
 // # Determinism
 //
 // The workload (every event, copy, delay and staging change) and the fault

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-data/idem/internal/localpg"
 )
@@ -25,6 +26,18 @@ const (
 	FaultLatency     = "latency"
 	FaultResetPeer   = "reset_peer"
 	FaultTimeout     = "timeout"
+
+	// The cluster faults (Options.Cluster): servers of the NATS cluster
+	// killed, stopped, partitioned away or restarted one by one, and the
+	// links between idem (and the publisher) and NATS disturbed.
+	FaultLeaderKill    = "leader_kill"    // SIGKILL of the events stream's leader, restarted 0-3 s later
+	FaultFollowerKill  = "follower_kill"  // SIGKILL of a follower of the events stream, restarted 0-3 s later
+	FaultNodeDown      = "node_down"      // a server stopped (SIGTERM) for longer than a leader election
+	FaultPartition     = "partition"      // one server's routes blackholed both ways: a minority of one
+	FaultNATSRolling   = "nats_rolling"   // every server restarted in turn, each healthy before the next
+	FaultNATSLatency   = "nats_latency"   // latency on the client links
+	FaultNATSReset     = "nats_reset"     // reset_peer on the client links
+	FaultNATSBlackhole = "nats_blackhole" // timeout toxic on the client links: data dropped, no clean close
 
 	// The long faults: outages and a deploy, placed by the schedule rather
 	// than drawn, LongRounds times each.
@@ -76,6 +89,38 @@ var faultWeights = []struct {
 	{FaultTimeout, 12},
 }
 
+// clusterFaultWeights replace faultWeights in the cluster topology: the
+// same faults of idem and PostgreSQL, and the cluster's own instead of the
+// single server's restart.
+var clusterFaultWeights = []struct {
+	kind   string
+	weight int
+}{
+	{FaultKill, 14},
+	{FaultPause, 7},
+	{FaultPGFast, 4},
+	{FaultPGImmediate, 4},
+	{FaultPGTerminate, 4},
+	{FaultLatency, 4},
+	{FaultResetPeer, 5},
+	{FaultTimeout, 5},
+	{FaultLeaderKill, 12},
+	{FaultFollowerKill, 7},
+	{FaultNodeDown, 5},
+	{FaultPartition, 8},
+	{FaultNATSRolling, 3},
+	{FaultNATSLatency, 5},
+	{FaultNATSReset, 6},
+	{FaultNATSBlackhole, 6},
+}
+
+// natsServers is what the nemesis stops and starts for nats_restart and
+// nats_down: the one server, or every server of the cluster.
+type natsServers interface {
+	down()
+	up() error
+}
+
 // fault is one entry of the schedule and, once run, of the history.
 type fault struct {
 	Kind    string        `json:"kind"`
@@ -83,8 +128,12 @@ type fault struct {
 	Replica int           `json:"replica,omitempty"`
 	Hold    time.Duration `json:"-"` // how long the fault lasts
 	Param   int           `json:"param,omitempty"`
-	Start   time.Time     `json:"start"`
-	End     time.Time     `json:"end"`
+	// Node is the NATS server a cluster fault targets (-1: all of them);
+	// Server names the one it hit, as the cluster knows it.
+	Node   int       `json:"node,omitempty"`
+	Server string    `json:"server,omitempty"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
 	// Outage is how long the server was down, measured from the stop
 	// returning to the start returning (PostgreSQL and NATS stops only).
 	Outage time.Duration `json:"outage_ns,omitempty"`
@@ -153,13 +202,17 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 
 // shortFault draws one short fault by weight, planned at at.
 func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
+	weights := faultWeights
+	if o.Cluster {
+		weights = clusterFaultWeights
+	}
 	total := 0
-	for _, w := range faultWeights {
+	for _, w := range weights {
 		total += w.weight
 	}
 	pick := rng.IntN(total)
-	kind := faultWeights[0].kind
-	for _, w := range faultWeights {
+	kind := weights[0].kind
+	for _, w := range weights {
 		if pick < w.weight {
 			kind = w.kind
 			break
@@ -181,8 +234,39 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		f.Hold, f.Param = ms(500, 3000), rng.IntN(300)
 	case FaultTimeout:
 		f.Hold, f.Param = ms(1000, 5000), 200+rng.IntN(2800)
+	case FaultLeaderKill, FaultFollowerKill:
+		// Replica picks the follower among the two.
+		f.Hold = ms(0, 3000)
+	case FaultNodeDown:
+		// JetStream's elections take up to about 10 s after a leader is lost.
+		f.Node, f.Hold = rng.IntN(clusterSize), ms(12000, 20000)
+	case FaultPartition:
+		f.Node, f.Hold = rng.IntN(clusterSize), ms(5000, 20000)
+	case FaultNATSRolling:
+		f.Hold = time.Duration(clusterSize) * 6 * time.Second
+	case FaultNATSLatency:
+		f.Node, f.Hold, f.Param = natsLinkTarget(rng), ms(2000, 8000), 20+rng.IntN(280)
+	case FaultNATSReset:
+		f.Node, f.Hold, f.Param = natsLinkTarget(rng), ms(500, 3000), rng.IntN(300)
+	case FaultNATSBlackhole:
+		// Param 0: data dropped until the toxic goes; otherwise the
+		// connection is also closed after Param ms.
+		f.Node, f.Hold = natsLinkTarget(rng), ms(1000, 6000)
+		if rng.IntN(2) == 0 {
+			f.Param = 500 + rng.IntN(4500)
+		}
 	}
 	return f
+}
+
+// natsLinkTarget draws which client links a NATS link fault disturbs: one
+// server's (0 to clusterSize-1), or every server's (-1), so that idem cannot
+// escape to another server.
+func natsLinkTarget(rng *rand.Rand) int {
+	if rng.IntN(2) == 0 {
+		return -1
+	}
+	return rng.IntN(clusterSize)
 }
 
 // nemesis runs the schedule, one fault at a time, against the processes,
@@ -192,7 +276,9 @@ type nemesis struct {
 	pg       *localpg.Server
 	db       *pgxpool.Pool // direct, for pg_terminate_backend
 	dbName   string
-	nats     *natsBox
+	nats     natsServers
+	cluster  *natsCluster        // nil with one server
+	js       jetstream.JetStream // direct to the servers, to find the stream's leader
 	link     *dbLink
 	logf     func(string, ...any)
 
@@ -222,11 +308,12 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// A fault the harness cannot heal (PostgreSQL that will not start)
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
-			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultNATSRestart, FaultNATSDown:
+			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultNATSRestart, FaultNATSDown,
+				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
-		n.logf("fault %-15s replica=%d hold=%s took=%s param=%d outage=%s %s%s", f.Kind, f.Replica, f.Hold.Round(time.Millisecond),
+		n.logf("fault %-15s replica=%d server=%s hold=%s took=%s param=%d outage=%s %s%s", f.Kind, f.Replica, f.Server, f.Hold.Round(time.Millisecond),
 			f.End.Sub(f.Start).Round(time.Millisecond), f.Param, f.Outage.Round(time.Millisecond), f.Skipped, f.Err)
 	}
 	return nil
@@ -294,6 +381,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return n.withToxic(ctx, f, "reset_peer", fmt.Sprintf(`{"timeout":%d}`, f.Param), "upstream")
 	case FaultTimeout:
 		return n.withToxic(ctx, f, "timeout", fmt.Sprintf(`{"timeout":%d}`, f.Param), "upstream")
+	default:
+		return n.injectCluster(ctx, heal, f)
 	}
 	return nil
 }

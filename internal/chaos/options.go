@@ -102,12 +102,19 @@ type Options struct {
 	// NATSDown is how long a NATS outage lasts: the server stopped, then
 	// started again on the same port and store.
 	NATSDown time.Duration
+	// Cluster runs NATS as a cluster of three nats-server processes (child
+	// processes of NATSBin) with R3 streams, behind Toxiproxy on the client
+	// ports and on the routes, and adds the cluster faults to the schedule.
+	// Otherwise NATS is one in-process server.
+	Cluster bool
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
 
 	// Bin is the idem binary, built with -tags idemtest. Required.
 	Bin string
+	// NATSBin is a nats-server binary. Required with Cluster.
+	NATSBin string
 	// PG is the cluster the campaign may restart at will. Required: it must
 	// be one the caller started for this purpose.
 	PG *localpg.Server
@@ -158,6 +165,9 @@ func (o Options) Validate() error {
 	if o.Bin == "" {
 		add("Bin is required: build idem with -tags idemtest")
 	}
+	if o.Cluster && o.NATSBin == "" {
+		add("NATSBin is required with Cluster: build github.com/nats-io/nats-server/v2")
+	}
 	if o.PG == nil {
 		add("PG is required: a cluster started for the campaign, which it restarts")
 	}
@@ -197,6 +207,15 @@ func (o Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// streamReplicas is the replicas of the streams idem creates: one per
+// server of the topology.
+func (o Options) streamReplicas() int {
+	if o.Cluster {
+		return clusterSize
+	}
+	return 1
 }
 
 // longRoundMax is the most one round of long faults can take, as the

@@ -211,3 +211,21 @@ SELECT 'chaos', 'replace', '2026-01-01', run_id, id FROM a WHERE attempt = 1 AND
 		return strings.Contains(v, "during warehouse_down") && strings.Contains(v, "audit rows: seq 0 attempt 1 failed")
 	}), "the outage's dead letter is a violation that quotes the audit: %q", r.Violations)
 }
+
+// TestClusterShortScheduleHasEveryKind: the seed of TestChaosClusterShort
+// draws every cluster fault inside its fault phase, so a change to the
+// schedule that loses one fails here, not silently.
+func TestClusterShortScheduleHasEveryKind(t *testing.T) {
+	o := clusterShortOptions.WithDefaults()
+	got := map[string]int{}
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		if f.At < o.Duration {
+			got[f.Kind]++
+		}
+	}
+	for _, k := range clusterKinds() {
+		if got[k] == 0 {
+			t.Errorf("seed %d draws no %s in %s: %v", o.Seed, k, o.Duration, got)
+		}
+	}
+}

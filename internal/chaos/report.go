@@ -12,6 +12,7 @@ import (
 // docs/RELIABILITY.md quotes; the text block (Print) is the same, for people.
 type Report struct {
 	Seed       int64    `json:"seed"`
+	Topology   string   `json:"topology"`
 	Replicas   int      `json:"replicas"`
 	Datasets   []string `json:"datasets"`
 	Partitions int      `json:"partitions_per_dataset"`
@@ -65,6 +66,10 @@ type MessageFigures struct {
 	LateCopies         int    `json:"late_copies"`          // 10-150 s after the first
 	PublishRetries     int    `json:"publish_retries"`      // failed attempts, retried (NATS down)
 	StoredInStream     uint64 `json:"stored_in_stream"`     // events stream's last sequence
+	// StoredTwiceNoMsgID counts copies without Nats-Msg-Id that the stream
+	// holds twice: a publish whose PubAck was lost, retried. Legitimate (the
+	// ledger must absorb them); with a Nats-Msg-Id it is a violation.
+	StoredTwiceNoMsgID int `json:"stored_twice_without_msg_id"`
 	// DuringWarehouseOutages counts copies stored while a warehouse_down
 	// fault had PostgreSQL stopped: messages idem had to hold.
 	DuringWarehouseOutages int `json:"stored_during_warehouse_outages"`
@@ -144,6 +149,13 @@ type CheckFigures struct {
 	UnknownDeadLetters   int  `json:"unknown_dead_letters"`
 	DLQCorrect           bool `json:"dlq_correct"`
 
+	// StoredTwice counts copies published with a Nats-Msg-Id that the
+	// events stream holds more than once; MissingMsgID copies planned with
+	// one that the stream holds without it. Both must be 0: a producer that
+	// retries across a leader change must not store an event twice.
+	StoredTwice  int `json:"stored_twice_with_msg_id"`
+	MissingMsgID int `json:"stored_without_planned_msg_id"`
+
 	Panics     int  `json:"panics"`
 	Drained    bool `json:"drained_within_bound"`
 	CleanStops bool `json:"clean_final_stops"`
@@ -174,6 +186,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	c := r.Check
 	fmt.Fprintf(w, "== idem chaos campaign: %s ==\n", verdict)
+	fmt.Fprintf(w, "topology      %s\n", r.Topology)
 	fmt.Fprintf(w, "seed %d, %d replicas, datasets %s, %d partitions each, ack_wait %s, crash_prob %g\n",
 		r.Seed, r.Replicas, strings.Join(r.Datasets, ","), r.Partitions, r.AckWait, r.CrashProb)
 	fmt.Fprintf(w, "headline      %d events, %d faults; lost %d rows and %d events, doubled %d rows and %d runs; "+
@@ -188,8 +201,10 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "events        %d distinct: %d valid (%d replays), %d fatal, %d settle; %d staging changes\n",
 		e.Total, e.Valid, e.Replays, e.Fatal, e.Settle, e.StagingChanges)
 	m := r.Messages
-	fmt.Fprintf(w, "messages      %d published (%d extra copies, %d late), %d with Nats-Msg-Id, %d deduped by JetStream, %d stored, %d publish retries\n",
-		m.Published, m.ExtraCopies, m.LateCopies, m.WithMsgID, m.DedupedByJetStream, m.StoredInStream, m.PublishRetries)
+	fmt.Fprintf(w, "messages      %d published (%d extra copies, %d late), %d with Nats-Msg-Id, %d deduped by JetStream, %d stored, %d publish retries; "+
+		"stored twice: %d with Nats-Msg-Id, %d without; %d stored without their Nats-Msg-Id\n",
+		m.Published, m.ExtraCopies, m.LateCopies, m.WithMsgID, m.DedupedByJetStream, m.StoredInStream, m.PublishRetries,
+		c.StoredTwice, m.StoredTwiceNoMsgID, c.MissingMsgID)
 	fmt.Fprintf(w, "faults        %d injected: %s (%d skipped; %d crash_commit right after a committed success)\n",
 		r.Faults.Total, kinds(r.Faults.ByKind), r.Faults.Skipped, r.Faults.CrashAfterSuccess)
 	fmt.Fprintf(w, "outages       longest warehouse %.1fs (%d messages stored during warehouse outages, loads again %.1fs after it at the slowest), "+

@@ -1,0 +1,374 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// clusterSize is the number of nats-server processes of the cluster
+// topology: the smallest cluster that survives the loss of one server.
+const clusterSize = 3
+
+// natsCluster is three nats-server processes, children of the harness, with
+// JetStream on file storage (sync_interval: always) and routes between them
+// on loopback. Every connection goes through a Toxiproxy proxy: one in front
+// of each server's client port, which idem and the publisher use (never the
+// servers' own ports), and one per direction of every route, so that a
+// server's routes can be cut while it keeps running and serving its
+// clients: a minority partitioned away.
+type natsCluster struct {
+	bin  string
+	dir  string
+	logs string
+	tox  *toxiproxy.ApiServer
+
+	nodes []*natsNode
+	// routes[i][j] is the proxy server i dials to reach server j.
+	routes [clusterSize][clusterSize]*toxiproxy.Proxy
+
+	mu  sync.Mutex
+	seq int
+}
+
+// natsNode is one server and its client proxy.
+type natsNode struct {
+	name       string
+	clientPort int // the server's own client port: the harness's checker only
+	routePort  int
+	monPort    int
+	client     *toxiproxy.Proxy
+	conf       string
+	logs       string
+
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	done        chan struct{}
+	incarnation int
+}
+
+// freePort asks the kernel for a loopback port that is free right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startCluster writes the three configs, starts the proxies and the servers,
+// and waits until every server reports JetStream healthy.
+func startCluster(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
+	c := &natsCluster{bin: bin, dir: dir, logs: logs,
+		tox: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())}
+	for i := range clusterSize {
+		n := &natsNode{name: fmt.Sprintf("n%d", i), logs: logs}
+		for _, p := range []*int{&n.clientPort, &n.routePort, &n.monPort} {
+			var err error
+			if *p, err = freePort(); err != nil {
+				c.close()
+				return nil, err
+			}
+		}
+		n.client = toxiproxy.NewProxy(c.tox, "nats_"+n.name, "127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", n.clientPort))
+		if err := n.client.Start(); err != nil {
+			c.close()
+			return nil, fmt.Errorf("chaos: toxiproxy for %s: %w", n.name, err)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	for i := range clusterSize {
+		for j := range clusterSize {
+			if i == j {
+				continue
+			}
+			p := toxiproxy.NewProxy(c.tox, fmt.Sprintf("route_%d_%d", i, j), "127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", c.nodes[j].routePort))
+			if err := p.Start(); err != nil {
+				c.close()
+				return nil, fmt.Errorf("chaos: toxiproxy for route %d->%d: %w", i, j, err)
+			}
+			c.routes[i][j] = p
+		}
+	}
+	for i, n := range c.nodes {
+		n.conf = filepath.Join(dir, n.name+".conf")
+		if err := os.WriteFile(n.conf, []byte(c.config(i)), 0o600); err != nil {
+			c.close()
+			return nil, err
+		}
+		if err := n.start(bin); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	for _, n := range c.nodes {
+		if err := n.waitHealthy(ctx, time.Minute); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// config is server i's configuration. Clients learn the proxies' addresses
+// (client_advertise), never the servers' own. Routes are explicit, through
+// the proxies; a server advertises a route address nobody listens on, so
+// that a peer which learns of it by gossip cannot route around a cut.
+func (c *natsCluster) config(i int) string {
+	n := c.nodes[i]
+	var routes []string
+	for j := range clusterSize {
+		if j != i {
+			routes = append(routes, "    nats-route://"+c.routes[i][j].Listen)
+		}
+	}
+	return fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+client_advertise: %s
+http: 127.0.0.1:%d
+# Dead connections (a blackholed link) are noticed within seconds.
+ping_interval: "2s"
+ping_max: 3
+jetstream {
+  store_dir: %q
+  sync_interval: always
+}
+cluster {
+  name: chaos
+  listen: 127.0.0.1:%d
+  advertise: 127.0.0.1:1
+  routes: [
+%s
+  ]
+}
+`, n.name, n.clientPort, n.client.Listen, n.monPort, filepath.Join(c.dir, "store", n.name), n.routePort, strings.Join(routes, "\n"))
+}
+
+// clientURLs is what idem and the publisher connect to: every server's
+// proxy.
+func (c *natsCluster) clientURLs() string {
+	var u []string
+	for _, n := range c.nodes {
+		u = append(u, "nats://"+n.client.Listen)
+	}
+	return strings.Join(u, ",")
+}
+
+// directURLs are the servers' own client ports, for the harness's checker,
+// which no fault may disturb.
+func (c *natsCluster) directURLs() string {
+	var u []string
+	for _, n := range c.nodes {
+		u = append(u, fmt.Sprintf("nats://127.0.0.1:%d", n.clientPort))
+	}
+	return strings.Join(u, ",")
+}
+
+func (c *natsCluster) node(name string) int {
+	for i, n := range c.nodes {
+		if n.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (n *natsNode) start(bin string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		return nil
+	}
+	n.incarnation++
+	f, err := os.Create(filepath.Join(n.logs, fmt.Sprintf("nats-%s-%03d.log", n.name, n.incarnation)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, "-c", n.conf)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("chaos: start nats-server %s: %w", n.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	n.cmd, n.done = cmd, done
+	return nil
+}
+
+// stop sends sig to the server and waits until it exited (SIGKILL after
+// within). false if it was not running.
+func (n *natsNode) stop(sig syscall.Signal, within time.Duration) bool {
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil {
+		return false
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(within):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+	n.mu.Lock()
+	n.cmd = nil
+	n.mu.Unlock()
+	return true
+}
+
+// waitHealthy waits until the server's /healthz answers 200: it serves
+// clients and its JetStream is current with the cluster.
+func (n *natsNode) waitHealthy(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.monPort)
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("chaos: nats-server %s not healthy within %s: %s", n.name, within, last)
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+// restart starts server i again (same ports, same store) and waits until it
+// is healthy.
+func (c *natsCluster) restart(ctx context.Context, i int) error {
+	var err error
+	// The ports were just released; retry a start that lost a race for one.
+	for range 20 {
+		if err = c.nodes[i].start(c.bin); err == nil {
+			break
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	return c.nodes[i].waitHealthy(ctx, 90*time.Second)
+}
+
+// down stops every server (SIGTERM): the whole cluster is gone.
+func (c *natsCluster) down() {
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		wg.Go(func() { n.stop(syscall.SIGTERM, 15*time.Second) })
+	}
+	wg.Wait()
+}
+
+// up starts every server that is not running and waits until all are
+// healthy.
+func (c *natsCluster) up() error {
+	ctx := context.Background()
+	for _, n := range c.nodes {
+		if err := n.start(c.bin); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, n := range c.nodes {
+		errs = append(errs, n.waitHealthy(ctx, 2*time.Minute))
+	}
+	return errors.Join(errs...)
+}
+
+// cutRoutes blackholes every route to and from server i, both directions:
+// data is dropped and connections stay open (a partition, not a clean
+// close). It returns the function that heals the cut.
+func (c *natsCluster) cutRoutes(i int) (heal func(), err error) {
+	var proxies []*toxiproxy.Proxy
+	for j := range clusterSize {
+		if j != i {
+			proxies = append(proxies, c.routes[i][j], c.routes[j][i])
+		}
+	}
+	return c.toxics(proxies, "timeout", `{"timeout":0}`, "upstream", "downstream")
+}
+
+// clientToxic adds a toxic to the client proxies of the servers named by
+// which (-1: all of them) and returns the function that removes it.
+func (c *natsCluster) clientToxic(which int, kind, attrs string, streams ...string) (remove func(), err error) {
+	var proxies []*toxiproxy.Proxy
+	for i, n := range c.nodes {
+		if which < 0 || which == i {
+			proxies = append(proxies, n.client)
+		}
+	}
+	return c.toxics(proxies, kind, attrs, streams...)
+}
+
+func (c *natsCluster) toxics(proxies []*toxiproxy.Proxy, kind, attrs string, streams ...string) (func(), error) {
+	type added struct {
+		p    *toxiproxy.Proxy
+		name string
+	}
+	var done []added
+	remove := func() {
+		for _, a := range done {
+			_ = a.p.Toxics.RemoveToxic(context.Background(), a.name)
+		}
+	}
+	for _, p := range proxies {
+		for _, s := range streams {
+			c.mu.Lock()
+			c.seq++
+			name := fmt.Sprintf("%s_%s_%d", kind, s, c.seq)
+			c.mu.Unlock()
+			js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, kind, s, attrs)
+			if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+				remove()
+				return nil, fmt.Errorf("chaos: add toxic %s to %s: %w", name, p.Name, err)
+			}
+			done = append(done, added{p, name})
+		}
+	}
+	return remove, nil
+}
+
+func (c *natsCluster) close() {
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		wg.Go(func() { n.stop(syscall.SIGTERM, 10*time.Second) })
+	}
+	wg.Wait()
+	for _, n := range c.nodes {
+		if n.client != nil {
+			n.client.Stop()
+		}
+	}
+	for i := range clusterSize {
+		for j := range clusterSize {
+			if p := c.routes[i][j]; p != nil {
+				p.Stop()
+			}
+		}
+	}
+}
