@@ -135,7 +135,7 @@ type Input struct {
 //	Err == nil                                   -> Ack (DoubleAck)
 //	Cause or Err is ErrShutdown                  -> Nak after ShutdownDelay (not a failure)
 //	Err is errNoTurn                             -> Nak after TurnDelay(Delivery) (not a failure)
-//	Err is errElsewhere or errRollout            -> Nak after 2s: another replica knows the dataset, or may soon
+//	Err is errElsewhere or errRollout            -> Nak after 1-3s: another replica knows the dataset, or may soon
 //	Err has Unavailable() == true                -> Hold (the warehouse circuit)
 //	Err has Fatal() == true                      -> DeadLetter fatal
 //	Err has BudgetSpent(), and Crashed()         -> DeadLetter crashed (nothing ran)
@@ -157,7 +157,7 @@ func Decide(in Input) Fate {
 	case errors.Is(in.Err, errNoTurn):
 		return Fate{Action: Nak, Delay: TurnDelay(in.Delivery), Deferred: true}
 	case errors.Is(in.Err, errElsewhere) || errors.Is(in.Err, errRollout):
-		return Fate{Action: Nak, Delay: fleetNakDelay, Deferred: true}
+		return Fate{Action: Nak, Delay: fleetDelay(in.Jitter), Deferred: true}
 	case has(in.Err, func(e interface{ Unavailable() bool }) bool { return e.Unavailable() }):
 		return Fate{Action: Hold}
 	case isFatal(in.Err):

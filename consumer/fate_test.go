@@ -99,9 +99,9 @@ func TestDecide(t *testing.T) {
 		{name: "no turn defers, whatever the attempt", err: errNoTurn, attempt: 3,
 			want: Fate{Action: Nak, Delay: 2 * time.Second, Deferred: true}},
 		{name: "a dataset another replica knows is left to it", err: errElsewhere, attempt: 1,
-			want: Fate{Action: Nak, Delay: fleetNakDelay, Deferred: true}},
+			want: Fate{Action: Nak, Delay: fleetNakDelay / 2, Deferred: true}}, // jitter 0
 		{name: "a dataset still rolling out waits", err: errRollout, attempt: 1,
-			want: Fate{Action: Nak, Delay: fleetNakDelay, Deferred: true}},
+			want: Fate{Action: Nak, Delay: fleetNakDelay / 2, Deferred: true}}, // jitter 0
 		{name: "invalid body (fatal decode error) dead-letters", err: &fatalError{"invalid event: body: is empty"}, attempt: 1,
 			want: Fate{Action: DeadLetter, Kind: KindFatal, Delay: time.Second}},
 	}
@@ -146,4 +146,11 @@ func TestBackoff(t *testing.T) {
 	require.Equal(t, 5*time.Second, TurnDelay(5))
 	require.Equal(t, 30*time.Second, TurnDelay(1000), "capped")
 	require.Equal(t, 5*time.Second, Retry{Delay: 5 * time.Second, MaxDelay: time.Second}.Backoff(4, 0.5), "MaxDelay below Delay is Delay")
+}
+
+func TestFleetDelayIsJittered(t *testing.T) {
+	require.Equal(t, time.Second, fleetDelay(0))
+	require.Equal(t, 2*time.Second, fleetDelay(0.5))
+	require.Less(t, fleetDelay(0.999), 3*time.Second)
+	require.NotEqual(t, Decide(Input{Err: errElsewhere, Jitter: 0.1}).Delay, Decide(Input{Err: errElsewhere, Jitter: 0.9}).Delay)
 }

@@ -24,8 +24,8 @@ const (
 	// dead-lettered as fatal: long enough for a rolling deploy, short enough
 	// that a publisher's typo pages someone the same hour.
 	DefaultUnknownGrace = 5 * time.Minute
-	// fleetNakDelay is the redelivery delay of an event left for another
-	// replica or for the rollout.
+	// fleetNakDelay is the mean redelivery delay of an event left for
+	// another replica or for the rollout (see fleetDelay).
 	fleetNakDelay = 2 * time.Second
 	// fleetCacheFor bounds how stale the view of the fleet may be when an
 	// unknown dataset is looked up.
@@ -248,4 +248,14 @@ func (f *fleet) update(ctx context.Context, datasets []string, version string, d
 	f.self.Datasets, f.self.Version, f.self.Definitions = datasets, version, defs
 	f.selfMu.Unlock()
 	return f.publish(ctx)
+}
+
+// fleetDelay is the redelivery delay of an event left for another replica:
+// fleetNakDelay, jittered by half either way. A fixed delay falls in step
+// with the replicas' pull requests (FetchWait is the same 2 s), and the
+// replica that cannot load the event then wins it again and again: seen as
+// one event bounced 30 times in a minute between two replicas, never
+// reaching the one that knows its dataset.
+func fleetDelay(jitter float64) time.Duration {
+	return fleetNakDelay/2 + time.Duration(jitter*float64(fleetNakDelay))
 }
