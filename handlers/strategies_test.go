@@ -26,6 +26,7 @@ func TestMergeKeepsUnchangedRowsXmin(t *testing.T) {
 	xmins := e.db.Checksum(t, "SELECT id, xmin::text FROM analytics.t")
 
 	out := e.mustLoad("2026-11-28", "r2", false)
+	require.Equal(t, "merge", out.Rows.Route, "the single-probe route")
 	require.Zero(t, out.Rows.Inserted+out.Rows.Updated, "an unchanged rerun wrote rows")
 	require.Equal(t, xmins, e.db.Checksum(t, "SELECT id, xmin::text FROM analytics.t"), "unchanged rows were rewritten")
 	// Not even locked: ON CONFLICT's row lock would set xmax and write WAL.
@@ -69,6 +70,7 @@ func TestMergeDuplicateSourceKeys(t *testing.T) {
 	e.db.Exec(t, `INSERT INTO staging.src SELECT id, event_date, amount + 100, 'older', 0 FROM staging.src;
 	              INSERT INTO staging.src SELECT id, event_date, amount + 200, 'newest', 9 FROM staging.src WHERE version = 1`)
 	out := e.mustLoad("2026-11-28", "r1", false)
+	require.Equal(t, "on_conflict_deduped", out.Rows.Route, "MERGE refused the repeated keys")
 	require.EqualValues(t, 10, out.Rows.Inserted)
 	require.EqualValues(t, 10, e.db.Int(t, "SELECT count(*) FROM analytics.t WHERE note = 'newest'"))
 

@@ -16,6 +16,9 @@ type column struct {
 	Type      string // format_type, e.g. "numeric(12,2)"
 	NotNull   bool
 	Generated bool
+	// TypeOID and TypMod are pg_attribute's atttypid and atttypmod.
+	TypeOID uint32
+	TypMod  int32
 }
 
 type table struct {
@@ -39,9 +42,11 @@ func (t *table) column(name string) (column, bool) {
 // bounds may hold exactly the partition. It is filled by the queries Describe
 // queued, in the same round trip as the caller's own statements.
 type Plan struct {
-	target   *table
-	source   []string
-	children []child
+	target *table
+	source []string
+	// sourceTypes are the source columns' type OIDs and modifiers, in order.
+	sourceTypes []sourceType
+	children    []child
 	// the parent's partition key, when the target is partitioned by one column
 	partStrat, partKey, partKeyType string
 	partNatts                       int
@@ -50,18 +55,24 @@ type Plan struct {
 
 type child struct{ schema, name, bound string }
 
+type sourceType struct {
+	oid    uint32
+	typmod int32
+}
+
 // describe queues the catalog reads of a load of p on b.
 func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
 	pl := &Plan{target: &table{Table: spec.Target}}
 	b.Queue(`
-		SELECT c.oid, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> ''
+		SELECT c.oid, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> '',
+		       a.atttypid, a.atttypmod
 		  FROM pg_class c
 		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 		 WHERE c.oid = to_regclass($1)
 		 ORDER BY a.attnum`, spec.Target.ident()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c column
-			if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated); err != nil {
+			if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated, &c.TypeOID, &c.TypMod); err != nil {
 				return err
 			}
 			pl.target.Columns = append(pl.target.Columns, c)
@@ -78,6 +89,7 @@ func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
 		}
 		for _, f := range rows.FieldDescriptions() {
 			pl.source = append(pl.source, f.Name)
+			pl.sourceTypes = append(pl.sourceTypes, sourceType{f.DataTypeOID, f.TypeModifier})
 		}
 		for rows.Next() {
 		}

@@ -77,7 +77,7 @@ func (p Params) args() pgx.NamedArgs {
 type Result struct {
 	Inserted, Updated, Deleted int64
 	// Route names the SQL path taken, for logs and benchmarks: delete,
-	// delete_child or truncate_child (delete_insert), on_conflict or
+	// delete_child or truncate_child (delete_insert), merge, on_conflict or
 	// on_conflict_deduped (merge), append (append_dedupe).
 	Route string
 }
