@@ -204,3 +204,46 @@ func TestFailingSourceIsFatalNotAPanic(t *testing.T) {
 	require.True(t, handlers.IsFatal(err), "%v", err)
 	require.Equal(t, "22012", handlers.SQLState(err))
 }
+
+// The catalog reads are cached per dataset: DDL on the target is seen by
+// the next load; a source whose tables changed fails once as retryable
+// (the stale description is dropped), then as the dataset's fault.
+func TestCatalogCacheFollowsDDL(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"delete_insert", "delete_insert_partitioned", "merge", "append_dedupe"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fixtureNamed(name))
+			e.stage("2026-11-28", 1, 5, 0, 1)
+			e.mustLoad("2026-11-28", "r1", false)
+			e.mustLoad("2026-11-28", "r2", false)
+
+			// A column the load writes gets a new type, then is dropped.
+			if name != "append_dedupe" { // its view holds the column's type
+				e.db.Exec(t, "ALTER TABLE analytics.t ALTER COLUMN note TYPE varchar(200)")
+				e.stage("2026-11-28", 1, 5, 1, 2)
+				e.mustLoad("2026-11-28", "r3", false)
+				require.Equal(t, e.expected("2026-11-28"), e.visible())
+			}
+			e.db.Exec(t, "ALTER TABLE analytics.t DROP COLUMN note CASCADE")
+			_, err := e.load("2026-11-28", "r4", false)
+			require.Error(t, err)
+			require.True(t, handlers.IsFatal(err), "the fresh read names the missing column: %v", err)
+			require.Contains(t, err.Error(), "note")
+		})
+	}
+}
+
+func TestCatalogCacheStaleSource(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("delete_insert"))
+	e.stage("2026-11-28", 1, 5, 0, 1)
+	e.mustLoad("2026-11-28", "r1", false)
+	e.db.Exec(t, "ALTER TABLE staging.src RENAME COLUMN note TO remark")
+	_, err := e.load("2026-11-28", "r2", false)
+	require.Error(t, err)
+	require.False(t, handlers.IsFatal(err), "a description cached before the change: retried: %v", err)
+	_, err = e.load("2026-11-28", "r2", false)
+	require.Error(t, err)
+	require.True(t, handlers.IsFatal(err), "read afresh, the source is broken: %v", err)
+}

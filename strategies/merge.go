@@ -45,6 +45,7 @@ import (
 // arbiter of ON CONFLICT, the probe of MERGE).
 type Merge struct {
 	spec Spec
+	cat  catalogCache
 
 	mu sync.Mutex
 	// direct caches whether the merge route fits the target whose OID and
@@ -56,7 +57,7 @@ type Merge struct {
 func (*Merge) Name() string                          { return "merge" }
 func (*Merge) Prepare(context.Context, pgx.Tx) error { return nil }
 
-func (s *Merge) Describe(b *pgx.Batch, p Params) *Plan { return describe(b, s.spec, p, false) }
+func (s *Merge) Describe(b *pgx.Batch, p Params) *Plan { return s.cat.describe(b, s.spec, p, false) }
 
 func (s *Merge) plan(dp *Plan) ([]string, error) {
 	t, src, err := dp.checked()
@@ -245,7 +246,7 @@ func (s *Merge) useMerge(ctx context.Context, tx pgx.Tx, dp *Plan, cols []string
 	if !sameTypes(dp.target, dp, cols) {
 		return false, nil
 	}
-	def := definition(dp.target)
+	def := dp.version + "/" + definition(dp.target)
 	s.mu.Lock()
 	ok, known := s.direct, s.directFor == def
 	s.mu.Unlock()
@@ -317,11 +318,19 @@ func probesTarget(js []byte) bool {
 }
 
 func (s *Merge) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
+	if err := dp.resolve(ctx, tx); err != nil {
+		return Result{}, err
+	}
+	res, err := s.execute(ctx, tx, dp, p)
+	return res, dp.stale(err)
+}
+
+func (s *Merge) execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
 	cols, err := s.plan(dp)
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := s.execute(ctx, tx, dp, cols, p)
+	res, err := s.load(ctx, tx, dp, cols, p)
 	if err != nil {
 		s.forget()
 		var pgErr *pgconn.PgError
@@ -345,7 +354,7 @@ func (s *Merge) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Res
 	return res, nil
 }
 
-func (s *Merge) execute(ctx context.Context, tx pgx.Tx, dp *Plan, cols []string, p Params) (Result, error) {
+func (s *Merge) load(ctx context.Context, tx pgx.Tx, dp *Plan, cols []string, p Params) (Result, error) {
 	direct, err := s.useMerge(ctx, tx, dp, cols, p)
 	if err != nil {
 		return Result{}, err

@@ -118,7 +118,10 @@ func Load(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, error) 
 func described(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (*Plan, error) {
 	b := &pgx.Batch{}
 	pl := s.Describe(b, p)
-	return pl, send(ctx, tx, b)
+	if err := send(ctx, tx, b); err != nil {
+		return pl, err
+	}
+	return pl, pl.resolve(ctx, tx)
 }
 
 // New returns the strategy called name for spec.
