@@ -113,8 +113,8 @@ type partChildren struct {
 }
 
 // maxCachedParts bounds the children kept per dataset (a backfill loads
-// many partitions once each).
-const maxCachedParts = 1024
+// many partitions once each): some hundred bytes each.
+const maxCachedParts = 4096
 
 func (c *catalogCache) drop() {
 	c.mu.Lock()
@@ -128,7 +128,9 @@ func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren 
 	pl := &Plan{target: &table{Table: spec.Target}, cache: c, spec: spec, params: p, withChildren: withChildren}
 	c.mu.Lock()
 	cached := c.version != ""
+	// Only a partitioned target has children to read.
 	_, haveParts := c.parts[p.Partition]
+	haveParts = haveParts || (cached && c.target.Kind != "p")
 	c.mu.Unlock()
 	b.Queue(versionSQL, spec.Target.ident()).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -193,7 +195,7 @@ func (c *catalogCache) fill(pl *Plan) bool {
 	t := c.target
 	t.Columns = slices.Clone(t.Columns)
 	pl.target, pl.source, pl.sourceTypes = &t, slices.Clone(c.source), slices.Clone(c.sourceTypes)
-	if pl.withChildren {
+	if pl.withChildren && t.Kind == "p" {
 		if pl.freshParts {
 			c.keepParts(pl)
 		} else if pc, ok := c.parts[pl.params.Partition]; ok {
@@ -220,7 +222,7 @@ func (c *catalogCache) store(pl *Plan) {
 	c.target = *pl.target
 	c.target.Columns = slices.Clone(pl.target.Columns)
 	c.source, c.sourceTypes = slices.Clone(pl.source), slices.Clone(pl.sourceTypes)
-	if pl.withChildren {
+	if pl.withChildren && pl.target.Kind == "p" {
 		c.keepParts(pl)
 	}
 }
