@@ -1,7 +1,9 @@
 package handlers_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -246,4 +248,36 @@ func TestCatalogCacheStaleSource(t *testing.T) {
 	_, err = e.load("2026-11-28", "r2", false)
 	require.Error(t, err)
 	require.True(t, handlers.IsFatal(err), "read afresh, the source is broken: %v", err)
+}
+
+// A key inserted by another transaction while MERGE runs makes it raise a
+// unique violation: the load rolls back to its savepoint and takes ON
+// CONFLICT, which updates that row by the version rule.
+func TestMergeConcurrentInsertFallsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, fixtureNamed("merge"))
+	e.stage("2026-11-28", 1, 5, 0, 1)
+	e.stage("2026-11-27", 100, 1, 0, 1)
+	e.mustLoad("2026-11-27", "warm", false) // the route is checked and cached
+
+	other, err := e.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, "INSERT INTO analytics.t VALUES (3, '2026-11-28', 0, 'other', 0)")
+	require.NoError(t, err)
+
+	done := e.loadAsync("2026-11-28", "r1")
+	require.Eventually(t, func() bool {
+		return e.db.Int(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'MERGE%'`) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the MERGE never waited for the other insert")
+	require.NoError(t, other.Commit(ctx))
+
+	r := e.waitLoad(done)
+	require.NoError(t, r.err)
+	require.Equal(t, "on_conflict", r.out.Rows.Route)
+	require.EqualValues(t, 4, r.out.Rows.Inserted)
+	require.EqualValues(t, 1, r.out.Rows.Updated, "the other row, older, is updated")
+	require.Equal(t, e.expected("2026-11-27", "2026-11-28"), e.visible())
 }
