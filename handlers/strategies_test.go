@@ -281,3 +281,19 @@ func TestMergeConcurrentInsertFallsBack(t *testing.T) {
 	require.EqualValues(t, 1, r.out.Rows.Updated, "the other row, older, is updated")
 	require.Equal(t, e.expected("2026-11-27", "2026-11-28"), e.visible())
 }
+
+// A target MERGE refuses (PostgreSQL 15 runs no MERGE on a table with
+// rules) keeps the ON CONFLICT route instead of failing.
+func TestMergeRouteCheckFallsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("merge"))
+	e.db.Exec(t, "CREATE RULE keep_deletes AS ON DELETE TO analytics.t DO ALSO NOTIFY deletes")
+	e.stage("2026-11-28", 1, 5, 0, 1)
+	out := e.mustLoad("2026-11-28", "r1", false)
+	require.Equal(t, "on_conflict", out.Rows.Route)
+	require.EqualValues(t, 5, out.Rows.Inserted)
+	out = e.mustLoad("2026-11-28", "r2", false)
+	require.Equal(t, "on_conflict", out.Rows.Route)
+	require.Zero(t, out.Rows.Inserted+out.Rows.Updated)
+	require.Equal(t, e.expected("2026-11-28"), e.visible())
+}

@@ -254,6 +254,12 @@ func (s *Merge) useMerge(ctx context.Context, tx pgx.Tx, dp *Plan, cols []string
 		return ok, nil
 	}
 	var plan []byte
+	// In a savepoint, taken in a round trip of its own (a batch's statements
+	// are parsed before any of them runs): a target MERGE cannot run on
+	// keeps the other route.
+	if _, err := tx.Exec(ctx, "SAVEPOINT idem_merge_check"); err != nil {
+		return false, err
+	}
 	b := &pgx.Batch{}
 	// Seq scans are off for the check only: a small target is rightly read
 	// whole while it is small; what matters is that an index can probe it.
@@ -264,8 +270,19 @@ func (s *Merge) useMerge(ctx context.Context, tx pgx.Tx, dp *Plan, cols []string
 	for _, q := range append(mergeJoinsOn, "RESET enable_seqscan") {
 		b.Queue(q)
 	}
+	b.Queue("RELEASE SAVEPOINT idem_merge_check")
 	if err := send(ctx, tx, b); err != nil {
-		return false, err
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			return false, err
+		}
+		// One at a time: in an aborted transaction only the rollback parses.
+		for _, q := range []string{"ROLLBACK TO SAVEPOINT idem_merge_check", "RELEASE SAVEPOINT idem_merge_check"} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return false, err
+			}
+		}
+		plan = nil
 	}
 	ok = probesTarget(plan)
 	s.mu.Lock()
