@@ -359,20 +359,30 @@ func medianOp(ops []Op) Op {
 	return s[len(s)/2]
 }
 
-// alternate runs the bare reference and idem in turns, Reruns times, each on
-// its own partition of the same table, so both see the same table and the
-// same dead tuples, and the box's noise falls on both alike.
-func (b *big) alternate(ctx context.Context, series, table string, bare []string, ds string, d int) error {
+// ref is a bare reference: the statements of one transaction, recorded
+// under series.
+type ref struct {
+	series string
+	sqls   []string
+}
+
+// alternate runs the bare references and idem in turns, Reruns times, each
+// on its own partition of the same table, so all see the same table and the
+// same dead tuples, and the box's noise falls on all alike.
+func (b *big) alternate(ctx context.Context, series, table string, refs []ref, ds string, d int) error {
 	for range b.sizes.Reruns {
-		op, err := b.bare(ctx, bare...)
+		for _, r := range refs {
+			op, err := b.bare(ctx, r.sqls...)
+			if err != nil {
+				return err
+			}
+			if err := b.measure(ctx, table, &op); err != nil {
+				return err
+			}
+			b.out.Reruns[r.series] = append(b.out.Reruns[r.series], op)
+		}
+		op, err := b.idem(ctx, ds, d)
 		if err != nil {
-			return err
-		}
-		if err := b.measure(ctx, table, &op); err != nil {
-			return err
-		}
-		b.out.Reruns[series+"_bare"] = append(b.out.Reruns[series+"_bare"], op)
-		if op, err = b.idem(ctx, ds, d); err != nil {
 			return err
 		}
 		if err := b.measure(ctx, table, &op); err != nil {
@@ -385,16 +395,25 @@ func (b *big) alternate(ctx context.Context, series, table string, bare []string
 
 func (b *big) plain(ctx context.Context) error {
 	t := "bench.plain_" + b.l
-	return b.alternate(ctx, "plain", t, []string{"DELETE FROM " + t + " WHERE event_date = '" + b.d(1) + "'", b.insertSQL(t, 1)}, "plain_"+b.l, 0)
+	return b.alternate(ctx, "plain", t, []ref{{"plain_bare", []string{"DELETE FROM " + t + " WHERE event_date = '" + b.d(1) + "'", b.insertSQL(t, 1)}}},
+		"plain_"+b.l, 0)
 }
 
+// partitioned compares idem's default route (delete_child: DELETE through
+// the parent, INSERT into the child) with the same two statements by hand,
+// and shows TRUNCATE of the child and DELETE + INSERT through the parent
+// beside them. idem loads D0, the references D1, D2 and D3.
 func (b *big) partitioned(ctx context.Context) error {
 	t := "bench.part_" + b.l
-	child := fmt.Sprintf("bench.part_%s_d1", b.l)
-	if err := b.alternate(ctx, "part", t, []string{"TRUNCATE " + child, b.insertSQL(child, 1)}, "part_"+b.l, 0); err != nil {
+	child := func(d int) string { return fmt.Sprintf("bench.part_%s_d%d", b.l, d) }
+	refs := []ref{
+		{"part_bare", []string{"DELETE FROM " + t + " WHERE event_date = '" + b.d(1) + "'", b.insertSQL(child(1), 1)}},
+		{"part_bare_truncate", []string{"TRUNCATE " + child(2), b.insertSQL(child(2), 2)}},
+	}
+	if err := b.alternate(ctx, "part", t, refs, "part_"+b.l, 0); err != nil {
 		return err
 	}
-	op, err := b.bare(ctx, "DELETE FROM "+t+" WHERE event_date = '"+b.d(2)+"'", b.insertSQL(t, 2))
+	op, err := b.bare(ctx, "DELETE FROM "+t+" WHERE event_date = '"+b.d(3)+"'", b.insertSQL(t, 3))
 	if err != nil {
 		return err
 	}
@@ -453,7 +472,7 @@ func (b *big) appendDedupe(ctx context.Context) error {
 		return "INSERT INTO " + t + " (" + rowCols + ", run_id, load_seq) SELECT " + rowCols + ", '" + run +
 			"', (SELECT nextval('idem.load_seq')) FROM bench.src_" + b.l + " WHERE event_date = '" + b.d(d) + "'"
 	}
-	if err := b.alternate(ctx, "append", t, []string{ins(1, "bare")}, "app_"+b.l, 0); err != nil {
+	if err := b.alternate(ctx, "append", t, []ref{{"append_bare", []string{ins(1, "bare")}}}, "app_"+b.l, 0); err != nil {
 		return err
 	}
 	read := func() error {

@@ -35,6 +35,9 @@ type env struct {
 	cfg  Config
 	logs *syncBuffer
 	hook *recorder
+	// started are the consumers start ran: settled waits for their
+	// messages' goroutines, which ack after the load's slot is freed.
+	started []*Consumer
 }
 
 // newEnv starts a server and creates the streams for the test config, as
@@ -91,6 +94,7 @@ func (e *env) start(h Handler) (c *Consumer, stop func(grace time.Duration) erro
 	require.NoError(e.t, err)
 	c, err = New(js, e.cfg, h)
 	require.NoError(e.t, err)
+	e.started = append(e.started, c)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(context.Background()) }()
 	var once sync.Once
@@ -177,6 +181,11 @@ func (e *env) settled(seq uint64) *jetstream.ConsumerInfo {
 	var info *jetstream.ConsumerInfo
 	require.Eventually(e.t, func() bool {
 		info = e.consumerInfo()
+		for _, c := range e.started {
+			if c.held.Load() > 0 {
+				return false
+			}
+		}
 		return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream >= seq && e.hook.held() == 0
 	}, waitFor, tick, "waiting for the consumer to settle up to %d", seq)
 	return info

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/strategies"
 )
 
 // Reasons are short, stable machine words: they name a fatal error's cause in
@@ -180,6 +181,13 @@ func SQLState(err error) string {
 // load is idempotent.
 func Classify(err error) error {
 	if err == nil || IsFatal(err) || IsUnavailable(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var stale *strategies.StaleCatalogError
+	if errors.As(err, &stale) {
+		// A description cached by an earlier load went stale: the next
+		// attempt reads the catalog again, and only then is a schema error
+		// the dataset's fault.
 		return err
 	}
 	var pgErr *pgconn.PgError

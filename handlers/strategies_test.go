@@ -1,7 +1,9 @@
 package handlers_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,6 +28,7 @@ func TestMergeKeepsUnchangedRowsXmin(t *testing.T) {
 	xmins := e.db.Checksum(t, "SELECT id, xmin::text FROM analytics.t")
 
 	out := e.mustLoad("2026-11-28", "r2", false)
+	require.Equal(t, "merge", out.Rows.Route, "the single-probe route")
 	require.Zero(t, out.Rows.Inserted+out.Rows.Updated, "an unchanged rerun wrote rows")
 	require.Equal(t, xmins, e.db.Checksum(t, "SELECT id, xmin::text FROM analytics.t"), "unchanged rows were rewritten")
 	// Not even locked: ON CONFLICT's row lock would set xmax and write WAL.
@@ -69,6 +72,7 @@ func TestMergeDuplicateSourceKeys(t *testing.T) {
 	e.db.Exec(t, `INSERT INTO staging.src SELECT id, event_date, amount + 100, 'older', 0 FROM staging.src;
 	              INSERT INTO staging.src SELECT id, event_date, amount + 200, 'newest', 9 FROM staging.src WHERE version = 1`)
 	out := e.mustLoad("2026-11-28", "r1", false)
+	require.Equal(t, "on_conflict_deduped", out.Rows.Route, "MERGE refused the repeated keys")
 	require.EqualValues(t, 10, out.Rows.Inserted)
 	require.EqualValues(t, 10, e.db.Int(t, "SELECT count(*) FROM analytics.t WHERE note = 'newest'"))
 
@@ -201,4 +205,95 @@ func TestFailingSourceIsFatalNotAPanic(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, handlers.IsFatal(err), "%v", err)
 	require.Equal(t, "22012", handlers.SQLState(err))
+}
+
+// The catalog reads are cached per dataset: DDL on the target is seen by
+// the next load; a source whose tables changed fails once as retryable
+// (the stale description is dropped), then as the dataset's fault.
+func TestCatalogCacheFollowsDDL(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"delete_insert", "delete_insert_partitioned", "merge", "append_dedupe"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fixtureNamed(name))
+			e.stage("2026-11-28", 1, 5, 0, 1)
+			e.mustLoad("2026-11-28", "r1", false)
+			e.mustLoad("2026-11-28", "r2", false)
+
+			// A column the load writes gets a new type, then is dropped.
+			if name != "append_dedupe" { // its view holds the column's type
+				e.db.Exec(t, "ALTER TABLE analytics.t ALTER COLUMN note TYPE varchar(200)")
+				e.stage("2026-11-28", 1, 5, 1, 2)
+				e.mustLoad("2026-11-28", "r3", false)
+				require.Equal(t, e.expected("2026-11-28"), e.visible())
+			}
+			e.db.Exec(t, "ALTER TABLE analytics.t DROP COLUMN note CASCADE")
+			_, err := e.load("2026-11-28", "r4", false)
+			require.Error(t, err)
+			require.True(t, handlers.IsFatal(err), "the fresh read names the missing column: %v", err)
+			require.Contains(t, err.Error(), "note")
+		})
+	}
+}
+
+func TestCatalogCacheStaleSource(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("delete_insert"))
+	e.stage("2026-11-28", 1, 5, 0, 1)
+	e.mustLoad("2026-11-28", "r1", false)
+	e.db.Exec(t, "ALTER TABLE staging.src RENAME COLUMN note TO remark")
+	_, err := e.load("2026-11-28", "r2", false)
+	require.Error(t, err)
+	require.False(t, handlers.IsFatal(err), "a description cached before the change: retried: %v", err)
+	_, err = e.load("2026-11-28", "r2", false)
+	require.Error(t, err)
+	require.True(t, handlers.IsFatal(err), "read afresh, the source is broken: %v", err)
+}
+
+// A key inserted by another transaction while MERGE runs makes it raise a
+// unique violation: the load rolls back to its savepoint and takes ON
+// CONFLICT, which updates that row by the version rule.
+func TestMergeConcurrentInsertFallsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, fixtureNamed("merge"))
+	e.stage("2026-11-28", 1, 5, 0, 1)
+	e.stage("2026-11-27", 100, 1, 0, 1)
+	e.mustLoad("2026-11-27", "warm", false) // the route is checked and cached
+
+	other, err := e.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, "INSERT INTO analytics.t VALUES (3, '2026-11-28', 0, 'other', 0)")
+	require.NoError(t, err)
+
+	done := e.loadAsync("2026-11-28", "r1")
+	require.Eventually(t, func() bool {
+		return e.db.Int(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'MERGE%'`) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the MERGE never waited for the other insert")
+	require.NoError(t, other.Commit(ctx))
+
+	r := e.waitLoad(done)
+	require.NoError(t, r.err)
+	require.Equal(t, "on_conflict", r.out.Rows.Route)
+	require.EqualValues(t, 4, r.out.Rows.Inserted)
+	require.EqualValues(t, 1, r.out.Rows.Updated, "the other row, older, is updated")
+	require.Equal(t, e.expected("2026-11-27", "2026-11-28"), e.visible())
+}
+
+// A target MERGE refuses (PostgreSQL 15 runs no MERGE on a table with
+// rules) keeps the ON CONFLICT route instead of failing.
+func TestMergeRouteCheckFallsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fixtureNamed("merge"))
+	e.db.Exec(t, "CREATE RULE keep_deletes AS ON DELETE TO analytics.t DO ALSO NOTIFY deletes")
+	e.stage("2026-11-28", 1, 5, 0, 1)
+	out := e.mustLoad("2026-11-28", "r1", false)
+	require.Equal(t, "on_conflict", out.Rows.Route)
+	require.EqualValues(t, 5, out.Rows.Inserted)
+	out = e.mustLoad("2026-11-28", "r2", false)
+	require.Equal(t, "on_conflict", out.Rows.Route)
+	require.Zero(t, out.Rows.Inserted+out.Rows.Updated)
+	require.Equal(t, e.expected("2026-11-28"), e.visible())
 }

@@ -23,7 +23,10 @@ import (
 // deterministic choice) so the view never has to break a tie inside a load.
 // With a partition column the view dedupes per (partition, key), which also
 // lets a reader's partition filter reach the table.
-type AppendDedupe struct{ spec Spec }
+type AppendDedupe struct {
+	spec Spec
+	cat  catalogCache
+}
 
 var _ Strategy = (*AppendDedupe)(nil)
 
@@ -36,7 +39,9 @@ func (s *AppendDedupe) dedupeKey() []string {
 	return s.spec.Key
 }
 
-func (s *AppendDedupe) Describe(b *pgx.Batch, p Params) *Plan { return describe(b, s.spec, p, false) }
+func (s *AppendDedupe) Describe(b *pgx.Batch, p Params) *Plan {
+	return s.cat.describe(b, s.spec, p, false)
+}
 
 // target checks the described target has what append_dedupe needs.
 func (s *AppendDedupe) target(dp *Plan) (*table, []string, error) {
@@ -214,6 +219,14 @@ func (s *AppendDedupe) plan(dp *Plan) (string, error) {
 }
 
 func (s *AppendDedupe) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
+	if err := dp.resolve(ctx, tx); err != nil {
+		return Result{}, err
+	}
+	res, err := s.execute(ctx, tx, dp, p)
+	return res, dp.stale(err)
+}
+
+func (s *AppendDedupe) execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
 	stmt, err := s.plan(dp)
 	if err != nil {
 		return Result{}, err

@@ -2,12 +2,16 @@ package strategies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // column of a target table, as the catalog describes it.
@@ -16,6 +20,9 @@ type column struct {
 	Type      string // format_type, e.g. "numeric(12,2)"
 	NotNull   bool
 	Generated bool
+	// TypeOID and TypMod are pg_attribute's atttypid and atttypmod.
+	TypeOID uint32
+	TypMod  int32
 }
 
 type table struct {
@@ -39,51 +46,265 @@ func (t *table) column(name string) (column, bool) {
 // bounds may hold exactly the partition. It is filled by the queries Describe
 // queued, in the same round trip as the caller's own statements.
 type Plan struct {
-	target   *table
-	source   []string
-	children []child
+	target *table
+	source []string
+	// sourceTypes are the source columns' type OIDs and modifiers, in order.
+	sourceTypes []sourceType
+	children    []child
 	// the parent's partition key, when the target is partitioned by one column
 	partStrat, partKey, partKeyType string
 	partNatts                       int
 	missing                         bool
+
+	// The cache, and how this plan was made: fresh (the reads were sent),
+	// freshParts (only the children were), cached (filled from the cache).
+	cache                     *catalogCache
+	spec                      Spec
+	params                    Params
+	withChildren              bool
+	version                   string
+	fresh, freshParts, cached bool
 }
 
 type child struct{ schema, name, bound string }
 
-// describe queues the catalog reads of a load of p on b.
-func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
-	pl := &Plan{target: &table{Table: spec.Target}}
-	b.Queue(`
-		SELECT c.oid, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> ''
+type sourceType struct {
+	oid    uint32
+	typmod int32
+}
+
+// versionSQL reads a fingerprint of the target's definition: its OID and
+// the row versions (xmin) of its pg_class row, its columns, its indexes and
+// its partitions' pg_inherits rows. Any DDL on the target (a column added,
+// dropped, renamed or retyped, an index created or dropped, a partition
+// attached or detached, the table dropped and created again) writes one of
+// those rows, so the fingerprint changes. No row: no such table.
+const versionSQL = `
+	SELECT c.oid::text || ':' || md5(c.xmin::text
+	       || '/' || coalesce((SELECT string_agg(a.attnum::text || ':' || a.xmin::text, ',' ORDER BY a.attnum)
+	                             FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0), '')
+	       || '/' || coalesce((SELECT string_agg(i.indexrelid::text || ':' || i.xmin::text, ',' ORDER BY i.indexrelid)
+	                             FROM pg_index i WHERE i.indrelid = c.oid), '')
+	       || '/' || coalesce((SELECT string_agg(h.inhrelid::text || ':' || h.xmin::text, ',' ORDER BY h.inhrelid)
+	                             FROM pg_inherits h WHERE h.inhparent = c.oid), ''))
+	  FROM pg_class c
+	 WHERE c.oid = to_regclass($1)`
+
+// catalogCache keeps one dataset's catalog reads between its loads: the
+// target's columns, the source's columns and, per partition, the children
+// that may hold it. A load reads the target's fingerprint (versionSQL)
+// instead, in the same round trip, and reads the catalog again when it
+// changed. The source is not fingerprinted: a load failing with an error
+// that says a table, column or type changed (stale) drops the cache.
+type catalogCache struct {
+	mu          sync.Mutex
+	version     string
+	target      table
+	source      []string
+	sourceTypes []sourceType
+	parts       map[string]partChildren
+}
+
+// partChildren is what the children read found for one partition.
+type partChildren struct {
+	strat, key, keyType string
+	natts               int
+	children            []child
+}
+
+// maxCachedParts bounds the children kept per dataset (a backfill loads
+// many partitions once each): some hundred bytes each.
+const maxCachedParts = 4096
+
+func (c *catalogCache) drop() {
+	c.mu.Lock()
+	c.version, c.parts = "", nil
+	c.mu.Unlock()
+}
+
+// describe queues the catalog reads of a load of p on b: the fingerprint,
+// and the reads themselves when nothing is cached.
+func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
+	pl := &Plan{target: &table{Table: spec.Target}, cache: c, spec: spec, params: p, withChildren: withChildren}
+	c.mu.Lock()
+	cached := c.version != ""
+	// Only a partitioned target has children to read.
+	_, haveParts := c.parts[p.Partition]
+	haveParts = haveParts || (cached && c.target.Kind != "p")
+	c.mu.Unlock()
+	b.Queue(versionSQL, spec.Target.ident()).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&pl.version); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	switch {
+	case !cached:
+		pl.fresh = true
+		pl.queueReads(b, true, withChildren)
+	case withChildren && !haveParts:
+		pl.freshParts = true
+		pl.queueReads(b, false, true)
+	}
+	return pl
+}
+
+// resolve makes pl ready once its batch was read: from the cache when the
+// fingerprint still matches, else by reading the catalog again in one more
+// round trip.
+func (pl *Plan) resolve(ctx context.Context, tx pgx.Tx) error {
+	c := pl.cache
+	if c == nil {
+		return nil
+	}
+	if pl.fresh {
+		c.store(pl)
+		return nil
+	}
+	if c.fill(pl) {
+		return nil
+	}
+	c.drop()
+	fresh := &Plan{target: &table{Table: pl.spec.Target}, cache: c, spec: pl.spec, params: pl.params, withChildren: pl.withChildren, fresh: true}
+	b := &pgx.Batch{}
+	b.Queue(versionSQL, pl.spec.Target.ident()).QueryRow(func(r pgx.Row) error {
+		err := r.Scan(&fresh.version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	fresh.queueReads(b, true, pl.withChildren)
+	if err := send(ctx, tx, b); err != nil {
+		return err
+	}
+	*pl = *fresh
+	c.store(pl)
+	return nil
+}
+
+// fill copies the cache into pl when pl's fingerprint matches it.
+func (c *catalogCache) fill(pl *Plan) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pl.version == "" || pl.version != c.version {
+		return false
+	}
+	t := c.target
+	t.Columns = slices.Clone(t.Columns)
+	pl.target, pl.source, pl.sourceTypes = &t, slices.Clone(c.source), slices.Clone(c.sourceTypes)
+	if pl.withChildren && t.Kind == "p" {
+		if pl.freshParts {
+			c.keepParts(pl)
+		} else if pc, ok := c.parts[pl.params.Partition]; ok {
+			pl.partStrat, pl.partKey, pl.partKeyType, pl.partNatts, pl.children = pc.strat, pc.key, pc.keyType, pc.natts, slices.Clone(pc.children)
+		} else {
+			return false
+		}
+	}
+	pl.cached = true
+	return true
+}
+
+// store keeps what a fresh read found.
+func (c *catalogCache) store(pl *Plan) {
+	if pl.version == "" || pl.missing {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.version != pl.version {
+		c.parts = nil
+	}
+	c.version = pl.version
+	c.target = *pl.target
+	c.target.Columns = slices.Clone(pl.target.Columns)
+	c.source, c.sourceTypes = slices.Clone(pl.source), slices.Clone(pl.sourceTypes)
+	if pl.withChildren && pl.target.Kind == "p" {
+		c.keepParts(pl)
+	}
+}
+
+func (c *catalogCache) keepParts(pl *Plan) {
+	if c.parts == nil || len(c.parts) >= maxCachedParts {
+		c.parts = map[string]partChildren{}
+	}
+	c.parts[pl.params.Partition] = partChildren{pl.partStrat, pl.partKey, pl.partKeyType, pl.partNatts, slices.Clone(pl.children)}
+}
+
+// stale reports an error a changed table, column or type explains (the
+// cached description or a prepared statement no longer matches): the cache
+// is dropped and, when the load used it, the error is retried rather than
+// taken as the dataset's fault.
+func (pl *Plan) stale(err error) error {
+	var pgErr *pgconn.PgError
+	if pl == nil || pl.cache == nil || !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case pgerrcode.UndefinedColumn, pgerrcode.UndefinedTable, pgerrcode.FeatureNotSupported, pgerrcode.DatatypeMismatch:
+	default:
+		return err
+	}
+	pl.cache.drop()
+	if !pl.cached {
+		return err
+	}
+	return &StaleCatalogError{Err: err}
+}
+
+// StaleCatalogError is a load that failed on a catalog description cached
+// by an earlier load, which a change of the source's tables made wrong: the
+// cache is dropped, and the load is worth retrying with a fresh read.
+type StaleCatalogError struct{ Err error }
+
+func (e *StaleCatalogError) Error() string {
+	return "the source or target changed since idem read the catalog; retried with a fresh read: " + e.Err.Error()
+}
+
+func (e *StaleCatalogError) Unwrap() error { return e.Err }
+
+// queueReads queues the catalog reads themselves: the target's columns and
+// the source's (target), the children that may hold the partition (parts).
+func (pl *Plan) queueReads(b *pgx.Batch, target, parts bool) {
+	spec, p := pl.spec, pl.params
+	if target {
+		b.Queue(`
+		SELECT c.oid, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> '',
+		       a.atttypid, a.atttypmod
 		  FROM pg_class c
 		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 		 WHERE c.oid = to_regclass($1)
 		 ORDER BY a.attnum`, spec.Target.ident()).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var c column
-			if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated); err != nil {
+			for rows.Next() {
+				var c column
+				if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated, &c.TypeOID, &c.TypMod); err != nil {
+					return err
+				}
+				pl.target.Columns = append(pl.target.Columns, c)
+			}
+			pl.missing = len(pl.target.Columns) == 0
+			return rows.Err()
+		})
+		// LIMIT 0 plans the source and returns its columns without reading a row.
+		b.Queue("SELECT * FROM ("+spec.Source+"\n) AS s LIMIT 0", p.args()).Query(func(rows pgx.Rows) error {
+			// A source that fails (1/0, a bad cast, a server going down) leaves
+			// rows without a result: report the error, do not read the fields.
+			if err := rows.Err(); err != nil {
 				return err
 			}
-			pl.target.Columns = append(pl.target.Columns, c)
-		}
-		pl.missing = len(pl.target.Columns) == 0
-		return rows.Err()
-	})
-	// LIMIT 0 plans the source and returns its columns without reading a row.
-	b.Queue("SELECT * FROM ("+spec.Source+"\n) AS s LIMIT 0", p.args()).Query(func(rows pgx.Rows) error {
-		// A source that fails (1/0, a bad cast, a server going down) leaves
-		// rows without a result: report the error, do not read the fields.
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, f := range rows.FieldDescriptions() {
-			pl.source = append(pl.source, f.Name)
-		}
-		for rows.Next() {
-		}
-		return rows.Err()
-	})
-	if withChildren {
+			for _, f := range rows.FieldDescriptions() {
+				pl.source = append(pl.source, f.Name)
+				pl.sourceTypes = append(pl.sourceTypes, sourceType{f.DataTypeOID, f.TypeModifier})
+			}
+			for rows.Next() {
+			}
+			return rows.Err()
+		})
+	}
+	if parts {
 		// Only children whose printed bound mentions the partition can hold
 		// exactly it; filtering here keeps a 3-year daily table to one row.
 		b.Queue(`
@@ -106,6 +327,12 @@ func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
 			return rows.Err()
 		})
 	}
+}
+
+// describe queues the catalog reads of a load of p on b, with no cache.
+func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
+	pl := &Plan{target: &table{Table: spec.Target}, spec: spec, params: p, withChildren: withChildren, fresh: true}
+	pl.queueReads(b, true, withChildren)
 	return pl
 }
 

@@ -23,7 +23,10 @@ import (
 // and never see half done: a reader whose snapshot predates the load keeps
 // seeing the old rows. Only with Spec.TruncatePartition is the child
 // truncated instead (no dead tuples, but ACCESS EXCLUSIVE and not MVCC-safe).
-type DeleteInsert struct{ spec Spec }
+type DeleteInsert struct {
+	spec Spec
+	cat  catalogCache
+}
 
 var _ Strategy = (*DeleteInsert)(nil)
 
@@ -53,7 +56,9 @@ type deleteInsertPlan struct {
 
 func (pl *deleteInsertPlan) truncate() bool { return pl.route == routeTruncateChild }
 
-func (s *DeleteInsert) Describe(b *pgx.Batch, p Params) *Plan { return describe(b, s.spec, p, true) }
+func (s *DeleteInsert) Describe(b *pgx.Batch, p Params) *Plan {
+	return s.cat.describe(b, s.spec, p, true)
+}
 
 func (s *DeleteInsert) plan(dp *Plan, p Params) (*deleteInsertPlan, error) {
 	t, src, err := dp.checked()
@@ -102,6 +107,14 @@ func (s *DeleteInsert) plan(dp *Plan, p Params) (*deleteInsertPlan, error) {
 }
 
 func (s *DeleteInsert) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
+	if err := dp.resolve(ctx, tx); err != nil {
+		return Result{}, err
+	}
+	res, err := s.execute(ctx, tx, dp, p)
+	return res, dp.stale(err)
+}
+
+func (s *DeleteInsert) execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
 	pl, err := s.plan(dp, p)
 	if err != nil {
 		return Result{}, err

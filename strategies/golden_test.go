@@ -72,8 +72,9 @@ func TestGolden(t *testing.T) {
 			s := goldenStrategy[*Merge](t, "merge", Spec{Key: []string{"id"}, VersionColumn: version})
 			cols, err := s.plan(goldenPlan(false))
 			require.NoError(t, err)
-			// The first try, and the one after a duplicate key (21000).
-			return []string{s.statement(cols, false), s.statement(cols, true)}
+			// The merge route; the on_conflict route, first try and after a
+			// duplicate key (21000).
+			return []string{s.mergeStatement(cols), s.statement(cols, false), s.statement(cols, true)}
 		}
 	}
 	appendDedupe := func(t *testing.T) *AppendDedupe {

@@ -77,7 +77,7 @@ func (p Params) args() pgx.NamedArgs {
 type Result struct {
 	Inserted, Updated, Deleted int64
 	// Route names the SQL path taken, for logs and benchmarks: delete,
-	// delete_child or truncate_child (delete_insert), on_conflict or
+	// delete_child or truncate_child (delete_insert), merge, on_conflict or
 	// on_conflict_deduped (merge), append (append_dedupe).
 	Route string
 }
@@ -118,7 +118,10 @@ func Load(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, error) 
 func described(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (*Plan, error) {
 	b := &pgx.Batch{}
 	pl := s.Describe(b, p)
-	return pl, send(ctx, tx, b)
+	if err := send(ctx, tx, b); err != nil {
+		return pl, err
+	}
+	return pl, pl.resolve(ctx, tx)
 }
 
 // New returns the strategy called name for spec.

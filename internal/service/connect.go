@@ -46,6 +46,13 @@ func PoolConfig(url string, conns int) (*pgxpool.Config, error) {
 	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	}
+	// idem's own lookups are short index seeks; a misestimated one that
+	// crosses jit_above_cost spends more compiling than running (a status
+	// lookup of 57 ms took 220 ms with JIT over 2.5M attempts). Loads turn
+	// it off for their transaction too. jit in the URL overrides it.
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	return cfg, nil
 }
 
