@@ -94,8 +94,9 @@ chaos-cluster-short: postgres ## the short cluster campaign that make test runs 
 # harness at existing servers; by default it starts its own.
 .PHONY: bench bench-quick bench-history
 
-bench: postgres ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg
+bench: postgres ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg; then bench-history
 	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
+	$(MAKE) bench-history
 
 bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json
 	$(GO) run ./bench/cmd/idembench -mode quick -json bench/results/quick.json
