@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // clusterSize is the number of nats-server processes of the cluster
@@ -60,15 +61,6 @@ type natsNode struct {
 	incarnation int
 }
 
-// freePort asks the kernel for a loopback port that is free right now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // startCluster writes the three configs, starts the proxies and the servers,
 // and waits until every server reports JetStream healthy.
@@ -79,7 +71,7 @@ func startCluster(ctx context.Context, bin, dir, logs string) (*natsCluster, err
 		n := &natsNode{name: fmt.Sprintf("n%d", i), logs: logs}
 		for _, p := range []*int{&n.clientPort, &n.routePort, &n.monPort} {
 			var err error
-			if *p, err = freePort(); err != nil {
+			if *p, err = localpg.FreePort(); err != nil {
 				c.close()
 				return nil, err
 			}

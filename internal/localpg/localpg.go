@@ -121,7 +121,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 	}
 	if s.Port == 0 {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -302,7 +302,8 @@ func chownTo(dir string, u *user.User) error {
 	})
 }
 
-func freePort() (int, error) {
+// FreePort asks the kernel for a loopback port that is free right now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
