@@ -61,7 +61,6 @@ type natsNode struct {
 	incarnation int
 }
 
-
 // startCluster writes the three configs, starts the proxies and the servers,
 // and waits until every server reports JetStream healthy.
 func startCluster(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
