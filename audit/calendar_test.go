@@ -4,25 +4,18 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/audittest"
 )
 
-// succeedVia records a success the way the handler does: Begin, then the
-// success and the ledger row in one batch.
+// succeedVia records a success the way a load does (audittest.Load).
 func succeedVia(t *testing.T, db *pgxpool.Pool, dataset, partition, runID string) {
 	t.Helper()
-	ctx := context.Background()
-	k := audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}
-	b, err := audit.Begin(ctx, db, audit.Attempt{RunKey: k}, 0)
+	_, err := audittest.Load(context.Background(), db, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}}, audit.Rows{Inserted: 1})
 	require.NoError(t, err)
-	var batch pgx.Batch
-	audit.QueueSucceed(&batch, b.ID, audit.Rows{Inserted: 1})
-	audit.QueueRecordSuccess(&batch, k, b.ID, false)
-	require.NoError(t, db.SendBatch(ctx, &batch).Close())
 }
 
 func TestLoadedPartitions(t *testing.T) {

@@ -54,8 +54,6 @@ type Handler struct {
 	Pipeline string // audit dag_id
 	Datasets map[string]*Dataset
 	Log      zerolog.Logger
-	// SubjectPrefix of downstream events in the outbox; default "idem.ready".
-	SubjectPrefix string
 	// Enqueued, when set, is called after a commit that queued downstream
 	// events, so the relay publishes them without waiting for its next poll.
 	Enqueued func()

@@ -48,3 +48,13 @@ func New(t testing.TB) context.Context {
 	t.Cleanup(cancelTimeout)
 	return tctx
 }
+
+// Eval runs a JavaScript expression in the page and returns its value.
+func Eval[T any](t testing.TB, ctx context.Context, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}

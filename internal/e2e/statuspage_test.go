@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,13 +23,6 @@ import (
 )
 
 const hostileRunID = `<script>window.pwned=1</script>`
-
-func browserEval[T any](t *testing.T, ctx context.Context, js string) T {
-	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
-	require.NoError(t, err, js)
-	return v
-}
 
 // cellClasses maps each dataset's row to its cells' partition and class.
 const cellClassesJS = `(() => {
@@ -60,7 +52,7 @@ func TestStatusPageOnARunningServe(t *testing.T) {
 
 	ctx := browsertest.New(t)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/?from=2026-11-01&to=2026-11-05"), chromedp.WaitVisible("#grid")))
-	cells := browserEval[map[string]map[string]string](t, ctx, cellClassesJS)
+	cells := browsertest.Eval[map[string]map[string]string](t, ctx, cellClassesJS)
 	// The calendar started on 11-01 with a one-hour deadline: every day not
 	// loaded is late by now.
 	require.Equal(t, map[string]map[string]string{"orders": {
@@ -78,13 +70,13 @@ func TestStatusPageOnARunningServe(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, detail, "empty_source")
 	require.Contains(t, detail, hostileRunID)
-	require.True(t, browserEval[bool](t, ctx, `window.pwned === undefined && document.querySelectorAll('#partition script').length === 0`))
+	require.True(t, browsertest.Eval[bool](t, ctx, `window.pwned === undefined && document.querySelectorAll('#partition script').length === 0`))
 
 	// Without a token: no action buttons, and action requests are refused.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/dead-letters"), chromedp.WaitVisible("#dlq")))
-	require.Equal(t, 2, browserEval[int](t, ctx, `document.querySelectorAll('#dlq tbody tr').length`))
-	require.Equal(t, 0, browserEval[int](t, ctx, `document.querySelectorAll('button').length`))
-	require.True(t, browserEval[bool](t, ctx, `window.pwned === undefined`))
+	require.Equal(t, 2, browsertest.Eval[int](t, ctx, `document.querySelectorAll('#dlq tbody tr').length`))
+	require.Equal(t, 0, browsertest.Eval[int](t, ctx, `document.querySelectorAll('button').length`))
+	require.True(t, browsertest.Eval[bool](t, ctx, `window.pwned === undefined`))
 	resp, err := http.PostForm(base+"/actions/replay", url.Values{"seq": {"1"}, "who": {"mallory"}, "token": {token}})
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -97,7 +89,7 @@ func TestStatusPageOnARunningServe(t *testing.T) {
 	p = w.serve("IDEM_HTTP_TOKEN=" + token)
 	base = "http://" + p.httpAddr()
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/dead-letters"), chromedp.WaitVisible("#act")))
-	seq := browserEval[string](t, ctx, `[...document.querySelectorAll('#dlq tbody tr')].find(tr => tr.textContent.includes('2026-11-03')).dataset.seq`)
+	seq := browsertest.Eval[string](t, ctx, `[...document.querySelectorAll('#dlq tbody tr')].find(tr => tr.textContent.includes('2026-11-03')).dataset.seq`)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.SendKeys(`#act input[name="who"]`, "alice"),
 		chromedp.SendKeys(`#act input[name="token"]`, token),
@@ -111,7 +103,7 @@ func TestStatusPageOnARunningServe(t *testing.T) {
 	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.operator_actions WHERE requested_by = 'alice' AND action = 'replay' AND outcome LIKE 'seq % republished%'"))
 	require.Len(t, w.deadLetters(), 1, "the replayed dead letter left the stream")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/?from=2026-11-01&to=2026-11-05"), chromedp.WaitVisible("#grid")))
-	require.Equal(t, "success", browserEval[map[string]map[string]string](t, ctx, cellClassesJS)["orders"]["2026-11-03"])
+	require.Equal(t, "success", browsertest.Eval[map[string]map[string]string](t, ctx, cellClassesJS)["orders"]["2026-11-03"])
 }
 
 // `idem dev` prints the page's address and leaves a grid worth looking at.
@@ -159,7 +151,7 @@ func TestDevLeavesAGrid(t *testing.T) {
 	}
 	ctx := browsertest.New(t)
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1100, 420), chromedp.Navigate("http://"+addr+"/?from=2026-11-22&to=2026-11-29"), chromedp.WaitVisible("#grid")))
-	cells := browserEval[map[string]map[string]string](t, ctx, cellClassesJS)
+	cells := browsertest.Eval[map[string]map[string]string](t, ctx, cellClassesJS)
 	require.Equal(t, map[string]string{
 		"2026-11-22": "late", "2026-11-23": "late", "2026-11-24": "dead_lettered", "2026-11-25": "success",
 		"2026-11-26": "success", "2026-11-27": "late", "2026-11-28": "success", "2026-11-29": "late",

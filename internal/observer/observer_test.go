@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/observer"
@@ -27,13 +27,8 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	for _, p := range []string{"2026-11-01", "2026-11-03"} {
-		k := audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: p, RunID: "r1"}
-		b, err := audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: k}, 0)
+		_, err := audittest.Load(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: p, RunID: "r1"}}, audit.Rows{Inserted: 1})
 		require.NoError(t, err)
-		var batch pgx.Batch
-		audit.QueueSucceed(&batch, b.ID, audit.Rows{Inserted: 1})
-		audit.QueueRecordSuccess(&batch, k, b.ID, false)
-		require.NoError(t, db.Pool.SendBatch(ctx, &batch).Close())
 	}
 
 	ns := consumertest.RunServer(t)

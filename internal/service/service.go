@@ -94,7 +94,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 	if err != nil {
 		return err
 	}
-	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, SubjectPrefix: cfg.NATS.SubjectPrefix,
+	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log,
 		Started: func(_, runID string, _ int) { crashHook("before_load", runID) }}
 	checkDatasets(ctx, pool, h, log)
 

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/internal/browsertest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/pgtest"
@@ -47,10 +47,7 @@ func (w *world) attempt(t *testing.T, dataset, partition, runID, outcome string)
 	require.NoError(t, err)
 	switch outcome {
 	case "success":
-		var batch pgx.Batch
-		audit.QueueSucceed(&batch, b.ID, audit.Rows{Inserted: 10})
-		audit.QueueRecordSuccess(&batch, k, b.ID, false)
-		require.NoError(t, w.db.SendBatch(ctx, &batch).Close())
+		require.NoError(t, audittest.Succeed(ctx, w.db, k, b.ID, audit.Rows{Inserted: 10}, false))
 	case "fatal", "transient":
 		require.NoError(t, audit.Fail(ctx, w.db, b.ID, errors.New(hostileError), outcome))
 	case "started":
@@ -99,13 +96,6 @@ func (w *world) page(t *testing.T, token string) *httptest.Server {
 	return srv
 }
 
-func eval[T any](t *testing.T, ctx context.Context, js string) T {
-	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
-	require.NoError(t, err, js)
-	return v
-}
-
 func TestPageInTheBrowser(t *testing.T) {
 	w := newWorld(t)
 	srv := w.page(t, "")
@@ -113,7 +103,7 @@ func TestPageInTheBrowser(t *testing.T) {
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#grid")))
 	// Each cell's class and colour, as the browser computed them.
-	cells := eval[map[string][]string](t, ctx, `(() => {
+	cells := browsertest.Eval[map[string][]string](t, ctx, `(() => {
 		const out = {};
 		for (const tr of document.querySelectorAll('#grid tbody tr')) {
 			out[tr.dataset.d] = [...tr.querySelectorAll('td')].map(td => td.className + ' ' + getComputedStyle(td).backgroundColor);
@@ -134,8 +124,8 @@ func TestPageInTheBrowser(t *testing.T) {
 	require.Contains(t, detail, hostileError)
 	require.Contains(t, detail, hostileRun)
 	require.Contains(t, detail, "failed (fatal)")
-	require.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('#partition img, #partition script').length`))
-	require.True(t, eval[bool](t, ctx, `window.pwned === undefined`))
+	require.Equal(t, 0, browsertest.Eval[int](t, ctx, `document.querySelectorAll('#partition img, #partition script').length`))
+	require.True(t, browsertest.Eval[bool](t, ctx, `window.pwned === undefined`))
 
 	// The dead letters: inert strings, and no action without a token.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/dead-letters"), chromedp.WaitVisible("#dlq")))
@@ -143,8 +133,8 @@ func TestPageInTheBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, row, hostileError)
 	require.Contains(t, row, hostileRun)
-	require.True(t, eval[bool](t, ctx, `window.pwned === undefined`))
-	require.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('button, form.action').length`))
+	require.True(t, browsertest.Eval[bool](t, ctx, `window.pwned === undefined`))
+	require.Equal(t, 0, browsertest.Eval[int](t, ctx, `document.querySelectorAll('button, form.action').length`))
 	for _, path := range []string{"/actions/replay", "/actions/backfill"} {
 		resp, err := http.PostForm(srv.URL+path, url.Values{"seq": {"7"}, "who": {"mallory"}, "token": {""}})
 		require.NoError(t, err)
