@@ -191,7 +191,7 @@ func Begin(ctx context.Context, db Querier, a Attempt, budget int) (Begun, error
 		status *string
 		last   *string
 	)
-	err := db.QueryRow(ctx, beginSQL,
+	err := db.QueryRow(ctx, beginSQL(a.Force),
 		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
 		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget,
 	).Scan(&b.Prior, &last, &id, &status)
@@ -211,13 +211,34 @@ func Begin(ctx context.Context, db Querier, a Attempt, budget int) (Begun, error
 // beginSQL: the ledger check, the count of attempts that ran for this
 // message, and the insert, in one round trip. The count reads the
 // partition's rows through pipeline_audit_partition_idx.
-const beginSQL = `
-WITH done AS (
-     SELECT CASE WHEN NOT $6 THEN EXISTS (SELECT 1 FROM idem.run_ledger
-                  WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5)
-            ELSE $7::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
-                  WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
-                    AND stream_seq = $7 AND status = 'success') END AS yes),
+//
+// A forced run and an ordinary one ask "done?" differently (a forced run is
+// done only when this very message succeeded), so each has its own text and
+// the server keeps one plan for each. One text answering both through a
+// CASE on $6 was planned afresh at every execution (the server judged its
+// generic plan dearer than a custom one): 300 µs against 150 µs, measured
+// statement alone. done is MATERIALIZED so its lookup runs once, not once
+// per reference.
+func beginSQL(force bool) string {
+	if force {
+		return beginForce
+	}
+	return beginOrdinary
+}
+
+var (
+	beginOrdinary = beginWith(`
+     SELECT EXISTS (SELECT 1 FROM idem.run_ledger
+                     WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5) AS yes`)
+	beginForce = beginWith(`
+     SELECT $7::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
+             WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
+               AND stream_seq = $7 AND status = 'success') AS yes`)
+)
+
+func beginWith(done string) string {
+	return `
+WITH done AS MATERIALIZED (` + done + `),
 prior AS (
      SELECT count(*)::int AS n, (array_agg(status ORDER BY id DESC))[1] AS last
        FROM idem.pipeline_audit
@@ -228,12 +249,13 @@ ins AS (
      INSERT INTO idem.pipeline_audit
             (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
              triggered_by, attributes, finished_at)
-     SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, prior.n + 1, $6, $7, $8, $9,
+     SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, prior.n + 1, $6::boolean, $7, $8, $9,
             CASE WHEN done.yes THEN clock_timestamp() END
        FROM done, prior
       WHERE done.yes OR $10::int = 0 OR prior.n < $10::int
      RETURNING id, status)
 SELECT prior.n, prior.last, ins.id, ins.status FROM prior LEFT JOIN ins ON true`
+}
 
 // QueueSucceed queues on b the update of started row id to `success` with
 // the row counts; the callback reports ErrNotStarted when the row was not
@@ -289,7 +311,7 @@ func QueueMessageSucceeded(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
 // with its own statements; into is filled once b's results are read, and
 // ran reports whether the statement succeeded.
 func QueueBegin(b *pgx.Batch, a Attempt, budget int, into *Begun, ran *bool) {
-	b.Queue(beginSQL,
+	b.Queue(beginSQL(a.Force),
 		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
 		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget,
 	).QueryRow(func(r pgx.Row) error {
