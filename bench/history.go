@@ -141,10 +141,8 @@ func RunHistory(ctx context.Context, adminURL string, sizes []HistorySize, runs,
 		if err := measureHistory(ctx, pool, runs, &rep); err != nil {
 			return rep, err
 		}
-		if i == len(sizes)-1 {
-			if err := historyPlans(ctx, pool, rep.Plans); err != nil {
-				return rep, err
-			}
+		if err := historyPlans(ctx, pool, i == len(sizes)-1, sz, rep.Plans); err != nil {
+			return rep, err
 		}
 		fmt.Fprintf(progress, "small events: tables and a first pass of %d loads\n", events)
 		hs, err := newHistorySmall(ctx, pool, url, events, progress)
@@ -318,8 +316,9 @@ func measureHistory(ctx context.Context, pool *pgxpool.Pool, runs int, rep *Hist
 }
 
 // historyPlans explains the status lookups, before and after, and the
-// missing one.
-func historyPlans(ctx context.Context, pool *pgxpool.Pool, out map[string]string) error {
+// missing one, under their own names on the largest history and with the
+// size in the name on the others.
+func historyPlans(ctx context.Context, pool *pgxpool.Pool, largest bool, sz HistorySize, out map[string]string) error {
 	statusAfter := `SELECT * FROM (SELECT $3::date + i AS d FROM generate_series(0, $4::date - $3::date) AS i) AS days
 		  LEFT JOIN LATERAL (
 		       SELECT a.status, count(*) OVER () AS n FROM idem.pipeline_audit a
@@ -342,9 +341,17 @@ func historyPlans(ctx context.Context, pool *pgxpool.Pool, out map[string]string
 		if err != nil {
 			return fmt.Errorf("explain %s: %w", name, err)
 		}
+		if !largest {
+			name = historyPlanAt(name, sz)
+		}
 		out[name] = strings.Join(lines, "\n")
 	}
 	return nil
+}
+
+// historyPlanAt names a lookup's plan on a history smaller than the largest.
+func historyPlanAt(name string, sz HistorySize) string {
+	return name + " at " + thousands(int64(sz.Rows())) + " attempts"
 }
 
 // Markdown renders the report as a table.

@@ -36,7 +36,8 @@ func (t HistoryThroughput) Ratio() float64 { return t.PerSec[len(t.PerSec)-1] / 
 // mean time at each size.
 type HistoryStep struct {
 	Kind, SQL string
-	MeanUs    []float64 // one per size
+	Runs      [][]float64 // each rep's mean, one slice per size
+	MeanUs    []float64   // the median of Runs, one per size
 }
 
 const (
@@ -271,13 +272,13 @@ func measureHistorySmall(ctx context.Context, hss []*historySmall, rep *HistoryR
 	for _, c := range historyInFlight {
 		rep.Throughput = append(rep.Throughput, HistoryThroughput{InFlight: c, Events: hss[0].events, Runs: make([][]float64, len(hss))})
 	}
-	spent := make([]*tripTimes, len(hss))
-	for i := range hss {
-		spent[i] = &tripTimes{d: make([]time.Duration, len(hss[i].load.trips))}
-	}
+	// spent[i][r]: the round trips' times at size i in rep r.
+	spent := make([][]*tripTimes, len(hss))
 	for r := range historySmallReps {
 		for i, hs := range hss {
-			perSec, err := hs.rep(ctx, r, spent[i])
+			tt := &tripTimes{d: make([]time.Duration, len(hs.load.trips))}
+			spent[i] = append(spent[i], tt)
+			perSec, err := hs.rep(ctx, r, tt)
 			if err != nil {
 				return fmt.Errorf("%s attempts: %w", thousands(int64(rep.Sizes[i].Rows())), err)
 			}
@@ -294,16 +295,19 @@ func measureHistorySmall(ctx context.Context, hss []*historySmall, rep *HistoryR
 		}
 	}
 	// Round trips: the same template at every size (one capture per size;
-	// the statements are the same).
+	// the statements are the same). Each rep's mean, then their median.
 	for k, st := range hss[0].load.describe() {
 		step := HistoryStep{Kind: st.Kind, SQL: st.SQL}
 		for i, hs := range hss {
-			n := historySmallReps * max(1, hs.events/historyReplayShare)
-			us := 0.0
-			if k < len(spent[i].d) {
-				us = float64(spent[i].d[k].Microseconds()) / float64(n)
+			n := max(1, hs.events/historyReplayShare)
+			var means []float64
+			for _, tt := range spent[i] {
+				if k < len(tt.d) {
+					means = append(means, float64(tt.d[k].Microseconds())/float64(n))
+				}
 			}
-			step.MeanUs = append(step.MeanUs, us)
+			step.Runs = append(step.Runs, means)
+			step.MeanUs = append(step.MeanUs, median(means))
 		}
 		rep.Steps = append(rep.Steps, step)
 	}
@@ -361,7 +365,7 @@ func (r HistoryReport) markdownSmall(b *strings.Builder) {
 			fmt.Fprintf(b, "- concurrency %d, %s attempts: %s\n", t.InFlight, thousands(int64(s.Rows())), fmtRates(t.Runs[i]))
 		}
 	}
-	b.WriteString("\n| # | round trip of a load, replayed at concurrency 1 |")
+	b.WriteString("\n| # | round trip of a load, replayed at concurrency 1, median of the reps |")
 	for _, s := range r.Sizes {
 		fmt.Fprintf(b, " %s attempts (mean µs) |", thousands(int64(s.Rows())))
 	}
@@ -380,5 +384,11 @@ func (r HistoryReport) markdownSmall(b *strings.Builder) {
 			ratio = st.MeanUs[len(st.MeanUs)-1] / st.MeanUs[0]
 		}
 		fmt.Fprintf(b, " %.2f× |\n", ratio)
+	}
+	b.WriteString("\nEach rep (mean µs of each round trip):\n\n")
+	for k, st := range r.Steps {
+		for i, s := range r.Sizes {
+			fmt.Fprintf(b, "- round trip %d, %s attempts: %s\n", k+1, thousands(int64(s.Rows())), fmtRates(st.Runs[i]))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,13 @@ func TestHistoryCosts(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, rep.Steps)
-	plans := []string{"status before", "status after", "missing before", "missing after"}
+	lookups := []string{"status before", "status after", "missing before", "missing after"}
+	plans := slices.Clone(lookups)
+	for _, sz := range sizes[:len(sizes)-1] {
+		for _, name := range lookups {
+			plans = append(plans, historyPlanAt(name, sz))
+		}
+	}
 	for _, sz := range sizes {
 		plans = append(plans, historyLoadPlan(sz))
 	}
