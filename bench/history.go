@@ -60,8 +60,13 @@ type HistoryReport struct {
 	Runs    int
 	Lookups []HistoryLookup
 	// Plans holds EXPLAIN (ANALYZE, BUFFERS) of the status lookups, before
-	// and after, on the largest history.
+	// and after, on the largest history, and of a small load's audit
+	// statements at each size.
 	Plans map[string]string
+	// Throughput is small-event throughput at each size, one entry per
+	// concurrency (see history_small.go); Steps is where a load's time goes.
+	Throughput []HistoryThroughput
+	Steps      []HistoryStep
 }
 
 // historyLookups are measured in this order; "before" rows keep the query
@@ -103,43 +108,58 @@ const missingBeforeSQL = `
               AND a.logical_date = d::date AND a.status = 'success')
      ORDER BY 1`
 
-// RunHistory seeds one database per size on the server adminURL names,
-// measures every lookup runs times per size (after one warm-up), and drops
-// the databases.
-func RunHistory(ctx context.Context, adminURL string, sizes []HistorySize, runs int, progress io.Writer) (HistoryReport, error) {
+// RunHistory seeds one database per size on the server adminURL names and
+// measures every lookup runs times per size (after one warm-up), right after
+// that size's seed. Each database then gets the small-event tables and a
+// first pass of events loads; once every size is seeded, the small-event
+// throughput is measured, the sizes taking turns (see history_small.go).
+// The databases are dropped at the end.
+func RunHistory(ctx context.Context, adminURL string, sizes []HistorySize, runs, events int, progress io.Writer) (HistoryReport, error) {
 	rep := HistoryReport{Sizes: sizes, Runs: runs, Plans: map[string]string{}}
 	for _, name := range historyLookups {
 		rep.Lookups = append(rep.Lookups, HistoryLookup{Name: name})
 	}
+	var hss []*historySmall
+	var cleanup []func() // run last to first
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
 	for i, sz := range sizes {
-		pool, drop, err := historyDB(ctx, adminURL, i)
+		pool, url, drop, err := historyDB(ctx, adminURL, i)
 		if err != nil {
 			return rep, err
 		}
+		cleanup = append(cleanup, drop, pool.Close)
 		start := time.Now()
 		fmt.Fprintf(progress, "seeding %d attempts (%d datasets × %d days × %d)\n", sz.Rows(), sz.Datasets, sz.Days, historyAttempts)
-		err = seedHistory(ctx, pool, sz)
-		if err == nil {
-			fmt.Fprintf(progress, "seeded in %s; measuring\n", time.Since(start).Round(time.Second))
-			err = measureHistory(ctx, pool, runs, &rep)
-		}
-		if err == nil && i == len(sizes)-1 {
-			err = historyPlans(ctx, pool, rep.Plans)
-		}
-		pool.Close()
-		drop()
-		if err != nil {
+		if err := seedHistory(ctx, pool, sz); err != nil {
 			return rep, err
 		}
+		fmt.Fprintf(progress, "seeded in %s; measuring\n", time.Since(start).Round(time.Second))
+		if err := measureHistory(ctx, pool, runs, &rep); err != nil {
+			return rep, err
+		}
+		if err := historyPlans(ctx, pool, i == len(sizes)-1, sz, rep.Plans); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(progress, "small events: tables and a first pass of %d loads\n", events)
+		hs, err := newHistorySmall(ctx, pool, url, events, progress)
+		if err != nil {
+			return rep, fmt.Errorf("small events at %d attempts: %w", sz.Rows(), err)
+		}
+		hss = append(hss, hs)
+		cleanup = append(cleanup, hs.close)
 	}
-	return rep, nil
+	return rep, measureHistorySmall(ctx, hss, &rep, progress)
 }
 
-func historyDB(ctx context.Context, adminURL string, i int) (*pgxpool.Pool, func(), error) {
+func historyDB(ctx context.Context, adminURL string, i int) (*pgxpool.Pool, string, func(), error) {
 	name := pgx.Identifier{fmt.Sprintf("idembench_history_%d", i)}.Sanitize()
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	drop := func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -147,15 +167,16 @@ func historyDB(ctx context.Context, adminURL string, i int) (*pgxpool.Pool, func
 		_, _ = admin.Exec(dctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 		_ = admin.Close(dctx)
 	}
+	url, err := withDatabase(adminURL, fmt.Sprintf("idembench_history_%d", i))
+	if err != nil {
+		_ = admin.Close(ctx)
+		return nil, "", nil, err
+	}
 	pool, err := func() (*pgxpool.Pool, error) {
 		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 			return nil, err
 		}
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-			return nil, err
-		}
-		url, err := withDatabase(adminURL, fmt.Sprintf("idembench_history_%d", i))
-		if err != nil {
 			return nil, err
 		}
 		pool, err := pgxpool.New(ctx, url)
@@ -170,9 +191,9 @@ func historyDB(ctx context.Context, adminURL string, i int) (*pgxpool.Pool, func
 	}()
 	if err != nil {
 		drop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return pool, drop, nil
+	return pool, url, drop, nil
 }
 
 // seedHistory writes sz's attempts in id order = time order (dataset by
@@ -295,8 +316,9 @@ func measureHistory(ctx context.Context, pool *pgxpool.Pool, runs int, rep *Hist
 }
 
 // historyPlans explains the status lookups, before and after, and the
-// missing one.
-func historyPlans(ctx context.Context, pool *pgxpool.Pool, out map[string]string) error {
+// missing one, under their own names on the largest history and with the
+// size in the name on the others.
+func historyPlans(ctx context.Context, pool *pgxpool.Pool, largest bool, sz HistorySize, out map[string]string) error {
 	statusAfter := `SELECT * FROM (SELECT $3::date + i AS d FROM generate_series(0, $4::date - $3::date) AS i) AS days
 		  LEFT JOIN LATERAL (
 		       SELECT a.status, count(*) OVER () AS n FROM idem.pipeline_audit a
@@ -319,9 +341,17 @@ func historyPlans(ctx context.Context, pool *pgxpool.Pool, out map[string]string
 		if err != nil {
 			return fmt.Errorf("explain %s: %w", name, err)
 		}
+		if !largest {
+			name = historyPlanAt(name, sz)
+		}
 		out[name] = strings.Join(lines, "\n")
 	}
 	return nil
+}
+
+// historyPlanAt names a lookup's plan on a history smaller than the largest.
+func historyPlanAt(name string, sz HistorySize) string {
+	return name + " at " + thousands(int64(sz.Rows())) + " attempts"
 }
 
 // Markdown renders the report as a table.
@@ -350,5 +380,6 @@ func (r HistoryReport) Markdown() string {
 		}
 		fmt.Fprintf(&b, " %.2f× | %s |\n", l.Ratio(), verdict)
 	}
+	r.markdownSmall(&b)
 	return b.String()
 }
