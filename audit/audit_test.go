@@ -133,6 +133,38 @@ func TestAttemptLifecycleAndGuards(t *testing.T) {
 	require.EqualValues(t, 3, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
 }
 
+// A day counts as loaded when a success of that day's date partition or of
+// one of its hours is in the ledger; a text partition that looks like a
+// date, another dataset's success, a failed attempt and a neighbouring
+// day's hour do not.
+func TestMissingReadsTheDaysPartitionsOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	load := func(dataset, part string, logical *time.Time) {
+		a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: part, RunID: "r1"}, LogicalDate: logical}
+		_, err := audittest.Load(ctx, db.Pool, a, audit.Rows{Inserted: 1})
+		require.NoError(t, err)
+	}
+	load("orders", "2026-11-01", day("2026-11-01"))
+	load("orders", "2026-11-02T23:00:00Z", day("2026-11-02"))
+	load("orders", "2026-11-03-backfill", nil) // a text key, no day
+	load("orders", "2026-11-030", nil)
+	load("refunds", "2026-11-04", day("2026-11-04"))
+	a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-05", RunID: "r1"}, LogicalDate: day("2026-11-05")}
+	id, err := audittest.Start(ctx, db.Pool, a)
+	require.NoError(t, err)
+	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("boom"), "fatal"))
+
+	missing, err := audit.Missing(ctx, db.Pool, "shop", "orders", *day("2026-10-31"), *day("2026-11-05"))
+	require.NoError(t, err)
+	var got []string
+	for _, d := range missing {
+		got = append(got, d.Format(time.DateOnly))
+	}
+	require.Equal(t, []string{"2026-10-31", "2026-11-03", "2026-11-04", "2026-11-05"}, got)
+}
+
 func TestStatusAndMissing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

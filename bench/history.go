@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/service"
 )
 
 // History costs: the operator's and the consumer's lookups on an audit
@@ -179,7 +180,13 @@ func historyDB(ctx context.Context, adminURL string, i int) (*pgxpool.Pool, stri
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 			return nil, err
 		}
-		pool, err := pgxpool.New(ctx, url)
+		// The session settings of idem's own pool (jit off, asynchronous
+		// bookkeeping commits): the lookups are measured as idem runs them.
+		cfg, err := service.PoolConfig(url, 0)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
