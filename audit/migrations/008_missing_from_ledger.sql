@@ -16,22 +16,28 @@
 -- (timestamp partitions, YYYY-MM-DDTHH:00:00Z). Text partitions have no
 -- day; as before, they never count as a day's load.
 --
--- The days come from an integer series, whose length the planner knows
--- when the function is called with constants: the timestamp series it
--- replaces was estimated at 1,000 rows whatever the range, which put a
--- month's lookup on 4M ledger rows above jit_above_cost (4 ms, 3.8 of them
--- compiling).
+-- Each day is one seek, whatever the planner estimates: the lookup is a
+-- LATERAL subquery with LIMIT 1, which cannot be flattened into a join. As
+-- a plain NOT EXISTS, the planner could not estimate the key range it
+-- computes from the day, and on 4M ledger rows it read every success of
+-- the dataset once and filtered it per day (50 ms for a month, against
+-- 0.2 ms for one seek per day). The days come from an integer series,
+-- whose length the planner knows when the function is called with
+-- constants.
 CREATE OR REPLACE FUNCTION idem.missing_partitions(p_dag_id text, p_task_id text, p_from date, p_to date)
 RETURNS TABLE (logical_date date)
 LANGUAGE sql STABLE AS $$
-    SELECT d
+    SELECT days.d
       FROM (SELECT p_from + i AS d FROM generate_series(0, p_to - p_from) AS i) AS days
-     WHERE NOT EXISTS (
-           SELECT 1 FROM idem.run_ledger l
+      LEFT JOIN LATERAL (
+           SELECT l.partition_key FROM idem.run_ledger l
             WHERE l.dag_id = p_dag_id AND l.task_id = p_task_id
-              AND l.partition_key >= to_char(d, 'YYYY-MM-DD')
-              AND l.partition_key < to_char(d, 'YYYY-MM-DD') || 'U'
-              AND (l.partition_key = to_char(d, 'YYYY-MM-DD')
-                   OR l.partition_key LIKE to_char(d, 'YYYY-MM-DD') || 'T__:00:00Z'))
+              AND l.partition_key >= to_char(days.d, 'YYYY-MM-DD')
+              AND l.partition_key < to_char(days.d, 'YYYY-MM-DD') || 'U'
+              AND (l.partition_key = to_char(days.d, 'YYYY-MM-DD')
+                   OR l.partition_key LIKE to_char(days.d, 'YYYY-MM-DD') || 'T__:00:00Z')
+            ORDER BY l.partition_key
+            LIMIT 1) AS hit ON true
+     WHERE hit.partition_key IS NULL
      ORDER BY 1
 $$;
