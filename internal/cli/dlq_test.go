@@ -274,7 +274,10 @@ func TestDLQLsFiltersJSONAndGolden(t *testing.T) {
 	recent := w.putDeadLetter(handDeadLetter{dataset: "orders", kind: "fatal", err: "x",
 		failedAt: time.Now().Add(-10 * time.Minute).UTC().Format(time.RFC3339Nano), origSubject: "idem.ready.orders"})
 	require.Equal(t, []uint64{recent}, dlqSeqs(w.deadLetters("--since", "1h")))
-	require.Equal(t, []uint64{1, 2, 3, 4, recent}, dlqSeqs(w.deadLetters("--since", "72h")))
+	// A window that reaches back past the oldest hand-made dead letter
+	// (2026-11-28T03:00Z) whenever the test runs.
+	back := fmt.Sprintf("%dh", int(time.Since(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)).Hours())+1)
+	require.Equal(t, []uint64{1, 2, 3, 4, recent}, dlqSeqs(w.deadLetters("--since", back)))
 
 	r = w.run("dlq", "ls", "--json", "--dataset", "orders")
 	var raw []map[string]any
