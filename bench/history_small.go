@@ -334,20 +334,28 @@ func fmtRates(xs []float64) string {
 	return strings.Join(parts, " / ")
 }
 
+// sizeTableHead writes a table's header: the lead columns, one column of
+// unit per history size, the trailing columns, and the alignment row.
+func (r HistoryReport) sizeTableHead(b *strings.Builder, lead, unit, trail, leadAlign, trailAlign string) {
+	b.WriteString("\n" + lead)
+	for _, s := range r.Sizes {
+		fmt.Fprintf(b, " %s attempts (%s) |", thousands(int64(s.Rows())), unit)
+	}
+	b.WriteString(trail + "\n" + leadAlign)
+	for range r.Sizes {
+		b.WriteString("---:|")
+	}
+	b.WriteString(trailAlign + "\n")
+}
+
 // markdownSmall renders the throughput and the round trips.
 func (r HistoryReport) markdownSmall(b *strings.Builder) {
 	if len(r.Throughput) == 0 {
 		return
 	}
-	b.WriteString("\n| small events (10-row reruns, delete_insert), handler in process |")
-	for _, s := range r.Sizes {
-		fmt.Fprintf(b, " %s attempts (events/s) |", thousands(int64(s.Rows())))
-	}
-	b.WriteString(" ratio, largest ÷ smallest history (events/s: 1.0 = flat, higher is better) | target ≥ 0.83× (≤ 1.2× the time per event) |\n|---|")
-	for range r.Sizes {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---:|---|\n")
+	r.sizeTableHead(b, "| small events (10-row reruns, delete_insert), handler in process |", "events/s",
+		" ratio, largest ÷ smallest history (events/s: 1.0 = flat, higher is better) | target ≥ 0.83× (≤ 1.2× the time per event) |",
+		"|---|", "---:|---|")
 	for _, t := range r.Throughput {
 		fmt.Fprintf(b, "| concurrency %d, %s events, median of %d |", t.InFlight, thousands(int64(t.Events)), historySmallReps)
 		for _, v := range t.PerSec {
@@ -365,15 +373,8 @@ func (r HistoryReport) markdownSmall(b *strings.Builder) {
 			fmt.Fprintf(b, "- concurrency %d, %s attempts: %s\n", t.InFlight, thousands(int64(s.Rows())), fmtRates(t.Runs[i]))
 		}
 	}
-	b.WriteString("\n| # | round trip of a load, replayed at concurrency 1, median of the reps |")
-	for _, s := range r.Sizes {
-		fmt.Fprintf(b, " %s attempts (mean µs) |", thousands(int64(s.Rows())))
-	}
-	b.WriteString(" ratio (time; lower is better) |\n|---:|---|")
-	for range r.Sizes {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---:|\n")
+	r.sizeTableHead(b, "| # | round trip of a load, replayed at concurrency 1, median of the reps |", "mean µs",
+		" ratio (time; lower is better) |", "|---:|---|", "---:|")
 	for k, st := range r.Steps {
 		fmt.Fprintf(b, "| %d | %s: `%s` |", k+1, st.Kind, strings.ReplaceAll(st.SQL, "|", `\|`))
 		for _, us := range st.MeanUs {
