@@ -3,8 +3,10 @@ package service
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -74,27 +76,43 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, sc consumer.Stre
 }
 
 // ensureStreamsWaiting is ensureStreams, waiting while JetStream cannot
-// answer yet: a cluster electing its meta leader (a server replaced, a
-// rolling restart) answers 503 "temporarily unavailable" or not at all for
-// a few seconds. Exiting then would hand the restart to a supervisor's
-// growing delay; JetStream not enabled at all is still an error.
+// answer yet: a cluster that lost its quorum or is electing its meta leader
+// (servers replaced, a rolling restart) answers 503 "temporarily
+// unavailable", or, for its first seconds, not at all. Exiting then would
+// hand the restart to a supervisor's growing delay; JetStream not enabled
+// at all, and a subject idem may not publish to, are still errors.
 func ensureStreamsWaiting(ctx context.Context, js jetstream.JetStream, sc consumer.StreamsConfig, log zerolog.Logger) error {
 	_, err := waitUntil(ctx, log, "jetstream", func() (struct{}, error) {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		return struct{}{}, ensureStreams(actx, js, sc, log)
-	}, jetStreamNotReady)
+	}, func(err error) bool { return jetStreamNotReady(err, js.Conn().LastError()) })
 	return err
 }
 
+// jsErrCodeNoSuitablePeers is the server's "no suitable peers for
+// placement" (JSClusterNoPeersErrF).
+const jsErrCodeNoSuitablePeers = 10005
+
 // jetStreamNotReady reports an answer worth waiting out at start: a 503
-// other than "JetStream not enabled". A request that times out is not
-// waited out: a subject the user may not publish to (a permissions
-// violation) looks the same from here, and must fail the start.
-func jetStreamNotReady(err error) bool {
+// other than "JetStream not enabled", no suitable peers because peers are
+// offline, or no answer at all unless the
+// connection's last error (connErr) is a permissions violation: a request
+// to a subject the user may not publish to also goes unanswered, and must
+// fail the start.
+func jetStreamNotReady(err, connErr error) bool {
 	var api *jetstream.APIError
-	return errors.As(err, &api) && api.Code == 503 &&
-		api.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && api.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
+	if errors.As(err, &api) {
+		if api.ErrorCode == jsErrCodeNoSuitablePeers {
+			// The servers a replicated stream needs are down (a rolling
+			// restart); other reasons (too few servers, tags) stand.
+			return strings.Contains(api.Description, "peer offline")
+		}
+		return api.Code == 503 &&
+			api.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && api.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
+	}
+	unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+	return unanswered && !errors.Is(connErr, nats.ErrPermissionViolation)
 }
 
 // loadFunc is the consumer's handler: one event, one load, its metrics.

@@ -12,19 +12,25 @@ import (
 )
 
 func TestJetStreamNotReady(t *testing.T) {
+	perm := fmt.Errorf("%w: Permissions Violation for Publish to \"$JS.API.STREAM.CREATE.IDEM_EVENTS\"", nats.ErrPermissionViolation)
 	for _, c := range []struct {
-		err  error
-		wait bool
+		err, conn error
+		wait      bool
 	}{
-		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
-		{fmt.Errorf("create stream IDEM_EVENTS: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008}), true},
-		{context.DeadlineExceeded, false}, // a permissions violation looks like this
-		{nats.ErrTimeout, false},
-		{jetstream.ErrJetStreamNotEnabled, false},
-		{&jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabledForAccount}, false},
-		{&jetstream.APIError{Code: 403, ErrorCode: 10000}, false},
-		{errors.New("nats: permissions violation"), false},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, nil, true},
+		{fmt.Errorf("create stream IDEM_EVENTS: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008}), nil, true},
+		{context.DeadlineExceeded, nil, true}, // a cluster that lost its leader, at first
+		{nats.ErrTimeout, nil, true},
+		{context.DeadlineExceeded, perm, false}, // a permissions violation looks like this
+		{fmt.Errorf("create stream: %w", nats.ErrTimeout), perm, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}, nil, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, insufficient resources"}, nil, false},
+		{jetstream.ErrJetStreamNotEnabled, nil, false},
+		{nats.ErrNoResponders, nil, false},
+		{&jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabledForAccount}, nil, false},
+		{&jetstream.APIError{Code: 403, ErrorCode: 10000}, nil, false},
+		{errors.New("nats: permissions violation"), nil, false},
 	} {
-		require.Equal(t, c.wait, jetStreamNotReady(c.err), "%v", c.err)
+		require.Equal(t, c.wait, jetStreamNotReady(c.err, c.conn), "%v (connection: %v)", c.err, c.conn)
 	}
 }
