@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,14 +49,13 @@ const (
 // historyInFlight are the concurrencies measured, in this order.
 var historyInFlight = []int{4, 1}
 
-// historySmall is the small-event set-up in one history's database.
+// historySmall is the small-event set-up in one history's database; s.load
+// holds the captured round trips of one load.
 type historySmall struct {
-	e      *env
 	s      *small
 	hpool  *pgxpool.Pool
 	h      *handlers.Handler
 	replay *pgx.Conn // idem's session settings, for the replayed round trips
-	load   *template
 	events int
 }
 
@@ -72,14 +72,14 @@ func newHistorySmall(ctx context.Context, pool *pgxpool.Pool, url string, events
 		opts: Options{Progress: progress}, sizes: Sizes{Partitions: events + 1}, res: &Results{},
 		dbURL: url, pool: pool, idemParams: params,
 	}
-	hs := &historySmall{e: e, s: &small{env: e}, events: events}
+	hs := &historySmall{s: &small{env: e, pipeline: historyPipeline}, events: events}
 	if err := e.exec(ctx, "CREATE SCHEMA bench"); err != nil {
 		return nil, err
 	}
 	if err := e.setupSmall(ctx); err != nil {
 		return nil, err
 	}
-	if hs.hpool, err = e.poolAsIdem(ctx, maxOf(historyInFlight)); err != nil {
+	if hs.hpool, err = e.poolAsIdem(ctx, slices.Max(historyInFlight)); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -88,7 +88,7 @@ func newHistorySmall(ctx context.Context, pool *pgxpool.Pool, url string, events
 			hs.close()
 		}
 	}()
-	if hs.h, err = historyHandler(hs.hpool); err != nil {
+	if hs.h, err = hs.s.handler(hs.hpool); err != nil {
 		return nil, err
 	}
 	if hs.replay, err = e.connectAsIdem(ctx); err != nil {
@@ -96,33 +96,15 @@ func newHistorySmall(ctx context.Context, pool *pgxpool.Pool, url string, events
 	}
 	// The first pass: every partition gets an audited success before the
 	// measured reruns.
-	if _, err := hs.closed(ctx, maxOf(historyInFlight), smallEvents("first", events)); err != nil {
+	if _, err := hs.closed(ctx, slices.Max(historyInFlight), smallEvents("first", events)); err != nil {
 		return nil, fmt.Errorf("first pass: %w", err)
 	}
-	if err := hs.capture(ctx); err != nil {
+	// One load's round trips, captured as the main benchmark captures them.
+	if err := hs.s.capture(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
 	return hs, nil
-}
-
-// historyHandler is idem's handler for the small dataset, auditing under
-// the seeded history's pipeline name.
-func historyHandler(db handlers.DB) (*handlers.Handler, error) {
-	h, err := handlerFor(db, smallDS)
-	if err != nil {
-		return nil, err
-	}
-	h.Pipeline = historyPipeline
-	return h, nil
-}
-
-func maxOf(xs []int) int {
-	m := 0
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
 
 func (hs *historySmall) close() {
@@ -132,38 +114,6 @@ func (hs *historySmall) close() {
 	if hs.hpool != nil {
 		hs.hpool.Close()
 	}
-}
-
-// capture records the round trips of one rerun of the extra partition, as
-// small.capture does for the main benchmark.
-func (hs *historySmall) capture(ctx context.Context) error {
-	rec := &recorder{}
-	db, err := newRecDB(ctx, hs.hpool, rec)
-	if err != nil {
-		return err
-	}
-	defer db.closeTraced()
-	h, err := historyHandler(db)
-	if err != nil {
-		return err
-	}
-	last := hs.events // the partition no measured run loads
-	if _, err := handle(ctx, h, event{"small", dayKey(smallBase, last), "first-capture"}, 1); err != nil {
-		return fmt.Errorf("capture: first load: %w", err)
-	}
-	// An audit id no row count or sequence can be mistaken for.
-	if err := hs.e.exec(ctx, "SELECT setval(pg_get_serial_sequence('idem.pipeline_audit', 'id'), 900000000)"); err != nil {
-		return err
-	}
-	part, run := dayKey(smallBase, last), "capture"
-	rec.on = true
-	out, err := handle(ctx, h, event{"small", part, run}, 4242)
-	rec.on = false
-	if err != nil || out.Status != audit.StatusSuccess {
-		return fmt.Errorf("capture: sample load: %v (status %q)", err, out.Status)
-	}
-	hs.load = newTemplate(rec.trips, part, run, day(smallBase, last), out.AuditID)
-	return nil
 }
 
 // closed runs evs through the handler on c workers and returns events/s.
@@ -202,11 +152,11 @@ func (hs *historySmall) rep(ctx context.Context, rep int, spent *tripTimes) ([]f
 	prefix := fmt.Sprintf("replay-r%d", rep)
 	evs := smallEvents(prefix, n)
 	if _, err := runClosed(ctx, 1, n, func(ctx context.Context, _, i int) error {
-		return hs.load.replay(ctx, hs.replay, evs[i].partition, evs[i].run, day(smallBase, i), spent)
+		return hs.s.load.replay(ctx, hs.replay, evs[i].partition, evs[i].run, day(smallBase, i), spent)
 	}); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	got, err := hs.e.int64(ctx, "SELECT count(*) FROM idem.pipeline_audit WHERE dag_id = $1 AND run_id LIKE $2 || '%' AND status = 'success'",
+	got, err := hs.s.int64(ctx, "SELECT count(*) FROM idem.pipeline_audit WHERE dag_id = $1 AND run_id LIKE $2 || '%' AND status = 'success'",
 		historyPipeline, prefix)
 	if err != nil {
 		return nil, err
@@ -227,7 +177,7 @@ func (hs *historySmall) explain(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	t := hs.load
+	t := hs.s.load
 	b := binding{partition: dayKey(smallBase, 0), run: "explain", date: day(smallBase, 0)}
 	var out strings.Builder
 	for i, tr := range t.trips {
@@ -276,7 +226,7 @@ func measureHistorySmall(ctx context.Context, hss []*historySmall, rep *HistoryR
 	spent := make([][]*tripTimes, len(hss))
 	for r := range historySmallReps {
 		for i, hs := range hss {
-			tt := &tripTimes{d: make([]time.Duration, len(hs.load.trips))}
+			tt := &tripTimes{d: make([]time.Duration, len(hs.s.load.trips))}
 			spent[i] = append(spent[i], tt)
 			perSec, err := hs.rep(ctx, r, tt)
 			if err != nil {
@@ -296,7 +246,7 @@ func measureHistorySmall(ctx context.Context, hss []*historySmall, rep *HistoryR
 	}
 	// Round trips: the same template at every size (one capture per size;
 	// the statements are the same). Each rep's mean, then their median.
-	for k, st := range hss[0].load.describe() {
+	for k, st := range hss[0].s.load.describe() {
 		step := HistoryStep{Kind: st.Kind, SQL: st.SQL}
 		for i, hs := range hss {
 			n := max(1, hs.events/historyReplayShare)

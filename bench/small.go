@@ -30,6 +30,18 @@ type small struct {
 	*env
 	load, skip *template
 	stepsAt    int // the max_in_flight whose replay is timed per trip
+	// pipeline, when set, is the audit's pipeline name instead of the
+	// harness's (the history benchmark audits under the seeded history's).
+	pipeline string
+}
+
+// handler is idem's handler for the small dataset over db.
+func (s *small) handler(db handlers.DB) (*handlers.Handler, error) {
+	h, err := handlerFor(db, smallDS)
+	if err == nil && s.pipeline != "" {
+		h.Pipeline = s.pipeline
+	}
+	return h, err
 }
 
 func (e *env) setupSmall(ctx context.Context) error {
@@ -66,7 +78,7 @@ func (s *small) capture(ctx context.Context) error {
 		return err
 	}
 	defer db.closeTraced()
-	h, err := handlerFor(db, smallDS)
+	h, err := s.handler(db)
 	if err != nil {
 		return err
 	}
