@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/deadletter"
 )
 
 // Metrics are the collectors of one process.
@@ -162,6 +164,20 @@ func New(version string) *Metrics {
 	m.BuildInfo.WithLabelValues(version).Set(1)
 	m.WarehouseUp.Set(1)
 	return m
+}
+
+// Datasets makes the series the alert rules read exist at 0 for every
+// dataset label the consumer can report (the configured datasets and
+// consumer.InvalidDataset) and every dead-letter kind, so the first dead
+// letter is an increase Prometheus can see, not a series born at 1. Call it
+// at start and after a reload; series of removed datasets stay as they are
+// (a counter must not go back).
+func (m *Metrics) Datasets(names []string) {
+	for _, ds := range append(slices.Clone(names), consumer.InvalidDataset) {
+		for _, k := range deadletter.Kinds() {
+			m.DeadLetters.WithLabelValues(ds, string(k)).Add(0)
+		}
+	}
 }
 
 // Hooks adapts the metrics to the consumer.

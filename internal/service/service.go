@@ -103,6 +103,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		return err
 	}
 	m := metrics.New(o.BuildVersion)
+	m.Datasets(cfg.DatasetNames())
 	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix}, log)
 	if err != nil {
 		return err

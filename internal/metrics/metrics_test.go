@@ -1,0 +1,37 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/consumer"
+)
+
+// TestDatasetsStartDeadLettersAtZero: every label pair the alert rules can
+// see exists before the first dead letter, and a reload adds the new
+// dataset's without resetting the others.
+func TestDatasetsStartDeadLettersAtZero(t *testing.T) {
+	m := New("test")
+	require.Zero(t, testutil.CollectAndCount(m.DeadLetters), "no series before Datasets")
+	m.Datasets([]string{"orders"})
+	require.Equal(t, 6, testutil.CollectAndCount(m.DeadLetters), "orders and _invalid, three kinds each")
+	m.Hooks().DeadLetter("orders", consumer.Kind("fatal"))
+
+	m.Datasets([]string{"orders", "clicks"})
+	require.NoError(t, testutil.CollectAndCompare(m.DeadLetters, strings.NewReader(`
+# HELP idem_dead_letters_total Dead letters acknowledged by the DLQ stream, by kind (fatal, exhausted, crashed).
+# TYPE idem_dead_letters_total counter
+idem_dead_letters_total{dataset="_invalid",kind="crashed"} 0
+idem_dead_letters_total{dataset="_invalid",kind="exhausted"} 0
+idem_dead_letters_total{dataset="_invalid",kind="fatal"} 0
+idem_dead_letters_total{dataset="clicks",kind="crashed"} 0
+idem_dead_letters_total{dataset="clicks",kind="exhausted"} 0
+idem_dead_letters_total{dataset="clicks",kind="fatal"} 0
+idem_dead_letters_total{dataset="orders",kind="crashed"} 0
+idem_dead_letters_total{dataset="orders",kind="exhausted"} 0
+idem_dead_letters_total{dataset="orders",kind="fatal"} 1
+`)))
+}
