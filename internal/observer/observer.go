@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/metrics"
 )
 
@@ -42,6 +44,10 @@ type Config struct {
 	Pipeline                    string
 	// Calendars lists the datasets with a calendar (it follows reloads).
 	Calendars func() []Calendar
+	// Datasets lists the configured datasets (it follows reloads): each
+	// has an idem_dead_letters_pending series, 0 when the stream holds none
+	// of its dead letters, so a dashboard shows 0 rather than no data.
+	Datasets func() []string
 	// Replicas lists the live replicas; nil when unknown.
 	Replicas func(ctx context.Context) ([]Replica, error)
 	// Ready says whether this process would answer /readyz with 200.
@@ -66,6 +72,9 @@ type Observer struct {
 	cfg  Config
 	mu   sync.Mutex
 	last Reading
+
+	gmu   sync.Mutex
+	shown map[*prometheus.GaugeVec]map[string]bool // the labels each vector was last given
 }
 
 // New fills the defaults.
@@ -184,12 +193,42 @@ func (o *Observer) deadLetters(ctx context.Context, r *Reading) error {
 	}
 	r.DeadLetters = counts
 	if m := o.cfg.Metrics; m != nil {
-		m.DeadLettersPending.Reset()
-		for ds, n := range counts {
-			m.DeadLettersPending.WithLabelValues(ds).Set(float64(n))
+		values := map[string]float64{deadletter.InvalidSubjectToken: 0}
+		if o.cfg.Datasets != nil {
+			for _, ds := range o.cfg.Datasets() {
+				values[ds] = 0
+			}
 		}
+		for ds, n := range counts {
+			values[ds] = float64(n)
+		}
+		o.show(m.DeadLettersPending, values)
 	}
 	return nil
+}
+
+// show sets vec to values and deletes the series it no longer has. It never
+// resets the vector: a scrape between a reset and the new values would see
+// the series missing, and Prometheus would restart the for: of an alert
+// that reads it.
+func (o *Observer) show(vec *prometheus.GaugeVec, values map[string]float64) {
+	o.gmu.Lock()
+	defer o.gmu.Unlock()
+	if o.shown == nil {
+		o.shown = map[*prometheus.GaugeVec]map[string]bool{}
+	}
+	prev := o.shown[vec]
+	now := make(map[string]bool, len(values))
+	for label, v := range values {
+		vec.WithLabelValues(label).Set(v)
+		now[label] = true
+	}
+	for label := range prev {
+		if !now[label] {
+			vec.DeleteLabelValues(label)
+		}
+	}
+	o.shown[vec] = now
 }
 
 func (o *Observer) calendars(ctx context.Context, r *Reading) error {
@@ -212,16 +251,16 @@ func (o *Observer) calendars(ctx context.Context, r *Reading) error {
 	}
 	r.Calendars = sums
 	if m := o.cfg.Metrics; m != nil {
-		m.PartitionsMissing.Reset()
-		m.PartitionsLate.Reset()
-		m.NewestPartitionAge.Reset()
+		missing, late, age := map[string]float64{}, map[string]float64{}, map[string]float64{}
 		for ds, s := range sums {
-			m.PartitionsMissing.WithLabelValues(ds).Set(float64(s.Missing))
-			m.PartitionsLate.WithLabelValues(ds).Set(float64(s.Late))
+			missing[ds], late[ds] = float64(s.Missing), float64(s.Late)
 			if !s.NewestLoaded.IsZero() {
-				m.NewestPartitionAge.WithLabelValues(ds).Set(now.Sub(s.NewestLoaded).Seconds())
+				age[ds] = now.Sub(s.NewestLoaded).Seconds()
 			}
 		}
+		o.show(m.PartitionsMissing, missing)
+		o.show(m.PartitionsLate, late)
+		o.show(m.NewestPartitionAge, age)
 	}
 	return errors.Join(errs...)
 }

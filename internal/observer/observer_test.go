@@ -46,6 +46,7 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 
 	m := metrics.New("test")
 	now := time.Date(2026, 11, 5, 0, 30, 0, 0, time.UTC)
+	datasets := []string{"clicks", "orders", "users"}
 	o := observer.New(observer.Config{
 		JS: js, Stream: "EV", Consumer: "idem", DLQStream: "DLQ", DLQSubjectPrefix: "idem.dlq", DB: db.Pool, Pipeline: "shop",
 		Calendars: func() []observer.Calendar {
@@ -54,8 +55,9 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 		Replicas: func(context.Context) ([]observer.Replica, error) {
 			return []observer.Replica{{Name: "a", Version: "v1"}}, nil
 		},
-		Ready:   func(context.Context) bool { return true },
-		Metrics: m, Now: func() time.Time { return now }, Log: zerolog.Nop(),
+		Datasets: func() []string { return datasets },
+		Ready:    func(context.Context) bool { return true },
+		Metrics:  m, Now: func() time.Time { return now }, Log: zerolog.Nop(),
 	})
 	o.Refresh(ctx)
 
@@ -63,6 +65,10 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 	require.Equal(t, 3.0, testutil.ToFloat64(m.ConsumerPending))
 	require.Equal(t, 2.0, testutil.ToFloat64(m.DeadLettersPending.WithLabelValues("orders")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.DeadLettersPending.WithLabelValues("users")))
+	// A dataset without dead letters, and the invalid ones, show 0.
+	require.Equal(t, 4, testutil.CollectAndCount(m.DeadLettersPending))
+	require.Equal(t, 0.0, testutil.ToFloat64(m.DeadLettersPending.WithLabelValues("clicks")))
+	require.Equal(t, 0.0, testutil.ToFloat64(m.DeadLettersPending.WithLabelValues("_invalid")))
 	// 11-02 is past its deadline (11-03 01:00); 11-04 is due at 01:00.
 	require.Equal(t, 1.0, testutil.ToFloat64(m.PartitionsLate.WithLabelValues("orders")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.PartitionsMissing.WithLabelValues("orders")))
@@ -72,8 +78,11 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 	require.Equal(t, []observer.Replica{{Name: "a", Version: "v1"}}, r.Replicas)
 
 	// An hour later 11-04 is late too: the same partitions, a later clock.
+	// clicks was removed by a reload: its series goes.
 	now = now.Add(time.Hour)
+	datasets = []string{"orders", "users"}
 	o.Refresh(ctx)
+	require.Equal(t, 3, testutil.CollectAndCount(m.DeadLettersPending))
 	require.Equal(t, 2.0, testutil.ToFloat64(m.PartitionsLate.WithLabelValues("orders")))
 	require.Equal(t, 0.0, testutil.ToFloat64(m.PartitionsMissing.WithLabelValues("orders")))
 }
