@@ -28,7 +28,7 @@ test: postgres chromium vet tidy-check alerts-test ## vet, go.mod tidy, then eve
 test-short: postgres ## the quick tests only (-short: no chaos campaign, no race detector)
 	$(GO) test -short -count=1 $(PKGS)
 
-alerts-test: ## promtool test rules on the shipped alert rules (installs Debian's prometheus package for promtool when missing)
+alerts-test: ## promtool test rules on the shipped alert rules (installs Debian's prometheus package when missing: promtool here, the server for the e2e alert tests)
 	@bash scripts/ensure-promtool.sh
 	cd deploy/prometheus && promtool check rules idem-alerts.yaml && promtool test rules idem-alerts.test.yaml
 
