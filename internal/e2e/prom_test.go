@@ -324,22 +324,34 @@ func shortRules(t *testing.T) string {
 	return path
 }
 
-func shippedAlertNames(t *testing.T) []string {
-	b, err := os.ReadFile(shippedRules)
+// shippedRule is an alert of the shipped rules file, as the runbook and
+// alert tests read it.
+type shippedRule struct {
+	Alert       string            `yaml:"alert"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+func readRules(t *testing.T, path string) []shippedRule {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var doc struct {
 		Groups []struct {
-			Rules []struct {
-				Alert string `yaml:"alert"`
-			} `yaml:"rules"`
+			Rules []shippedRule `yaml:"rules"`
 		} `yaml:"groups"`
 	}
-	require.NoError(t, yaml.Unmarshal(b, &doc))
-	var out []string
+	require.NoError(t, yaml.Unmarshal(b, &doc), path)
+	var out []shippedRule
 	for _, g := range doc.Groups {
-		for _, r := range g.Rules {
-			out = append(out, r.Alert)
-		}
+		out = append(out, g.Rules...)
+	}
+	return out
+}
+
+func shippedAlertNames(t *testing.T) []string {
+	var out []string
+	for _, r := range readRules(t, shippedRules) {
+		out = append(out, r.Alert)
 	}
 	return out
 }

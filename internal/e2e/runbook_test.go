@@ -22,7 +22,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-data/idem/internal/deadletter"
 )
@@ -227,33 +226,20 @@ var rbBackquoted = regexp.MustCompile("`([^`]*)`")
 // alert's runbook annotation.
 func rbAlertCommands(t *testing.T, path string) []rbCommand {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var doc struct {
-		Groups []struct {
-			Rules []struct {
-				Alert       string            `yaml:"alert"`
-				Annotations map[string]string `yaml:"annotations"`
-			} `yaml:"rules"`
-		} `yaml:"groups"`
-	}
-	require.NoError(t, yaml.Unmarshal(b, &doc), path)
 	var out []rbCommand
-	for _, g := range doc.Groups {
-		for _, r := range g.Rules {
-			runbook := r.Annotations["runbook"]
-			// The labels an alert of this rule would carry; kind is one the
-			// fixture's DLQ holds.
-			labels := map[string]string{"dataset": "orders", "kind": "exhausted"}
-			seqKind := ""
-			if k := rbKind.FindStringSubmatch(rbFill(runbook, labels)); k != nil {
-				seqKind = k[1]
-			}
-			for _, m := range rbBackquoted.FindAllStringSubmatch(runbook, -1) {
-				if strings.HasPrefix(m[1], "idem ") {
-					out = append(out, rbCommand{source: "idem-alerts.yaml " + r.Alert, text: strings.TrimSpace(m[1]),
-						labels: labels, seqKind: seqKind})
-				}
+	for _, r := range readRules(t, path) {
+		runbook := r.Annotations["runbook"]
+		// The labels an alert of this rule would carry; kind is one the
+		// fixture's DLQ holds.
+		labels := map[string]string{"dataset": "orders", "kind": "exhausted"}
+		seqKind := ""
+		if k := rbKind.FindStringSubmatch(rbFill(runbook, labels)); k != nil {
+			seqKind = k[1]
+		}
+		for _, m := range rbBackquoted.FindAllStringSubmatch(runbook, -1) {
+			if strings.HasPrefix(m[1], "idem ") {
+				out = append(out, rbCommand{source: "idem-alerts.yaml " + r.Alert, text: strings.TrimSpace(m[1]),
+					labels: labels, seqKind: seqKind})
 			}
 		}
 	}
