@@ -98,6 +98,10 @@ type Meta struct {
 	// MaxAttempts is the message's budget of loads that run (retries + 1);
 	// 0 means no limit.
 	MaxAttempts int
+	// Reverify marks a load again after a warehouse failover: under the
+	// partition's lock it is skipped when a message later in the stream has
+	// a success on the partition, so it never loads over a newer run.
+	Reverify bool
 }
 
 // Outcome of a handled event.
@@ -105,6 +109,9 @@ type Outcome struct {
 	Status  string // audit.StatusSuccess or audit.StatusSkipped
 	Rows    strategies.Result
 	AuditID int64
+	// Superseded: a Reverify load skipped because a later message's
+	// success holds the partition.
+	Superseded bool
 }
 
 // Lookup tells the decoder a dataset's partition type.
@@ -167,7 +174,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if err != nil {
 		return Outcome{}, beforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, c: c.Conn(), log: log}
+	l := &loading{h: h, ds: ds, a: a, c: c.Conn(), log: log, reverify: m.Reverify}
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened
@@ -228,7 +235,9 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
 		return Outcome{AuditID: b.ID}, &AttemptError{N: b.Attempt, Err: err}
 	}
-	if out.Status == audit.StatusSkipped {
+	if out.Superseded {
+		log.Info().Msg("a later event's load holds the partition: not loaded over it")
+	} else if out.Status == audit.StatusSkipped {
 		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
 	} else {
 		log.Info().Int64("rows_inserted", out.Rows.Inserted).Int64("rows_updated", out.Rows.Updated).

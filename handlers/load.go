@@ -38,9 +38,12 @@ type loading struct {
 
 	// begun: the audit statement ran, so its row is committed.
 	begun bool
-	// locked and done answer the partition lock and the ledger check.
-	locked, done bool
-	plan         *strategies.Plan
+	// locked and done answer the partition lock and the ledger check;
+	// newer, for a reverify load, whether a later message's success holds
+	// the partition.
+	locked, done, newer bool
+	reverify            bool
+	plan                *strategies.Plan
 }
 
 func (l *loading) params() strategies.Params {
@@ -110,6 +113,9 @@ func (l *loading) queueCheck(b *pgx.Batch) {
 	} else {
 		audit.QueueSucceeded(b, l.a.RunKey, &l.done)
 	}
+	if l.reverify {
+		audit.QueueNewerSuccess(b, l.a.RunKey, l.a.StreamSeq, &l.newer)
+	}
 }
 
 // queueCommit queues the COMMIT that ends the load's transaction; its
@@ -126,11 +132,11 @@ func queueCommit(b *pgx.Batch) {
 // load runs round trips 2 and 3 in the transaction begin opened.
 func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	if l.done {
+	if l.done || l.newer {
 		b := &pgx.Batch{}
 		audit.QueueSkip(b, id)
 		queueCommit(b)
-		out.Status = audit.StatusSkipped
+		out.Status, out.Superseded = audit.StatusSkipped, l.newer && !l.done
 		return out, l.c.SendBatch(ctx, b).Close()
 	}
 	res, err := l.ds.Strategy.Execute(ctx, &connTx{c: l.c}, l.plan, l.params())

@@ -27,6 +27,8 @@ const (
 	DefaultDLQSubjectPrefix = "idem.dlq"
 	// DefaultNATSURL is a NATS server on the local machine.
 	DefaultNATSURL = "nats://127.0.0.1:4222"
+	// DefaultReverifyWindow is postgres.reverify_window's default.
+	DefaultReverifyWindow = 15 * time.Minute
 	// DefaultHTTPAddr serves /metrics, /healthz and /readyz on loopback only.
 	DefaultHTTPAddr = "127.0.0.1:9464"
 	// DefaultAckWait is how long JetStream waits for an ack before
@@ -204,7 +206,22 @@ type Postgres struct {
 	URL string `yaml:"url,omitempty"`
 	// URLFile is read at Load into URL.
 	URLFile string `yaml:"url_file,omitempty"`
+	// ReverifyWindow is how far back idem serve checks the events of the
+	// stream against the ledger when the warehouse may have lost its last
+	// commits (a promoted asynchronous standby: a new timeline, or any
+	// reconnect after the warehouse circuit opened), loading again each one
+	// whose success is gone. Default DefaultReverifyWindow. It must cover
+	// the replication lag a failover may lose, and the stream must keep
+	// events that long (max_age).
+	ReverifyWindow Duration `yaml:"reverify_window,omitempty"`
+	// Reverify false turns the re-verification off: for a warehouse whose
+	// failover cannot lose acknowledged commits (synchronous replication).
+	// Default true.
+	Reverify *bool `yaml:"reverify,omitempty"`
 }
+
+// ReverifyOn says whether idem serve re-verifies after a failover.
+func (p Postgres) ReverifyOn() bool { return p.Reverify == nil || *p.Reverify }
 
 // HTTP is the operations endpoint.
 type HTTP struct {
@@ -340,6 +357,9 @@ func (c *Config) WithDefaults() {
 		c.NATS.MaxInFlight = DefaultMaxInFlight
 	}
 	setDefault(&c.HTTP.Addr, DefaultHTTPAddr)
+	if c.Postgres.ReverifyWindow == 0 {
+		c.Postgres.ReverifyWindow = Duration(DefaultReverifyWindow)
+	}
 	if c.Audit.Retention == nil {
 		r := DefaultAuditRetention
 		c.Audit.Retention = &r

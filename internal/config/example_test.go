@@ -72,6 +72,7 @@ postgres:
 	//   token: REDACTED
 	// postgres:
 	//   url: postgres://idem:REDACTED@db:5432/warehouse
+	//   reverify_window: 15m0s
 	// http:
 	//   addr: 127.0.0.1:9464
 	// audit:

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -317,4 +318,88 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// Standby makes an asynchronous streaming standby of s (pg_basebackup -R:
+// it follows s from the WAL it streams) in a new directory, on port (0
+// picks a free one), and starts it. Close removes it.
+func (s *Server) Standby(ctx context.Context, port int) (*Server, error) {
+	parent, err := os.MkdirTemp("", "idem-pg-standby-")
+	if err != nil {
+		return nil, err
+	}
+	st := &Server{bin: s.bin, tmp: parent, asUser: s.asUser, DataDir: filepath.Join(parent, "data"), LogFile: filepath.Join(parent, "postgres.log")}
+	if st.asUser != nil {
+		if err := os.Chmod(parent, 0o755); err != nil {
+			return nil, err
+		}
+		if err := chownTo(parent, st.asUser); err != nil {
+			return nil, err
+		}
+	}
+	st.Port = port
+	if st.Port == 0 {
+		if st.Port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	if out, err := st.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "postgres",
+		"-D", st.DataDir, "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pg_basebackup: %w\n%s", err, out)
+	}
+	// The copy carries the primary's port; the last setting wins.
+	f, err := os.OpenFile(filepath.Join(st.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, err = fmt.Fprintf(f, "\n# idem localpg standby\nport = %d\n", st.Port)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Restart(ctx, ""); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// Promote turns a standby into a primary and waits until it accepts writes.
+func (s *Server) Promote(ctx context.Context) error {
+	if out, err := s.run(ctx, "pg_ctl", "-D", s.DataDir, "-w", "-t", "60", "promote"); err != nil {
+		return fmt.Errorf("pg_ctl promote: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// Kill ends the server with SIGKILL to its postmaster and its children, as
+// a crashed machine would: nothing is flushed or shut down.
+func (s *Server) Kill() error {
+	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	if err != nil {
+		return err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return fmt.Errorf("postmaster.pid: %w", err)
+	}
+	children, _ := filepath.Glob("/proc/[0-9]*/stat")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	for _, f := range children {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			if fields := strings.Fields(string(b[i+1:])); len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+				if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+					_ = syscall.Kill(child, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+	return nil
 }

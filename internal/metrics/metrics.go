@@ -66,6 +66,12 @@ type Metrics struct {
 	NewestPartitionAge *prometheus.GaugeVec
 	// AuditPruned counts attempts the audit retention deleted.
 	AuditPruned prometheus.Counter
+	// ReverifyPasses counts re-verification passes by result (ok, error);
+	// ReverifyReloaded counts the events they loaded again (the warehouse
+	// had lost their loads); ReverifyLast is the end of the last pass.
+	ReverifyPasses   *prometheus.CounterVec
+	ReverifyReloaded prometheus.Counter
+	ReverifyLast     prometheus.Gauge
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -156,13 +162,24 @@ func New(version string) *Metrics {
 	m.AuditPruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idem_audit_pruned_total", Help: "Attempts deleted from idem.pipeline_audit by the audit retention (audit.retention).",
 	})
+	m.ReverifyPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_reverify_passes_total", Help: "Re-verifications of the recent events against the ledger (after a failover or a reconnect), by result: ok, error.",
+	}, []string{"result"})
+	m.ReverifyReloaded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "idem_reverify_reloaded_total", Help: "Acknowledged events loaded again because the warehouse had lost their loads (a failover to a standby without the last commits).",
+	})
+	m.ReverifyLast = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_reverify_last_pass_timestamp_seconds", Help: "When the last re-verification pass of this process ended (Unix time); 0 before the first.",
+	})
 	for _, c := range []prometheus.Collector{m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
-		m.AuditPruned} {
+		m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)
 	m.WarehouseUp.Set(1)
+	m.ReverifyPasses.WithLabelValues("ok").Add(0)
+	m.ReverifyPasses.WithLabelValues("error").Add(0)
 	return m
 }
 

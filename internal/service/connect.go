@@ -81,8 +81,9 @@ func connectSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, er
 }
 
 // poolSize is the pool a service needs: one connection per load in flight,
-// plus the relay's, the reconciler's and a health check's.
-func poolSize(cfg *config.Config) int { return cfg.NATS.MaxInFlight + 4 }
+// plus the relay's, the reconciler's, a health check's and a
+// re-verification's two (its lock's session and its loads').
+func poolSize(cfg *config.Config) int { return cfg.NATS.MaxInFlight + 6 }
 
 // Start-up waits for a server that is down (a maintenance window, a node
 // being replaced) instead of exiting: a process that exits is restarted by

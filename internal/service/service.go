@@ -112,7 +112,20 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 	outbox.Failed = func(n int) { m.OutboxPublishFailures.Add(float64(n)) }
 	outbox.Backlog = func(b audit.OutboxBacklog) { m.OutboxBacklogSet(b.Pending, b.Oldest) }
 	h.Enqueued = outbox.Wake
-	ccfg := consumerConfig(cfg, log, m.Hooks())
+	hooks := m.Hooks()
+	rv := newReverifier(cfg, js, pool, h, m, log)
+	if rv != nil {
+		// Any reconnect after the circuit opened may be to a promoted
+		// standby that lacks the last commits.
+		circuit := hooks.Circuit
+		hooks.Circuit = func(up bool) {
+			circuit(up)
+			if up {
+				rv.Trigger("the warehouse is back after the circuit opened")
+			}
+		}
+	}
+	ccfg := consumerConfig(cfg, log, hooks)
 	ccfg.ShutdownGrace = o.Grace
 	version := ConfigVersion(cfg)
 	m.ConfigInfo.WithLabelValues(version).Set(1)
@@ -148,6 +161,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 	var cfgNow atomic.Pointer[config.Config]
 	cfgNow.Store(cfg)
 	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, log)
+	st.rv = rv
 	page, err := st.page()
 	if err != nil {
 		return err
@@ -190,6 +204,11 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		_ = outbox.Run(bgCtx) // makes a last pass when stopped
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
+	if rv != nil {
+		wg.Add(2)
+		go func() { defer wg.Done(); rv.Run(bgCtx) }()
+		go func() { defer wg.Done(); rv.Watch(bgCtx, identityInterval) }()
+	}
 	err = c.Run(ctx)
 	stopBackground()
 	wg.Wait()

@@ -19,6 +19,7 @@ import (
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/observer"
+	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/statuspage"
 	"github.com/idem-data/idem/schemas"
 )
@@ -41,6 +42,7 @@ type status struct {
 	version *atomic.Pointer[string]
 	log     zerolog.Logger
 	obs     *observer.Observer
+	rv      *reverify.Reverifier // nil when off
 
 	mu       sync.Mutex
 	dlqAt    time.Time
@@ -117,6 +119,15 @@ func (s *status) health(ctx context.Context) statuspage.Health {
 	h := statuspage.Health{WarehouseUp: up, NATS: s.nc.Status().String(), ConfigVersion: *s.version.Load()}
 	if !up {
 		h.WarehouseReason = fmt.Sprintf("circuit %s for %s: %v", state, time.Since(since).Round(time.Second), reason)
+	}
+	if s.rv != nil {
+		if last := s.rv.Last(); !last.Started.IsZero() {
+			h.Reverified = fmt.Sprintf("re-verified %s ago: %d of %d recent events loaded again", time.Since(last.Started).Round(time.Second),
+				last.Reloaded, last.Checked)
+			if last.Err != nil {
+				h.Reverified = fmt.Sprintf("re-verification %s ago did not finish: %v", time.Since(last.Started).Round(time.Second), last.Err)
+			}
+		}
 	}
 	r := s.obs.Last()
 	h.Pending, h.AckPending = r.Pending, r.AckPending

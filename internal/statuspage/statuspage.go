@@ -51,6 +51,9 @@ type Health struct {
 	AckPending      uint64 // delivered, not yet acknowledged
 	Replicas        []Replica
 	ConfigVersion   string
+	// Reverified says when the recent events were last checked against
+	// the warehouse (after a failover or a reconnect); empty before.
+	Reverified string
 }
 
 // Replica is a live idem process of the fleet.
