@@ -61,6 +61,11 @@ type Handler struct {
 	// committed, before its load runs: a process that dies from here on has
 	// spent one of the message's attempts.
 	Started func(dataset, runID string, attempt int)
+	// RemoteApply makes every load commit with synchronous_commit =
+	// remote_apply instead of on: for a server whose sessions default to it
+	// (synchronous standbys that must have applied a load before it counts),
+	// which the pool's asynchronous bookkeeping must not weaken.
+	RemoteApply bool
 
 	// mu guards Datasets once the handler serves: Replace swaps the map, a
 	// load keeps the *Dataset it started with.

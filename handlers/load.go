@@ -93,8 +93,13 @@ func (l *loading) begin(ctx context.Context, budget int) (audit.Begun, error) {
 // its snapshot follows the lock), and the strategy's catalog reads.
 func (l *loading) queueOpen(b *pgx.Batch) {
 	b.Queue("BEGIN")
-	// The pool may commit bookkeeping asynchronously; a load never.
-	b.Queue("SET LOCAL synchronous_commit = on")
+	// The pool may commit bookkeeping asynchronously; a load never, and
+	// never more weakly than the server's sessions would.
+	if l.h.RemoteApply {
+		b.Queue("SET LOCAL synchronous_commit = remote_apply")
+	} else {
+		b.Queue("SET LOCAL synchronous_commit = on")
+	}
 	// A load is one big statement planned once: JIT compilation costs
 	// more than it saves there (half of a 100k-row merge, measured).
 	b.Queue("SET LOCAL jit = off")

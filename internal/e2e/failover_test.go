@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,10 @@ func (f *failover) afterFailover(p *proc, parts []string) {
 	require.Zero(f.t, f.count(`SELECT count(*) FROM idem.run_ledger l WHERE NOT EXISTS
 		(SELECT 1 FROM idem.pipeline_audit a WHERE a.id = l.audit_id AND a.status = 'success')`), "a ledger entry without its success")
 	require.Empty(f.t, f.deadLetters())
+	// The CLI follows the promotion through the same URL.
+	out, err := exec.Command(idemBin, "audit", "status", "orders", "--from", "2026-11-01", "--to", "2026-11-11", "--config", f.cfg).CombinedOutput()
+	require.NoError(f.t, err, "%s", out)
+	require.Contains(f.t, string(out), "11 partition(s), 0 not loaded")
 }
 
 // passLog is the line a re-verification pass logs.
@@ -226,4 +231,27 @@ func (f *failover) passWith(p *proc, ok func(passLog) bool) passLog {
 	}, 60*time.Second, 100*time.Millisecond, "no re-verification pass logged:\n%s", p.output())
 	f.t.Logf("re-verification: %+v", found)
 	return found
+}
+
+// TestLoadsKeepTheServersRemoteApply: a database whose sessions default to
+// synchronous_commit = remote_apply (synchronous standbys) gets its loads
+// committed that way, not weakened to on by idem's own setting.
+func TestLoadsKeepTheServersRemoteApply(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{extraYAML: `  levels:
+    strategy: delete_insert
+    target: analytics.levels
+    partition_column: event_date
+    source: SELECT DISTINCT event_date, current_setting('synchronous_commit') AS level FROM staging.src WHERE event_date = @partition
+`})
+	w.db.Exec(t, "CREATE TABLE analytics.levels (event_date date NOT NULL, level text)")
+	w.db.Exec(t, "ALTER DATABASE "+w.db.Name+" SET synchronous_commit = remote_apply")
+	p := w.serve()
+	_, err := w.js.Publish(context.Background(), "idem.ready.levels", []byte(`{"dataset":"levels","partition":"2026-11-03","run_id":"r1"}`))
+	require.NoError(t, err)
+	w.waitCount(1, ledgerCount)
+	var level string
+	require.NoError(t, w.db.Pool.QueryRow(context.Background(), "SELECT level FROM analytics.levels").Scan(&level))
+	require.Equal(t, "remote_apply", level)
+	require.Contains(t, p.output(), "loads commit so too")
 }

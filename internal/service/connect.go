@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -54,6 +55,32 @@ func PoolConfig(url string, conns int) (*pgxpool.Config, error) {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	return cfg, nil
+}
+
+// ServerRemoteApply says whether the sessions of the server (its config,
+// the database's or the role's settings, or the URL) default to
+// synchronous_commit = remote_apply, read on a session without the pool's
+// asynchronous bookkeeping override. Loads must then commit that way too.
+func ServerRemoteApply(ctx context.Context, pool *pgxpool.Pool, url string) (bool, error) {
+	cc := pool.Config().ConnConfig.Copy()
+	params := make(map[string]string, len(cc.RuntimeParams))
+	for k, v := range cc.RuntimeParams {
+		params[k] = v
+	}
+	if !strings.Contains(url, "synchronous_commit") {
+		delete(params, "synchronous_commit") // ours, not the URL's
+	}
+	cc.RuntimeParams = params
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&level); err != nil {
+		return false, err
+	}
+	return level == "remote_apply", nil
 }
 
 // Connect opens a pool and checks the server answers within 10 s.

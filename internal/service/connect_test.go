@@ -32,6 +32,25 @@ func TestPoolConfig(t *testing.T) {
 
 	_, err = PoolConfig("postgres://u@127.0.0.1:5432/db?pool_max_conns=x", 1)
 	require.Error(t, err)
+
+	// Both forms of a multi-host connection string keep every host and
+	// the check that picks the writable one, so a promotion needs no
+	// config change.
+	for _, url := range []string{
+		"postgres://u@10.0.0.1:5432,10.0.0.2:5433/db?target_session_attrs=read-write",
+		"host=10.0.0.1,10.0.0.2 port=5432,5433 user=u dbname=db target_session_attrs=read-write",
+	} {
+		cfg, err := PoolConfig(url, 4)
+		require.NoError(t, err, url)
+		require.Equal(t, "10.0.0.1", cfg.ConnConfig.Host, url)
+		second := false // sslmode prefer adds a plain try of each host too
+		for _, fb := range cfg.ConnConfig.Fallbacks {
+			second = second || fb.Host == "10.0.0.2" && fb.Port == 5433
+		}
+		require.True(t, second, "%s: the second host is lost", url)
+		require.NotNil(t, cfg.ConnConfig.ValidateConnect, url)
+		require.Equal(t, "off", cfg.ConnConfig.RuntimeParams["synchronous_commit"], url)
+	}
 }
 
 func TestWaitUntilLogsOncePerReason(t *testing.T) {

@@ -96,6 +96,12 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 	}
 	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log,
 		Started: func(_, runID string, _ int) { crashHook("before_load", runID) }}
+	if ra, err := ServerRemoteApply(ctx, pool, cfg.Postgres.URL); err != nil {
+		log.Warn().Err(err).Msg("could not read the server's synchronous_commit: loads commit with on")
+	} else if ra {
+		h.RemoteApply = true
+		log.Info().Msg("the server's sessions default to synchronous_commit = remote_apply: loads commit so too")
+	}
 	checkDatasets(ctx, pool, h, log)
 
 	js, err := jetstream.New(nc)
