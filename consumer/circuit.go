@@ -35,7 +35,11 @@ type circuit struct {
 	// trial holds the one token of the half-open state.
 	trial   chan struct{}
 	waiters int
-	probes  sync.WaitGroup
+	// failedTrials counts the trial loads that failed since the circuit
+	// opened: a server that connects but cannot load (a full disk) is then
+	// probed less and less often, as one that does not connect is.
+	failedTrials int
+	probes       sync.WaitGroup
 }
 
 type circuitState int
@@ -97,7 +101,9 @@ func (c *circuit) trip(err error, trial bool) {
 		c.startProbing()
 	case c.state == circuitHalfOpen && trial:
 		c.state, c.reason = circuitOpen, err
-		c.log.Warn().Err(err).Msg("warehouse circuit: the first load after a good probe failed; open again")
+		c.failedTrials++
+		c.log.Warn().Err(err).Int("failed_trials", c.failedTrials).Dur("next_probe_in", c.firstDelay()).
+			Msg("warehouse circuit: the first load after a good probe failed; open again")
 		c.startProbing()
 	case c.state == circuitOpen:
 		c.reason = err
@@ -167,7 +173,7 @@ func (c *circuit) settle(trial, ran, unavailable bool) {
 
 func (c *circuit) closeLocked() {
 	down := time.Since(c.since)
-	c.state, c.reason = circuitClosed, nil
+	c.state, c.reason, c.failedTrials = circuitClosed, nil, 0
 	select {
 	case <-c.trial:
 	default:
@@ -181,18 +187,28 @@ func (c *circuit) closeLocked() {
 
 // startProbing starts the prober; c.mu is held.
 func (c *circuit) startProbing() {
+	first := c.firstDelay()
 	c.probes.Add(1)
 	go func() {
 		defer c.probes.Done()
-		c.probeUntilUp()
+		c.probeUntilUp(first)
 	}()
+}
+
+// firstDelay is the prober's first wait: minDelay, doubled for each failed
+// trial, up to maxDelay; c.mu is held.
+func (c *circuit) firstDelay() time.Duration {
+	d := c.minDelay
+	for i := 0; i < c.failedTrials && d < c.maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.maxDelay)
 }
 
 // probeUntilUp probes with a delay doubling from minDelay to maxDelay until a
 // probe succeeds or the consumer stops. A good probe closes the circuit when
 // no message waits, and otherwise lets one through first.
-func (c *circuit) probeUntilUp() {
-	delay := c.minDelay
+func (c *circuit) probeUntilUp(delay time.Duration) {
 	for {
 		t := time.NewTimer(delay)
 		select {

@@ -214,11 +214,11 @@ func Classify(err error) error {
 // unavailableState reports the SQLSTATEs that say the server as a whole
 // cannot be used now, whatever the statement: authentication (a rotated
 // password), connection exceptions, too many connections, a read-only server
-// after a failover, and an administrator's or crash shutdown, or a server
-// starting up.
+// after a failover, a full disk, and an administrator's or crash shutdown, or
+// a server starting up.
 func unavailableState(code string) bool {
 	switch code {
-	case pgerrcode.TooManyConnections, pgerrcode.ReadOnlySQLTransaction,
+	case pgerrcode.TooManyConnections, pgerrcode.ReadOnlySQLTransaction, pgerrcode.DiskFull,
 		pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
 		return true
 	}

@@ -65,7 +65,7 @@ func sqlStateCases() []classifyCase {
 		{"40001 serialization_failure", pgErr(pgerrcode.SerializationFailure), ""},
 		{"40P01 deadlock_detected", pgErr(pgerrcode.DeadlockDetected), ""},
 		{"40003 statement_completion_unknown", pgErr(pgerrcode.StatementCompletionUnknown), ""},
-		{"53100 disk_full", pgErr(pgerrcode.DiskFull), ""},
+		{"53100 disk_full", pgErr(pgerrcode.DiskFull), unavailable},
 		{"53200 out_of_memory", pgErr(pgerrcode.OutOfMemory), ""},
 		{"53300 too_many_connections", pgErr(pgerrcode.TooManyConnections), unavailable},
 		{"54000 program_limit_exceeded", pgErr(pgerrcode.ProgramLimitExceeded), ""},

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,4 +191,50 @@ func TestServeStartedDuringAnOutageWaitsForTheWarehouse(t *testing.T) {
 	w.waitCount(1, "SELECT count(*) FROM idem.run_ledger")
 	w.waitSettled()
 	require.Empty(t, w.deadLetters())
+}
+
+// TestWarehouseDiskFullHoldsAndResumes: the target's tablespace fills up
+// mid-load (53100, a real full file system); idem holds the event like any
+// outage (no dead letter, no retry budget spent) and loads it once when
+// there is room again.
+func TestWarehouseDiskFullHoldsAndResumes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pgUser, err := user.Lookup("postgres")
+	require.NoError(t, err)
+	// Its own directory under /tmp: the server's user must reach it.
+	small, err := os.MkdirTemp("", "idem-small-fs-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.Remove(small) })
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700,uid="+pgUser.Uid, "tmpfs", small).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small file system here (%v: %s): the disk-full test needs root and mount", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", small).Run() })
+	srv, err := localpg.Start(ctx, localpg.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	w := newWorld(t, opts{pgAdmin: srv.URL(""), extraYAML: `  big:
+    strategy: delete_insert
+    target: analytics.big
+    partition_column: event_date
+    source: SELECT g AS id, @partition::date AS event_date, repeat('x', 200) AS note FROM generate_series(1, 20000) g
+`})
+	w.db.Exec(t, "CREATE TABLESPACE small LOCATION '"+small+"'")
+	w.db.Exec(t, "CREATE TABLE analytics.big (id int, event_date date NOT NULL, note text) TABLESPACE small")
+	p := w.serve()
+	_, err = w.js.Publish(ctx, "idem.ready.big", []byte(`{"dataset":"big","partition":"2026-11-03","run_id":"r1"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "warehouse unavailable: circuit open") }, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, p.output(), "53100")
+	time.Sleep(3 * time.Second) // trials fail while the disk stays full
+	require.Empty(t, w.deadLetters())
+	require.Zero(t, w.count("SELECT count(*) FROM idem.run_ledger"))
+
+	require.NoError(t, exec.Command("mount", "-o", "remount,size=64m", small).Run())
+	w.waitCount(1, "SELECT count(*) FROM idem.run_ledger")
+	w.waitSettled()
+	require.EqualValues(t, 20000, w.count("SELECT count(*) FROM analytics.big"))
+	require.Empty(t, w.deadLetters())
+	require.Zero(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE error_kind IN ('transient', 'fatal')"), "nothing counted against the budget")
+	require.Positive(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE error_kind = 'unavailable'"))
 }
