@@ -60,6 +60,10 @@ func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Confi
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			return published{}, fmt.Errorf("no stream %s answers on %s: run 'idem streams' (or start 'idem serve') first: %w", cfg.NATS.Stream, m.Subject, err)
 		}
+		if why, ok := natsconn.StoreRefused(err); ok {
+			return published{}, fmt.Errorf("stream %s refused the event, nothing was published: %s; make room (are the consumers keeping up? check the stream's limits and max_age) and publish again: %w",
+				cfg.NATS.Stream, why, err)
+		}
 		return published{}, fmt.Errorf("publish %s: %w", m.Subject, err)
 	}
 	return published{Dataset: m.Event.Dataset, Partition: m.Event.Partition, RunID: m.Event.RunID, Subject: m.Subject,

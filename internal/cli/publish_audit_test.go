@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,6 +43,22 @@ func TestPublishConfirmsAndReportsDuplicates(t *testing.T) {
 
 	var usage *UsageError
 	require.True(t, errors.As(w.run("publish", "orders").e, &usage))
+
+	// A full events stream: the publisher is told why, and nothing is stored.
+	ctx := context.Background()
+	s, err := w.js.Stream(ctx, "IDEM_EVENTS")
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	full := info.Config
+	full.MaxMsgs, full.Discard = int64(info.State.Msgs), jetstream.DiscardNew
+	_, err = w.js.UpdateStream(ctx, full)
+	require.NoError(t, err)
+	r = w.run("publish", "orders", "2026-03-03")
+	require.Error(t, r.e)
+	require.False(t, errors.As(r.e, &usage), "not a usage error: exit 1")
+	require.Contains(t, r.e.Error(), "stream IDEM_EVENTS refused the event, nothing was published: the stream is full")
+	require.EqualValues(t, 2, w.streamMsgs("IDEM_EVENTS"))
 }
 
 func TestAuditStatusAndMissing(t *testing.T) {

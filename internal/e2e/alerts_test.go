@@ -383,3 +383,43 @@ func TestAlertBacklogGrowing(t *testing.T) {
 	w.waitSettled()
 	prom.waitGone("IdemConsumerLagGrowing", nil, 60*time.Second)
 }
+
+// TestAlertDeadLetterStreamFull: the dead-letter stream is full (its limit
+// reached, discard new); an event that must be dead-lettered stays in its
+// stream, retried, and the page fires; once there is room it is
+// dead-lettered, nothing lost.
+func TestAlertDeadLetterStreamFull(t *testing.T) {
+	t.Parallel()
+	prom := startProm(t, shippedRules)
+	w := newWorld(t, opts{})
+	w.streams()
+	w.watched(prom)
+	w.publish("2026-11-01", "ok-1", nil)
+	w.waitCount(1, ledgerCount)
+	prom.requireSilent(3 * time.Second)
+
+	ctx := context.Background()
+	s, err := w.js.Stream(ctx, "IDEM_DLQ")
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	full := info.Config
+	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
+	_, err = w.js.UpdateStream(ctx, full)
+	require.NoError(t, err)
+	w.publish("2030-01-01", "poison-1", nil) // the one dead letter the stream holds
+	w.waitDeadLetters(1)
+	w.publish("2030-01-02", "poison-2", nil)
+	refused := time.Now()
+	_, seen := prom.waitFiring("IdemDeadLetterPublishFailing", map[string]string{"dataset": "orders"}, 60*time.Second)
+	logTiming(t, "IdemDeadLetterPublishFailing", "the event that cannot be dead-lettered", refused, seen)
+	require.Len(t, w.deadLetters(), 1)
+	ack, pending := w.pending()
+	require.Positive(t, uint64(ack)+pending, "the refused event stays in its stream")
+
+	_, err = w.js.UpdateStream(ctx, info.Config)
+	require.NoError(t, err)
+	dls := w.waitDeadLetters(2)
+	require.Equal(t, "poison-2", dls[1].Header.Get("Idem-Run-Id"))
+	w.waitSettled()
+}

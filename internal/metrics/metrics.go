@@ -185,8 +185,9 @@ func New(version string) *Metrics {
 
 // Datasets makes the series the alert rules read exist at 0 for every
 // dataset label the consumer can report (the configured datasets and
-// consumer.InvalidDataset) and every dead-letter kind, so the first dead
-// letter is an increase Prometheus can see, not a series born at 1. Call it
+// consumer.InvalidDataset): dead letters of every kind, and dead letters
+// that could not be published, so the first one is an increase Prometheus
+// can see, not a series born at 1. Call it
 // at start and after a reload; series of removed datasets stay as they are
 // (a counter must not go back).
 func (m *Metrics) Datasets(names []string) {
@@ -194,6 +195,7 @@ func (m *Metrics) Datasets(names []string) {
 		for _, k := range deadletter.Kinds() {
 			m.DeadLetters.WithLabelValues(ds, string(k)).Add(0)
 		}
+		m.Events.WithLabelValues(ds, string(consumer.OutcomeDeadLetterFailed)).Add(0)
 	}
 }
 

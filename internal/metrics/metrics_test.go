@@ -18,6 +18,7 @@ func TestDatasetsStartDeadLettersAtZero(t *testing.T) {
 	require.Zero(t, testutil.CollectAndCount(m.DeadLetters), "no series before Datasets")
 	m.Datasets([]string{"orders"})
 	require.Equal(t, 6, testutil.CollectAndCount(m.DeadLetters), "orders and _invalid, three kinds each")
+	require.Equal(t, 2, testutil.CollectAndCount(m.Events), "dead_letter_failed of orders and _invalid")
 	m.Hooks().DeadLetter("orders", consumer.Kind("fatal"))
 
 	m.Datasets([]string{"orders", "clicks"})
