@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/internal/browsertest"
 	"github.com/idem-data/idem/internal/localpg"
 )
 
@@ -137,6 +139,13 @@ func TestFailoverToAStandbyThatLacksTheLastCommits(t *testing.T) {
 	res := f.passWith(p, func(r passLog) bool { return r.Reloaded > 0 })
 	require.GreaterOrEqual(t, res.Reloaded, 5, "at least orders' five lost loads")
 	require.Zero(t, res.Failed)
+
+	// The status page's health strip says when it ran, in a real browser.
+	bctx := browsertest.New(t)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible("#h-reverify")))
+	chip := browsertest.Eval[string](t, bctx, `document.querySelector('#h-reverify').textContent`)
+	require.Regexp(t, `^re-verified \d+s ago: \d+ of \d+ recent events loaded again$`, chip)
+	require.NotContains(t, chip, " 0 of ", "the last pass reloaded what was lost")
 }
 
 // TestFailoverToACaughtUpStandbyReloadsNothing: the same failover with the

@@ -71,10 +71,20 @@ type Result struct {
 
 // Reverifier runs passes when asked, one at a time.
 type Reverifier struct {
-	cfg     Config
-	trigger chan string
-	mu      sync.Mutex
+	cfg  Config
+	wake chan struct{}
+	mu   sync.Mutex
+	// pending is the pass asked for and not yet begun.
+	pending *request
 	last    Result
+}
+
+// request is a pass asked for; ifChanged passes run only if the warehouse's
+// identity still differs from the stored one when their turn comes (a pass
+// that ran meanwhile stored it).
+type request struct {
+	reason    string
+	ifChanged bool
 }
 
 // New fills the defaults.
@@ -85,15 +95,31 @@ func New(cfg Config) *Reverifier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Reverifier{cfg: cfg, trigger: make(chan string, 1)}
+	return &Reverifier{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
-// Trigger asks for a pass; a pass already asked for covers this one too.
-func (r *Reverifier) Trigger(reason string) {
+// Trigger asks for a pass; a pass already asked for and not begun covers
+// this one too.
+func (r *Reverifier) Trigger(reason string) { r.ask(request{reason: reason}) }
+
+func (r *Reverifier) ask(req request) {
+	r.mu.Lock()
+	if r.pending == nil || r.pending.ifChanged && !req.ifChanged {
+		r.pending = &req
+	}
+	r.mu.Unlock()
 	select {
-	case r.trigger <- reason:
+	case r.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (r *Reverifier) take() *request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	req := r.pending
+	r.pending = nil
+	return req
 }
 
 // Last is the last pass's result (zero before the first).
@@ -110,15 +136,18 @@ const retryDelay = 5 * time.Second
 // Run runs a pass for each trigger until ctx ends.
 func (r *Reverifier) Run(ctx context.Context) {
 	for {
-		var reason string
 		select {
 		case <-ctx.Done():
 			return
-		case reason = <-r.trigger:
+		case <-r.wake:
 		}
-		res := r.Pass(ctx, reason)
+		req := r.take()
+		if req == nil || req.ifChanged && !r.changed(ctx) {
+			continue
+		}
+		res := r.Pass(ctx, req.reason)
 		if res.Err != nil && ctx.Err() == nil {
-			r.cfg.Log.Warn().Err(res.Err).Str("reason", reason).Dur("retry_in", retryDelay).Msg("re-verification did not finish: trying again")
+			r.cfg.Log.Warn().Err(res.Err).Str("reason", req.reason).Dur("retry_in", retryDelay).Msg("re-verification did not finish: trying again")
 			t := time.NewTimer(retryDelay)
 			select {
 			case <-ctx.Done():
@@ -126,7 +155,7 @@ func (r *Reverifier) Run(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			r.Trigger(reason)
+			r.ask(*req)
 		}
 	}
 }
@@ -325,20 +354,30 @@ func (r *Reverifier) Watch(ctx context.Context, interval time.Duration) {
 }
 
 func (r *Reverifier) check(ctx context.Context) {
-	cur, err := audit.CurrentIdentity(ctx, r.cfg.DB)
-	if err != nil {
-		r.cfg.Log.Debug().Err(err).Msg("warehouse identity not read")
-		return
-	}
-	stored, ok, err := audit.StoredIdentity(ctx, r.cfg.DB, r.cfg.Pipeline)
+	cur, stored, ok, err := r.identities(ctx)
 	switch {
 	case err != nil:
-		r.cfg.Log.Debug().Err(err).Msg("stored warehouse identity not read")
+		r.cfg.Log.Debug().Err(err).Msg("warehouse identity not read")
 	case !ok:
 		if err := audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, cur); err != nil {
 			r.cfg.Log.Debug().Err(err).Msg("warehouse identity not stored")
 		}
 	case stored != cur:
-		r.Trigger(fmt.Sprintf("the warehouse is not the one last verified (%s, now %s)", stored, cur))
+		r.ask(request{reason: fmt.Sprintf("the warehouse is not the one last verified (%s, now %s)", stored, cur), ifChanged: true})
 	}
+}
+
+// changed says whether the warehouse's identity differs from the stored
+// one; true when it cannot tell.
+func (r *Reverifier) changed(ctx context.Context) bool {
+	cur, stored, ok, err := r.identities(ctx)
+	return err != nil || !ok || cur != stored
+}
+
+func (r *Reverifier) identities(ctx context.Context) (cur, stored audit.Identity, ok bool, err error) {
+	if cur, err = audit.CurrentIdentity(ctx, r.cfg.DB); err != nil {
+		return cur, stored, false, err
+	}
+	stored, ok, err = audit.StoredIdentity(ctx, r.cfg.DB, r.cfg.Pipeline)
+	return cur, stored, ok, err
 }

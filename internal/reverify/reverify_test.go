@@ -1,0 +1,192 @@
+package reverify_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/internal/reverify"
+	"github.com/idem-data/idem/internal/service"
+	"github.com/idem-data/idem/schemas"
+)
+
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
+
+// A warehouse that lost loads the consumer acknowledged is what a failover
+// to a lagging standby leaves: events the durable consumer delivered and
+// acked, and no verdict for them in the audit. These tests make exactly
+// that state on a real PostgreSQL and a real JetStream (the events are
+// fetched and acked by hand, never loaded), then run a pass.
+
+const cfgYAML = `pipeline: rv
+nats:
+  url: %s
+datasets:
+  events:
+    strategy: append_dedupe
+    target: raw.events
+    key: [event_id]
+    view: raw.latest_events
+    partition_column: event_date
+    source: SELECT event_id, event_date, amount FROM staging.events WHERE event_date = @partition
+  customers:
+    strategy: merge
+    target: analytics.customers
+    key: [customer_id]
+    version_column: updated_at
+    source: SELECT customer_id, tier, updated_at FROM staging.customers WHERE updated_at::date = @partition
+`
+
+const tablesSQL = `
+CREATE SCHEMA staging; CREATE SCHEMA raw; CREATE SCHEMA analytics;
+CREATE TABLE staging.events (event_id int, event_date date, amount int);
+CREATE TABLE raw.events (event_id int, event_date date NOT NULL, amount int, run_id text, load_seq bigint);
+CREATE TABLE staging.customers (customer_id int, tier text, updated_at timestamptz);
+CREATE TABLE analytics.customers (customer_id int PRIMARY KEY, tier text, updated_at timestamptz);
+INSERT INTO staging.events VALUES (1, '2026-11-01', 10), (2, '2026-11-01', 20);
+INSERT INTO staging.customers VALUES (7, 'gold', '2026-11-01 10:00+00');
+`
+
+type rig struct {
+	t   *testing.T
+	js  jetstream.JetStream
+	db  *pgtest.DB
+	h   *handlers.Handler
+	cfg *config.Config
+	rv  *reverify.Reverifier
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	ctx := context.Background()
+	ns := consumertest.RunServer(t)
+	nc := consumertest.Connect(t, ns)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	db := pgtest.NewDB(t)
+	_, err = audit.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	db.Exec(t, tablesSQL)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(cfgYAML, ns.ClientURL())), nil)
+	require.NoError(t, err)
+	require.NoError(t, consumer.EnsureStreams(ctx, js, service.StreamsConfig(cfg)))
+	dss, err := service.Datasets(cfg)
+	require.NoError(t, err)
+	h := &handlers.Handler{DB: db.Pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: zerolog.Nop()}
+	for name, err := range h.Prepare(ctx) {
+		require.NoError(t, err, name)
+	}
+	rv := reverify.New(reverify.Config{JS: js, Stream: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer, SubjectPrefix: cfg.NATS.SubjectPrefix,
+		DLQStream: cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix, DB: db.Pool, Pipeline: cfg.Pipeline,
+		Loader: h, Log: zerolog.Nop()})
+	return &rig{t: t, js: js, db: db, h: h, cfg: cfg, rv: rv}
+}
+
+// publish stores an event and returns its stream sequence.
+func (r *rig) publish(dataset, partition, runID string) uint64 {
+	r.t.Helper()
+	ack, err := r.js.Publish(context.Background(), "idem.ready."+dataset,
+		[]byte(fmt.Sprintf(`{"dataset":%q,"partition":%q,"run_id":%q}`, dataset, partition, runID)))
+	require.NoError(r.t, err)
+	return ack.Sequence
+}
+
+// ackAll has the durable consumer deliver and acknowledge every event,
+// loading none: what the new primary knows of them is nothing.
+func (r *rig) ackAll(n int) {
+	r.t.Helper()
+	ctx := context.Background()
+	c, err := r.js.Consumer(ctx, r.cfg.NATS.Stream, r.cfg.NATS.Consumer)
+	require.NoError(r.t, err)
+	got := 0
+	for got < n {
+		batch, err := c.Fetch(n-got, jetstream.FetchMaxWait(2*time.Second))
+		require.NoError(r.t, err)
+		for m := range batch.Messages() {
+			require.NoError(r.t, m.DoubleAck(ctx))
+			got++
+		}
+	}
+}
+
+// load runs an event through the handler as the consumer would have.
+func (r *rig) load(dataset, partition, runID string, seq uint64) {
+	r.t.Helper()
+	ev, err := decode(r.h, dataset, partition, runID)
+	require.NoError(r.t, err)
+	_, err = r.h.Handle(context.Background(), ev, handlers.Meta{StreamSeq: seq})
+	require.NoError(r.t, err, "%s %s %s", dataset, partition, runID)
+}
+
+// TestPassReloadsLostLoadsInStreamOrder: two runs of one append_dedupe
+// partition, both lost: the pass loads both, in stream order, so the view
+// ends on the later run; a second pass finds nothing.
+func TestPassReloadsLostLoadsInStreamOrder(t *testing.T) {
+	r := newRig(t)
+	r.publish("events", "2026-11-01", "r1")
+	r.db.Exec(t, "UPDATE staging.events SET amount = amount + 1") // r2 reads newer staging rows
+	r.publish("events", "2026-11-01", "r2")
+	r.ackAll(2)
+
+	res := r.rv.Pass(context.Background(), "test")
+	require.NoError(t, res.Err)
+	require.Equal(t, 2, res.Checked)
+	require.Equal(t, 2, res.Missing)
+	require.Equal(t, 2, res.Reloaded)
+	require.EqualValues(t, 2, r.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
+	require.EqualValues(t, 32, r.db.Int(t, "SELECT sum(amount) FROM raw.latest_events"), "the staging rows as of now")
+	require.Equal(t, "r1,r2", r.str("SELECT string_agg(DISTINCT run_id, ',' ORDER BY run_id) FROM raw.events"), "both runs appended")
+	require.Equal(t, "r2", r.str("SELECT run_id FROM raw.events ORDER BY load_seq DESC LIMIT 1"), "the view's latest run is r2")
+
+	again := r.rv.Pass(context.Background(), "test again")
+	require.NoError(t, again.Err)
+	require.Zero(t, again.Missing+again.Reloaded, "a second pass finds nothing")
+}
+
+// TestPassNeverLoadsOverALaterLoad: the later run's load survived, the
+// earlier one's did not: the earlier is not loaded over it (append_dedupe
+// and merge alike), and is counted superseded.
+func TestPassNeverLoadsOverALaterLoad(t *testing.T) {
+	r := newRig(t)
+	r.publish("events", "2026-11-01", "r1")
+	r.publish("customers", "2026-11-01", "c1")
+	r.db.Exec(t, "UPDATE staging.events SET amount = amount + 1; UPDATE staging.customers SET tier = 'platinum', updated_at = updated_at + interval '1 hour'")
+	s2 := r.publish("events", "2026-11-01", "r2")
+	c2 := r.publish("customers", "2026-11-01", "c2")
+	r.ackAll(4)
+	r.load("events", "2026-11-01", "r2", s2)
+	r.load("customers", "2026-11-01", "c2", c2)
+	// The staging rows of the first runs are back, as a reload of r1 and
+	// c1 would read them.
+	r.db.Exec(t, "UPDATE staging.events SET amount = amount - 1; UPDATE staging.customers SET tier = 'gold', updated_at = updated_at - interval '1 hour'")
+
+	res := r.rv.Pass(context.Background(), "test")
+	require.NoError(t, res.Err)
+	require.Equal(t, 2, res.Missing)
+	require.Equal(t, 2, res.Superseded)
+	require.Zero(t, res.Reloaded)
+	require.Equal(t, "r2", r.str("SELECT string_agg(DISTINCT run_id, ',') FROM raw.events"), "r1 not appended over r2")
+	require.Equal(t, "platinum", r.str("SELECT tier FROM analytics.customers WHERE customer_id = 7"))
+}
+
+func decode(h *handlers.Handler, dataset, partition, runID string) (schemas.Event, error) {
+	return schemas.Decode("idem.ready."+dataset, []byte(fmt.Sprintf(`{"dataset":%q,"partition":%q,"run_id":%q}`, dataset, partition, runID)), h.Lookup)
+}
+
+func (r *rig) str(sql string) string {
+	r.t.Helper()
+	var s string
+	require.NoError(r.t, r.db.Pool.QueryRow(context.Background(), sql).Scan(&s))
+	return s
+}
