@@ -166,6 +166,13 @@ datasets:
 	require.Equal(t, DefaultMaxInFlight, c.NATS.MaxInFlight)
 	require.Equal(t, DefaultHTTPAddr, c.HTTP.Addr)
 	require.Empty(t, c.Postgres.URL)
+	require.Equal(t, DefaultReverifyWindow, c.Postgres.ReverifyWindow.Std())
+	require.True(t, c.Postgres.ReverifyOn())
+
+	off, err := Parse([]byte("pipeline: p\npostgres:\n  reverify: false\n  reverify_window: 1h\n"), nil)
+	require.NoError(t, err)
+	require.False(t, off.Postgres.ReverifyOn(), "synchronous replication turns it off")
+	require.Equal(t, time.Hour, off.Postgres.ReverifyWindow.Std())
 
 	d := c.Datasets["events"]
 	require.Equal(t, "events", d.Name)

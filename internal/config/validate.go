@@ -110,6 +110,9 @@ func (c *Config) validateTop(v *validator) {
 		v.add("nats.ack_wait", "%s is too short; use at least 1s (loads longer than ack_wait stay owned through heartbeats, so it need not cover the longest load)", n.AckWait)
 	}
 	validateDuplicates(v, n)
+	if w := c.Postgres.ReverifyWindow; w < 0 || w > 0 && w < Duration(time.Minute) {
+		v.add("postgres.reverify_window", "%s: want at least 1m (it must cover the replication lag a failover may lose), or postgres.reverify: false to turn it off", w)
+	}
 	if n.MaxInFlight < 1 {
 		v.add("nats.max_in_flight", "%d; use at least 1 (default %d)", n.MaxInFlight, DefaultMaxInFlight)
 	}

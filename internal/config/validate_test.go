@@ -26,6 +26,7 @@ func TestValidateProblems(t *testing.T) {
 		{"no pipeline", func(c *Config) { c.Pipeline = " " }, "", "pipeline", []string{"required", "IDEM_PIPELINE"}, false},
 		{"no datasets", func(c *Config) { c.Datasets = nil }, "", "datasets", []string{"declare at least one dataset"}, false},
 		{"ack_wait under 1s", func(c *Config) { c.NATS.AckWait = Duration(999 * time.Millisecond) }, "", "nats.ack_wait", []string{"999ms is too short", "at least 1s"}, false},
+		{"reverify_window under a minute", func(c *Config) { c.Postgres.ReverifyWindow = Duration(10 * time.Second) }, "", "postgres.reverify_window", []string{"10s: want at least 1m", "postgres.reverify: false"}, false},
 		{"ack_wait as long as the duplicate window", func(c *Config) { c.NATS.AckWait = Duration(2 * time.Minute) }, "", "nats.ack_wait", []string{"2m0s is not shorter than the duplicate window nats.duplicates (2m0s)", "Term is lost", "lower ack_wait or raise nats.duplicates"}, false},
 		{"ack_wait beyond a set duplicate window", func(c *Config) {
 			c.NATS.Duplicates = Duration(time.Minute)

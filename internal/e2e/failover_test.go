@@ -140,6 +140,10 @@ func TestFailoverToAStandbyThatLacksTheLastCommits(t *testing.T) {
 	require.GreaterOrEqual(t, res.Reloaded, 5, "at least orders' five lost loads")
 	require.Zero(t, res.Failed)
 
+	metrics := scrape(t, addr)
+	require.Regexp(t, `(?m)^idem_reverify_reloaded_total [1-9]`, metrics)
+	require.Regexp(t, `(?m)^idem_reverify_passes_total\{result="ok"\} [1-9]`, metrics)
+
 	// The status page's health strip says when it ran, in a real browser.
 	bctx := browsertest.New(t)
 	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible("#h-reverify")))
