@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
@@ -43,6 +45,9 @@ type Dataset struct {
 	// one it is a join: a success of one upstream triggers it only when
 	// every other upstream's latest attempt for the partition succeeded.
 	Upstreams []string
+	// Checks run on the rows each load produced, before its commit; nil
+	// when the dataset has none.
+	Checks *checks.Set
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -117,6 +122,9 @@ type Outcome struct {
 	// Superseded: a Reverify load skipped because a later message's
 	// success holds the partition.
 	Superseded bool
+	// Checks are the outcomes of the dataset's checks, also when they
+	// refused the load (the error is then a *checks.Error).
+	Checks []checks.Outcome
 }
 
 // Lookup tells the decoder a dataset's partition type.
@@ -213,8 +221,12 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		// recorded on another one.
 		l.close(ctx)
 		err = Classify(err)
+		l.recordChecks(ctx, b.ID, err)
 		kind := audit.KindTransient
+		var refused *checks.Error
 		switch {
+		case errors.As(err, &refused):
+			kind = audit.KindCheck
 		case IsFatal(err):
 			kind = audit.KindFatal
 		case IsUnavailable(err):
@@ -238,8 +250,10 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		}
 		cancel()
 		log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
-		return Outcome{AuditID: b.ID}, &AttemptError{N: b.Attempt, Err: err}
+		return Outcome{AuditID: b.ID, Checks: l.checked}, &AttemptError{N: b.Attempt, Err: err}
 	}
+	l.recordChecks(ctx, b.ID, nil)
+	out.Checks = l.checked
 	if out.Superseded {
 		log.Info().Msg("a later event's load holds the partition: not loaded over it")
 	} else if out.Status == audit.StatusSkipped {
@@ -363,5 +377,12 @@ func Check(ctx context.Context, db interface {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	return ds.Strategy.Check(ctx, tx, strategies.Params{Partition: partition, RunID: "idem-validate"})
+	p := strategies.Params{Partition: partition, RunID: "idem-validate"}
+	if err := ds.Strategy.Check(ctx, tx, p); err != nil {
+		return err
+	}
+	if err := ds.Checks.Explain(ctx, tx, p); err != nil {
+		return Fatal(ReasonSchemaMismatch, err)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -44,6 +45,8 @@ type loading struct {
 	locked, done, newer bool
 	reverify            bool
 	plan                *strategies.Plan
+	// checked are the outcomes of the dataset's checks on this load.
+	checked []checks.Outcome
 }
 
 func (l *loading) params() strategies.Params {
@@ -144,11 +147,32 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		out.Status, out.Superseded = audit.StatusSkipped, l.newer && !l.done
 		return out, l.c.SendBatch(ctx, b).Close()
 	}
-	res, err := l.ds.Strategy.Execute(ctx, &connTx{c: l.c}, l.plan, l.params())
+	tx := &connTx{c: l.c}
+	var baseline int64
+	if l.ds.Checks.NeedsBaseline() {
+		n, err := l.ds.Checks.Baseline(ctx, tx, l.params())
+		if err != nil {
+			return out, err
+		}
+		baseline = n
+	}
+	res, err := l.ds.Strategy.Execute(ctx, tx, l.plan, l.params())
 	if err != nil {
 		return out, err
 	}
 	out.Rows = res
+	if l.ds.Checks != nil {
+		// After the strategy, before the audit success, the ledger and the
+		// outbox: a refused partition rolls back with all of them.
+		outs, err := l.ds.Checks.Run(ctx, tx, l.params(), baseline)
+		l.checked = outs
+		if err != nil {
+			return out, err
+		}
+		if err := checks.Refused(outs); err != nil {
+			return out, err
+		}
+	}
 	b := &pgx.Batch{}
 	audit.QueueSucceedAndRecord(b, l.a.RunKey, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}, l.a.Force)
 	// A join's downstream event is queued only once its other upstreams
@@ -187,6 +211,31 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		l.h.Enqueued()
 	}
 	return out, err
+}
+
+// recordChecks writes the outcomes of this attempt's checks, after its
+// transaction ended; a check that could not run is recorded as failed.
+func (l *loading) recordChecks(ctx context.Context, id int64, err error) {
+	outs := l.checked
+	var refused *checks.Error
+	if errors.As(err, &refused) && refused.Broken != "" {
+		outs = append(outs, checks.Outcome{Name: refused.Broken, Kind: "error", Severity: "error", Status: checks.StatusFail,
+			Threshold: "runs without error", Note: refused.Err.Error()})
+		l.checked = outs
+	}
+	if len(outs) == 0 {
+		return
+	}
+	rs := make([]audit.CheckResult, len(outs))
+	for i, o := range outs {
+		rs[i] = audit.CheckResult{Name: o.Name, Kind: o.Kind, Severity: o.Severity, Status: o.Status, Failing: o.Failing,
+			Checked: o.Checked, Threshold: o.Threshold, Note: o.Note, Samples: o.Samples, Duration: o.Duration}
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := audit.RecordChecks(fctx, l.h.DB, id, l.a.RunKey, rs); err != nil {
+		l.log.Error().Err(err).Msg("could not record the checks' outcomes")
+	}
 }
 
 // close rolls back whatever transaction is still open on the connection,

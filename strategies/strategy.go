@@ -101,6 +101,11 @@ type Strategy interface {
 	// missing tables or columns and type mismatches before the first event.
 	// The caller rolls tx back.
 	Check(ctx context.Context, tx pgx.Tx, p Params) error
+	// ProducedRows is a FROM clause (alias t) over the rows a load of the
+	// transaction produced, for the dataset's checks; ReplacedRows over the
+	// rows it replaces, read before it runs ("" when it cannot say).
+	ProducedRows() string
+	ReplacedRows() string
 }
 
 // Load describes and runs a load of p inside tx, for callers with nothing to

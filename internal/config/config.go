@@ -300,6 +300,10 @@ type Dataset struct {
 	// Expect is the dataset's calendar: which partitions should exist and by
 	// when. Optional; without it idem knows only the partitions published.
 	Expect *Expect `yaml:"expect,omitempty" json:",omitempty"`
+	// Checks are assertions on the rows each load produces, run inside the
+	// load's transaction before it commits: a failing check of severity
+	// error rolls the load back and dead-letters the event (see Check).
+	Checks []Check `yaml:"checks,omitempty" json:",omitempty"`
 }
 
 // Expect is a dataset's calendar, e.g. {every: day, from: 2026-01-01,

@@ -278,6 +278,7 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	}
 
 	c.validateSource(v, d)
+	c.validateChecks(v, d)
 
 	switch {
 	case s == DeleteInsert && d.PartitionColumn == "":

@@ -72,6 +72,9 @@ type Metrics struct {
 	ReverifyPasses   *prometheus.CounterVec
 	ReverifyReloaded prometheus.Counter
 	ReverifyLast     prometheus.Gauge
+	// Checks counts the outcomes of the datasets' checks: pass, fail (the
+	// load was refused), warn, skipped.
+	Checks *prometheus.CounterVec // dataset, check, result
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -171,7 +174,10 @@ func New(version string) *Metrics {
 	m.ReverifyLast = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idem_reverify_last_pass_timestamp_seconds", Help: "When the last re-verification pass of this process ended (Unix time); 0 before the first.",
 	})
-	for _, c := range []prometheus.Collector{m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
+	m.Checks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_checks_total", Help: "Outcomes of the datasets' checks, by dataset, check and result: pass, fail (the load was rolled back), warn, skipped.",
+	}, []string{"dataset", "check", "result"})
+	for _, c := range []prometheus.Collector{m.Checks, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
 		m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)

@@ -126,6 +126,9 @@ func loadFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Handler {
 			status = "failed"
 		}
 		m.Load(msg.Dataset, status, time.Since(start), out.Rows.Inserted+out.Rows.Updated)
+		for _, c := range out.Checks {
+			m.Checks.WithLabelValues(msg.Dataset, c.Name, c.Status).Inc()
+		}
 		return err
 	}
 }

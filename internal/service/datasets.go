@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
@@ -39,7 +40,8 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dataset %q: %w", name, err)
 		}
-		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then}
+		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
+			Checks: checks.New(d.Checks, st)}
 	}
 	for name, ds := range out {
 		ds.Upstreams = cfg.Upstreams(name)

@@ -1,0 +1,45 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// KindCheck is the error kind of an attempt the dataset's checks refused.
+const KindCheck = "check"
+
+// CheckResult is one check's outcome of one attempt.
+type CheckResult struct {
+	Name, Kind, Severity, Status string
+	Failing, Checked             int64
+	Threshold, Note              string
+	Samples                      json.RawMessage
+	Duration                     time.Duration
+}
+
+// RecordChecks writes the outcomes of attempt id's checks, in a statement
+// of their own: called after the load's transaction ended, so a refused
+// load's outcomes are kept.
+func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []CheckResult) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(rs)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, `
+		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
+		                                failing, checked, threshold, samples, note, duration_ms)
+		SELECT $1, $2, $3, $4, $5, r."Name", r."Kind", r."Severity", r."Status", r."Failing", r."Checked", r."Threshold",
+		       r."Samples", nullif(r."Note", ''), r."Duration" / 1e6
+		  FROM jsonb_to_recordset($6::jsonb) AS r("Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
+		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`,
+		id, k.Pipeline, k.Dataset, k.Partition, k.RunID, b)
+	if err != nil {
+		return fmt.Errorf("audit: record checks: %w", err)
+	}
+	return nil
+}
