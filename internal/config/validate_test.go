@@ -59,6 +59,28 @@ func TestValidateProblems(t *testing.T) {
 		{"dataset name upper case", func(c *Config) { c.Datasets["Orders"] = c.Datasets["orders"]; delete(c.Datasets, "orders") }, "Orders", "name", []string{"not a valid dataset name", `e.g. "orders"`, "idem.ready.<dataset>"}, false},
 		{"dataset name with dash", func(c *Config) { c.Datasets["daily-x"] = c.Datasets["hourly"]; delete(c.Datasets, "hourly") }, "daily-x", "name", []string{"lower-case letters, digits and _"}, false},
 		{"no strategy", func(c *Config) { c.Datasets["orders"].Strategy = "" }, "orders", "strategy", []string{"required", "delete_insert, merge, append_dedupe"}, false},
+		// Checks: hostile SQL is refused before anything runs, the field named.
+		{"check sql reads the clock", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{SQL: "SELECT id FROM t WHERE d < now()"}}
+		}, "orders", "checks[0].sql", []string{"reads the wall clock with now()"}, false},
+		{"check sql deletes", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{SQL: "WITH d AS (DELETE FROM t RETURNING id) SELECT id FROM d"}}
+		}, "orders", "checks[0].sql", []string{"DELETE (a write, DDL or locking keyword)", "a check only reads"}, false},
+		{"check sql with a second statement", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{SQL: "SELECT 1; DROP TABLE t"}}
+		}, "orders", "checks[0].sql", []string{"a semicolon (one statement only)"}, true},
+		{"check expression is a writing subquery", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{Expression: "(SELECT count(*) FROM (INSERT INTO x VALUES (1) RETURNING 1) i) > 0"}}
+		}, "orders", "checks[0].expression", []string{"INSERT (a write, DDL or locking keyword)"}, false},
+		{"check column with quotes", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{NotNull: []string{`id" OR 1=1 --`}}}
+		}, "orders", "checks[0].not_null", []string{"is not a plain Postgres identifier"}, false},
+		{"check with two kinds", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{NotNull: []string{"id"}, Unique: []string{"id"}}}
+		}, "orders", "checks[0]", []string{"sets unique and not_null at once"}, false},
+		{"check unknown severity", func(c *Config) {
+			c.Datasets["orders"].Checks = []Check{{NotNull: []string{"id"}, Severity: "fatal"}}
+		}, "orders", "checks[0].severity", []string{`"fatal"; use error`}, false},
 		{"unknown strategy", func(c *Config) { c.Datasets["orders"].Strategy = "upsert" }, "orders", "strategy", []string{`"upsert" is not a strategy`, "choose one of delete_insert, merge, append_dedupe"}, false},
 		{"misspelt strategy", func(c *Config) { c.Datasets["customers"].Strategy = "merg" }, "customers", "strategy", []string{`did you mean "merge"?`}, false},
 

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/deadletter"
+)
+
+// The article's failures, upstream of idem, each caught by a check inside
+// the load's transaction: the partition's previous rows stay, readers
+// never see the bad ones, nothing downstream runs, the event is
+// dead-lettered naming the check, and once staging is fixed a replay loads.
+
+const salesYAML = `  sales:
+    strategy: delete_insert
+    target: analytics.sales
+    partition_column: event_date
+    source: SELECT order_id, event_date, status, total FROM staging.sales WHERE event_date = @partition
+    then: [sales_daily]
+    checks:
+      - unique: [order_id]
+      - not_null: [order_id, total]
+      - accepted_values: {column: status, values: [paid, refunded]}
+      - row_count_change: {max_drop: 50%, min_baseline: 10}
+  sales_daily:
+    strategy: delete_insert
+    target: analytics.sales_daily
+    partition_column: event_date
+    source: SELECT event_date, count(*) AS orders, sum(total) AS total FROM analytics.sales WHERE event_date = @partition GROUP BY event_date
+`
+
+const salesSQL = `
+CREATE TABLE staging.sales (order_id int, event_date date, status text, total numeric(12,2));
+CREATE TABLE analytics.sales (order_id int, event_date date NOT NULL, status text, total numeric(12,2));
+CREATE TABLE analytics.sales_daily (event_date date NOT NULL, orders bigint, total numeric(14,2));
+INSERT INTO staging.sales SELECT i, d, CASE WHEN i % 7 = 0 THEN 'refunded' ELSE 'paid' END, i * 2.5
+  FROM generate_series(1, 40) i, (VALUES (date '2026-11-01'), (date '2026-11-02'), (date '2026-11-03'), (date '2026-11-04')) AS v(d);
+`
+
+func TestChecksRejectTheArticlesFailures(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{extraYAML: salesYAML})
+	w.db.Exec(t, salesSQL)
+	w.serve()
+	pub := func(partition, runID string) {
+		_, err := w.js.Publish(context.Background(), "idem.ready.sales",
+			[]byte(fmt.Sprintf(`{"dataset":"sales","partition":%q,"run_id":%q}`, partition, runID)))
+		require.NoError(t, err)
+	}
+	for _, tc := range []struct {
+		name, partition, breakSQL, fixSQL, check string
+	}{
+		{"a staging day doubled by an upstream retry", "2026-11-01",
+			"INSERT INTO staging.sales SELECT * FROM staging.sales WHERE event_date = '2026-11-01'",
+			"DELETE FROM staging.sales a USING staging.sales b WHERE a.event_date = '2026-11-01' AND a.ctid > b.ctid AND a.order_id = b.order_id AND a.event_date = b.event_date",
+			"unique(order_id)"},
+		{"an extract that stopped at a tenth", "2026-11-02",
+			"CREATE TABLE staging.sales_kept AS SELECT * FROM staging.sales WHERE event_date = '2026-11-02' AND order_id > 4; DELETE FROM staging.sales WHERE event_date = '2026-11-02' AND order_id > 4",
+			"INSERT INTO staging.sales SELECT * FROM staging.sales_kept; DROP TABLE staging.sales_kept",
+			"row_count_change"},
+		{"NULLs after an upstream rename", "2026-11-03",
+			"UPDATE staging.sales SET total = NULL WHERE event_date = '2026-11-03'",
+			"UPDATE staging.sales SET total = order_id * 2.5 WHERE event_date = '2026-11-03'",
+			"not_null(order_id,total)"},
+		{"a status nobody knows", "2026-11-04",
+			"UPDATE staging.sales SET status = 'chargeback' WHERE event_date = '2026-11-04' AND order_id = 3",
+			"UPDATE staging.sales SET status = 'refunded' WHERE event_date = '2026-11-04' AND order_id = 3",
+			"accepted_values(status)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.partition
+			ledger := w.count(ledgerCount)
+			pub(p, "first")
+			w.waitCount(ledger+2, ledgerCount) // sales and sales_daily
+			partition := "SELECT order_id, event_date, status, total FROM analytics.sales WHERE event_date = '" + p + "'"
+			before := w.db.Checksum(t, partition)
+			daily := w.db.Checksum(t, "SELECT * FROM analytics.sales_daily WHERE event_date = '"+p+"'")
+
+			// A reader polls the partition throughout: it must only ever
+			// see the previous rows.
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var reads atomic.Int64
+			var seen string
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					if c := w.db.Checksum(t, partition); c != before {
+						seen = c
+						return
+					}
+					reads.Add(1)
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			w.db.Exec(t, tc.breakSQL)
+			dlBefore := len(w.deadLetters())
+			pub(p, "bad")
+			dl := w.waitDeadLetters(dlBefore + 1)[dlBefore]
+			stop.Store(true)
+			wg.Wait()
+			require.Empty(t, seen, "a reader saw a rejected row")
+			require.Positive(t, reads.Load())
+
+			require.Equal(t, "fatal", dl.Header.Get(deadletter.HeaderErrorKind))
+			require.Contains(t, dl.Header.Get(deadletter.HeaderError), "check_failed: "+tc.check)
+			require.Equal(t, before, w.db.Checksum(t, partition), "the previous partition stays")
+			require.Equal(t, daily, w.db.Checksum(t, "SELECT * FROM analytics.sales_daily WHERE event_date = '"+p+"'"))
+			require.Zero(t, w.count("SELECT count(*) FROM idem.outbox WHERE partition_key = $1 AND run_id = 'bad'", p), "no downstream event")
+			require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'sales' AND partition_key = $1
+				AND run_id = 'bad' AND status = 'failed' AND error_kind = 'check'`, p))
+			require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.check_results WHERE partition_key = $1 AND run_id = 'bad'
+				AND name = $2 AND status = 'fail' AND jsonb_array_length(coalesce(samples, '[1]')) > 0`, p, tc.check))
+
+			// Fixed upstream, the dead letter replays and loads.
+			w.db.Exec(t, tc.fixSQL)
+			out, err := exec.Command(idemBin, "dlq", "replay", fmt.Sprint(dl.Sequence), "--config", w.cfg).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			w.waitCount(1, `SELECT count(*) FROM idem.run_ledger WHERE task_id = 'sales_daily' AND partition_key = $1 AND run_id = 'bad'`, p)
+			require.Equal(t, w.db.Checksum(t, "SELECT order_id, event_date, status, total FROM staging.sales WHERE event_date = '"+p+"'"),
+				w.db.Checksum(t, partition))
+			w.waitSettled()
+		})
+	}
+}
