@@ -263,7 +263,7 @@ func (s *Set) rowCountChange(o *Outcome, r *config.RowCountChange, baseline, row
 		lim = append(lim, "rise <= "+pct(float64(*r.MaxRise)))
 	}
 	o.Threshold = strings.Join(lim, ", ")
-	if !s.baseline || baseline < minBase {
+	if !s.baseline || baseline == 0 || baseline < minBase {
 		o.Status, o.Note = StatusSkipped, fmt.Sprintf("baseline %d row(s), under min_baseline %d", baseline, minBase)
 		return
 	}

@@ -105,7 +105,7 @@ append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
 	root.SetErr(stderr)
 	root.SetArgs(args)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
-	root.AddCommand(versionCmd(e), migrateCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e),
+	root.AddCommand(versionCmd(e), migrateCmd(e), checkCmd(e), loadCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e),
 		publishCmd(e), backfillCmd(e), dlqCmd(e), auditCmd(e))
 	var wrap func(c *cobra.Command)
 	wrap = func(c *cobra.Command) {

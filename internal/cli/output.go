@@ -73,7 +73,7 @@ func (t *table) print(w io.Writer, colour bool) error {
 }
 
 var statusColours = map[string]string{
-	"success": "32", "loaded": "32", "ok": "32",
+	"success": "32", "loaded": "32", "ok": "32", "pass": "32", "warn": "33", "fail": "31",
 	"failed": "31", "fatal": "31", "crashed": "31", "exhausted": "31", "dead_letter": "31",
 	"started": "33", "missing": "33", "pending": "33",
 	"skipped": "36",

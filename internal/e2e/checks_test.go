@@ -121,10 +121,34 @@ func TestChecksRejectTheArticlesFailures(t *testing.T) {
 			require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.check_results WHERE partition_key = $1 AND run_id = 'bad'
 				AND name = $2 AND status = 'fail' AND jsonb_array_length(coalesce(samples, '[1]')) > 0`, p, tc.check))
 
-			// Fixed upstream, the dead letter replays and loads.
+			// Look before you replay: the dry run still refuses, naming the
+			// check; once staging is fixed it would commit, and nothing of
+			// either dry run was written.
+			idem := func(args ...string) (string, int) {
+				cmd := exec.Command(idemBin, append(args, "--config", w.cfg)...)
+				out, err := cmd.CombinedOutput()
+				code := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else {
+					require.NoError(t, err, "%s", out)
+				}
+				return string(out), code
+			}
+			out, code := idem("load", "sales", p, "--dry-run")
+			require.Equal(t, 1, code, out)
+			require.Contains(t, out, "the checks would refuse this load: check_failed: "+tc.check)
 			w.db.Exec(t, tc.fixSQL)
-			out, err := exec.Command(idemBin, "dlq", "replay", fmt.Sprint(dl.Sequence), "--config", w.cfg).CombinedOutput()
-			require.NoError(t, err, "%s", out)
+			out, code = idem("load", "sales", p, "--dry-run")
+			require.Equal(t, 0, code, out)
+			require.Contains(t, out, "the load would commit")
+			require.Equal(t, before, w.db.Checksum(t, partition), "a dry run writes nothing")
+			out, code = idem("check", "sales", p)
+			require.Equal(t, 0, code, out)
+
+			// Fixed upstream, the dead letter replays and loads.
+			out, code = idem("dlq", "replay", fmt.Sprint(dl.Sequence))
+			require.Equal(t, 0, code, out)
 			w.waitCount(1, `SELECT count(*) FROM idem.run_ledger WHERE task_id = 'sales_daily' AND partition_key = $1 AND run_id = 'bad'`, p)
 			require.Equal(t, w.db.Checksum(t, "SELECT order_id, event_date, status, total FROM staging.sales WHERE event_date = '"+p+"'"),
 				w.db.Checksum(t, partition))
