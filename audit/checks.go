@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // KindCheck is the error kind of an attempt the dataset's checks refused.
@@ -42,4 +44,36 @@ func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []Chec
 		return fmt.Errorf("audit: record checks: %w", err)
 	}
 	return nil
+}
+
+// CheckRow is a recorded check outcome, as the status page lists it.
+type CheckRow struct {
+	AuditID                                   int64
+	RunID, Name, Kind, Severity, Status, Note string
+	Failing, Checked                          int64
+	Threshold, Samples                        string
+	CheckedAt                                 time.Time
+}
+
+// PartitionChecks returns the newest limit check outcomes of a partition,
+// newest first.
+func PartitionChecks(ctx context.Context, db Querier, pipeline, dataset, partition string, limit int) ([]CheckRow, error) {
+	rows, err := db.Query(ctx, `
+		SELECT audit_id, run_id, name, kind, severity, status, coalesce(note, ''), failing, checked, threshold,
+		       coalesce(samples::text, ''), checked_at
+		  FROM idem.check_results WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3
+		 ORDER BY id DESC LIMIT $4`, pipeline, dataset, partition, limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit: partition checks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CheckRow, error) {
+		var c CheckRow
+		err := r.Scan(&c.AuditID, &c.RunID, &c.Name, &c.Kind, &c.Severity, &c.Status, &c.Note, &c.Failing, &c.Checked,
+			&c.Threshold, &c.Samples, &c.CheckedAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: partition checks: %w", err)
+	}
+	return out, nil
 }

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/internal/browsertest"
 	"github.com/idem-data/idem/internal/deadletter"
 )
 
@@ -49,7 +51,7 @@ func TestChecksRejectTheArticlesFailures(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, opts{extraYAML: salesYAML})
 	w.db.Exec(t, salesSQL)
-	w.serve()
+	addr := w.serve().httpAddr()
 	pub := func(partition, runID string) {
 		_, err := w.js.Publish(context.Background(), "idem.ready.sales",
 			[]byte(fmt.Sprintf(`{"dataset":"sales","partition":%q,"run_id":%q}`, partition, runID)))
@@ -120,6 +122,19 @@ func TestChecksRejectTheArticlesFailures(t *testing.T) {
 				AND run_id = 'bad' AND status = 'failed' AND error_kind = 'check'`, p))
 			require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.check_results WHERE partition_key = $1 AND run_id = 'bad'
 				AND name = $2 AND status = 'fail' AND jsonb_array_length(coalesce(samples, '[1]')) > 0`, p, tc.check))
+
+			// The status page shows the cell rejected and, in its detail,
+			// the check that refused it (a real browser).
+			if tc.partition == "2026-11-01" {
+				bctx := browsertest.New(t)
+				base := "http://" + addr
+				require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/?from=2026-11-01&to=2026-11-01"), chromedp.WaitVisible("#grid")))
+				cells := browsertest.Eval[map[string]map[string]string](t, bctx, cellClassesJS)
+				require.Equal(t, "rejected", cells["sales"]["2026-11-01"])
+				require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/partition?dataset=sales&partition=2026-11-01"), chromedp.WaitVisible("#checks")))
+				failed := browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll('#checks tr.check-fail td:nth-child(2)')].map(td => td.textContent)`)
+				require.Equal(t, []string{tc.check}, failed)
+			}
 
 			// Look before you replay: the dry run still refuses, naming the
 			// check; once staging is fixed it would commit, and nothing of

@@ -16,6 +16,7 @@ const (
 	Running      Status = "running"       // an attempt started and has not finished
 	Failed       Status = "failed"        // the latest attempt failed; it may be retried
 	DeadLettered Status = "dead_lettered" // failed and in the dead-letter stream
+	Rejected     Status = "rejected"      // the checks refused the latest load: the previous rows stay
 	Missing      Status = "missing"       // expected by the calendar, not loaded, within its deadline
 	Late         Status = "late"          // expected by the calendar, not loaded, past its deadline
 	Waiting      Status = "waiting"       // a join whose upstreams have not all loaded
@@ -23,7 +24,7 @@ const (
 )
 
 // Statuses in the legend's order.
-var Statuses = []Status{Success, Running, Failed, DeadLettered, Late, Missing, Waiting, None}
+var Statuses = []Status{Success, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, None}
 
 // Dataset is what the page knows of a configured dataset.
 type Dataset struct {
@@ -91,6 +92,9 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 				}
 				return Running
 			default:
+				if l.ErrorKind == audit.KindCheck {
+					return Rejected
+				}
 				if inDLQ[dlqKey{ds.Name, key}] {
 					return DeadLettered
 				}

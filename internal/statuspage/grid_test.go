@@ -28,6 +28,8 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		{Dataset: "shop", Partition: "2026-11-01", Status: "success"},
 		{Dataset: "revenue", Partition: "2026-11-01", Status: "success"},
 		{Dataset: "adhoc", Partition: "2026-11-03", Status: "success"},
+		// The checks refused the latest load, dead-lettered or not.
+		{Dataset: "adhoc", Partition: "2026-11-04", Status: "failed", ErrorKind: "check"},
 	}
 	dead := []DeadLetter{{Dataset: "web", Partition: "2026-11-02"}, {Dataset: "web", Partition: "2026-11-04", RunID: "r0"}}
 	g := build(now, dss, keys, latest, dead)
@@ -40,12 +42,13 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		"web":     {Success, DeadLettered, Failed, Running}, // 11-04's dead letter is an older run's
 		"shop":    {Success, Late, Late, Missing},
 		"revenue": {Success, Waiting, Waiting, Waiting},
-		"adhoc":   {None, None, Success, None},
+		"adhoc":   {None, None, Success, Rejected},
 	}, got)
 	require.Equal(t, 4, g.Counts[Success]) // web, shop, revenue, adhoc
 	require.Equal(t, 2, g.Counts[Late])
 	require.Equal(t, 3, g.Counts[Waiting])
-	require.Equal(t, 3, g.Counts[None])
+	require.Equal(t, 2, g.Counts[None])
+	require.Equal(t, 1, g.Counts[Rejected])
 }
 
 func TestColumns(t *testing.T) {

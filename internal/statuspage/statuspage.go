@@ -198,6 +198,7 @@ func (p *Page) grid(w http.ResponseWriter, r *http.Request) {
 type partitionView struct {
 	Dataset, Partition string
 	Attempts           []audit.PartitionAttempt
+	Checks             []audit.CheckRow
 	DeadLetters        []DeadLetter
 }
 
@@ -210,6 +211,10 @@ func (p *Page) partition(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if v.Attempts, err = audit.PartitionAttempts(r.Context(), p.d.DB, p.d.Pipeline, v.Dataset, v.Partition, 50); err != nil {
+		p.fail(w, err)
+		return
+	}
+	if v.Checks, err = audit.PartitionChecks(r.Context(), p.d.DB, p.d.Pipeline, v.Dataset, v.Partition, 50); err != nil {
 		p.fail(w, err)
 		return
 	}
