@@ -423,3 +423,29 @@ func TestAlertDeadLetterStreamFull(t *testing.T) {
 	require.Equal(t, "poison-2", dls[1].Header.Get("Idem-Run-Id"))
 	w.waitSettled()
 }
+
+// TestAlertCheckFailed: a check that refuses a load pages, naming the
+// dataset and the check.
+func TestAlertCheckFailed(t *testing.T) {
+	t.Parallel()
+	prom := startProm(t, shippedRules)
+	w := newWorld(t, opts{extraYAML: salesYAML})
+	w.db.Exec(t, salesSQL)
+	w.watched(prom)
+	require.Len(t, prom.query(`idem_checks_total{dataset="sales",check="unique(order_id)",result="fail"} == 0`), 1, "the failure series exists at 0")
+	pub := func(runID string) {
+		_, err := w.js.Publish(context.Background(), "idem.ready.sales", []byte(`{"dataset":"sales","partition":"2026-11-01","run_id":"`+runID+`"}`))
+		require.NoError(t, err)
+	}
+	pub("good")
+	w.waitCount(2, ledgerCount)
+	prom.requireSilent(3 * time.Second)
+
+	w.db.Exec(t, "INSERT INTO staging.sales SELECT * FROM staging.sales WHERE event_date = '2026-11-01'")
+	pub("doubled")
+	dl := w.waitDeadLetters(1)[0]
+	a, seen := prom.waitFiring("IdemCheckFailed", map[string]string{"dataset": "sales", "check": "unique(order_id)"}, 30*time.Second)
+	logTiming(t, "IdemCheckFailed", "the refused load's dead letter", dl.Time, seen)
+	require.Equal(t, "page", a.Labels["severity"])
+	require.Contains(t, a.Annotations["summary"], "sales: check unique(order_id) refused a load")
+}

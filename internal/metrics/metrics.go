@@ -205,6 +205,14 @@ func (m *Metrics) Datasets(names []string) {
 	}
 }
 
+// DatasetChecks makes the failure series of a dataset's checks exist at 0,
+// like Datasets, so the first refused load pages.
+func (m *Metrics) DatasetChecks(dataset string, checks []string) {
+	for _, c := range checks {
+		m.Checks.WithLabelValues(dataset, c, "fail").Add(0)
+	}
+}
+
 // Hooks adapts the metrics to the consumer.
 func (m *Metrics) Hooks() consumer.Hooks {
 	return consumer.Hooks{

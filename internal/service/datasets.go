@@ -11,6 +11,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
@@ -103,5 +104,18 @@ func checkDatasets(ctx context.Context, pool *pgxpool.Pool, h *handlers.Handler,
 		if err != nil {
 			log.Error().Str("dataset", n).Err(err).Msg("dataset is broken: its events will go to the dead-letter stream until it is fixed")
 		}
+	}
+}
+
+// initMetrics gives the series the alert rules read a 0 for every dataset
+// and check of cfg.
+func initMetrics(m *metrics.Metrics, cfg *config.Config) {
+	m.Datasets(cfg.DatasetNames())
+	for _, name := range cfg.DatasetNames() {
+		var cs []string
+		for _, c := range cfg.Datasets[name].Checks {
+			cs = append(cs, c.DisplayName())
+		}
+		m.DatasetChecks(name, cs)
 	}
 }

@@ -105,7 +105,7 @@ func (r *reloader) reload(ctx context.Context) error {
 		r.applied.Store(next)
 	}
 	r.version.Store(&version)
-	r.m.Datasets(next.DatasetNames())
+	initMetrics(r.m, next)
 	r.m.ConfigInfo.Reset()
 	r.m.ConfigInfo.WithLabelValues(version).Set(1)
 	r.m.ConfigReloads.WithLabelValues("applied").Inc()

@@ -109,7 +109,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 		return err
 	}
 	m := metrics.New(o.BuildVersion)
-	m.Datasets(cfg.DatasetNames())
+	initMetrics(m, cfg)
 	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix}, log)
 	if err != nil {
 		return err
