@@ -11,8 +11,8 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/checks"
-	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
