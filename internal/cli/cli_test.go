@@ -162,7 +162,7 @@ func TestDevScenario(t *testing.T) {
 	r := runCLI(t, map[string]string{"IDEM_DATABASE_URL": db.URL}, "dev", "--once")
 	require.NoError(t, r.e, r.err)
 	for _, want := range []string{"skipped", "25 deleted", "not a calendar date", "dead letter on idem.dlq.orders, kind fatal, after 1 delivery",
-		"empty_source", "holds 75 rows", "status page on http://", "shows 12 events", "stopped cleanly", "orders:2026-11-28:manual__replay"} {
+		"empty_source", "check_failed: unique(order_id): 25 failing", "holds 75 rows", "status page on http://", "shows 12 events", "stopped cleanly", "orders:2026-11-28:manual__replay"} {
 		require.Contains(t, r.out, want)
 	}
 	require.EqualValues(t, 75, db.Int(t, "SELECT count(*) FROM analytics.fact_orders"))

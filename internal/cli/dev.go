@@ -196,6 +196,7 @@ func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool
 		{"poison: 2026-02-30 is not a date", "idem.ready.orders", `{"dataset":"orders","partition":"2026-02-30","run_id":"bad"}`, "dlq"},
 		{"poison: not even JSON", "idem.ready.orders", `{"dataset": "orders", oops`, "dlq"},
 		{"a partition with no source rows is refused, never a silent wipe", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-24","run_id":"scheduled__2026-11-24"}`, "dlq"},
+		{"an upstream retry doubled staging.orders of 2026-11-22: its unique check refuses the load before it commits", "idem.ready.orders", `{"dataset":"orders","partition":"2026-11-22","run_id":"scheduled__2026-11-22"}`, "dlq"},
 	}
 	dead := 0
 	for _, s := range steps {

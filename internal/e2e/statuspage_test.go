@@ -153,7 +153,7 @@ func TestDevLeavesAGrid(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1100, 420), chromedp.Navigate("http://"+addr+"/?from=2026-11-22&to=2026-11-29"), chromedp.WaitVisible("#grid")))
 	cells := browsertest.Eval[map[string]map[string]string](t, ctx, cellClassesJS)
 	require.Equal(t, map[string]string{
-		"2026-11-22": "late", "2026-11-23": "late", "2026-11-24": "dead_lettered", "2026-11-25": "success",
+		"2026-11-22": "rejected", "2026-11-23": "late", "2026-11-24": "dead_lettered", "2026-11-25": "success",
 		"2026-11-26": "success", "2026-11-27": "late", "2026-11-28": "success", "2026-11-29": "late",
 	}, cells["orders"])
 	require.Equal(t, "waiting", cells["daily_revenue"]["2026-11-24"])

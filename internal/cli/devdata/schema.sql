@@ -28,6 +28,11 @@ INSERT INTO staging.orders
 SELECT d * 100 + i, (i % 7) + 1, round((i * 13.7 + d)::numeric, 2),
        (ARRAY['placed', 'paid', 'shipped'])[i % 3 + 1], date '2026-11-25' + d
   FROM generate_series(0, 3) d, generate_series(1, 25) i;
+-- 2026-11-22 arrived twice (an upstream retry without dedup): the unique
+-- check refuses its load.
+INSERT INTO staging.orders
+SELECT 2200 + i, (i % 7) + 1, i * 3.5, 'paid', date '2026-11-22'
+  FROM generate_series(1, 25) i, generate_series(1, 2);
 INSERT INTO staging.customers
 SELECT c, 'customer ' || c, (ARRAY['bronze', 'silver', 'gold'])[c % 3 + 1],
        timestamptz '2026-11-28 09:00:00+00' + c * interval '1 minute'
