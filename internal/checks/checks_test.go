@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/pgtest"
@@ -166,4 +167,52 @@ func TestSeveralChecksOneStatementAndABrokenOne(t *testing.T) {
 	require.Equal(t, "ratio", ce.Broken)
 	require.True(t, ce.Fatal())
 	require.Contains(t, err.Error(), "check_failed: check ratio could not run")
+}
+
+// TestScopes: what each strategy's checks look at. merge: the target's rows
+// of the keys the source holds (not the rest of the table); append_dedupe:
+// the rows this load appended (not an earlier run's).
+func TestScopes(t *testing.T) {
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	_, err := audit.Migrate(ctx, db.Pool) // the strategies call idem's helpers
+	require.NoError(t, err)
+	db.Exec(t, `CREATE SCHEMA s; CREATE SCHEMA raw;
+CREATE TABLE s.c (customer_id int, tier text, day date);
+CREATE TABLE s.dim (customer_id int PRIMARY KEY, tier text);
+INSERT INTO s.dim VALUES (100, NULL), (101, NULL);               -- old rows outside the load: NULL tiers
+INSERT INTO s.c VALUES (1, 'gold', '2026-11-01'), (2, NULL, '2026-11-01'), (3, 'gold', '2026-11-02');
+CREATE TABLE raw.ev (event_id int, day date NOT NULL, run_id text, load_seq bigint);
+CREATE TABLE s.ev (event_id int, day date);
+INSERT INTO s.ev VALUES (1, '2026-11-01'), (2, '2026-11-01');
+INSERT INTO raw.ev VALUES (NULL, '2026-11-01', 'old', 1);       -- an earlier run's NULL key`)
+	for _, tc := range []struct {
+		strategy string
+		spec     strategies.Spec
+		check    string
+		checked  int64
+		failing  int64
+	}{
+		{"merge", strategies.Spec{Dataset: "c", Target: strategies.Table{Schema: "s", Name: "dim"}, Key: []string{"customer_id"},
+			Source: "SELECT customer_id, tier FROM s.c WHERE day = @partition"}, `[{not_null: [tier]}]`, 2, 1},
+		{"append_dedupe", strategies.Spec{Dataset: "ev", Target: strategies.Table{Schema: "raw", Name: "ev"}, Key: []string{"event_id"},
+			View: strategies.Table{Schema: "raw", Name: "latest_ev"}, PartitionColumn: "day", RunIDColumn: "run_id", LoadSeqColumn: "load_seq",
+			Source: "SELECT event_id, day FROM s.ev WHERE day = @partition"}, `[{not_null: [event_id]}]`, 2, 0},
+	} {
+		st, err := strategies.New(tc.strategy, tc.spec)
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return st.Prepare(ctx, tx) }))
+		set := checks.New(parse(t, tc.check), st)
+		p := strategies.Params{Partition: "2026-11-01", RunID: "r1"}
+		err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := strategies.Load(ctx, tx, st, p)
+			require.NoError(t, err)
+			outs, err := set.Run(ctx, tx, p, 0)
+			require.NoError(t, err)
+			require.Equal(t, tc.checked, outs[0].Checked, "%s: rows in scope", tc.strategy)
+			require.Equal(t, tc.failing, outs[0].Failing, tc.strategy)
+			return pgx.ErrTxClosed
+		})
+		require.ErrorIs(t, err, pgx.ErrTxClosed)
+	}
 }
