@@ -168,3 +168,36 @@ func TestDevScenario(t *testing.T) {
 	require.EqualValues(t, 75, db.Int(t, "SELECT count(*) FROM analytics.fact_orders"))
 	require.EqualValues(t, 1, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'skipped'"))
 }
+
+// TestValidateChecksAgainstDatabase: a check naming a column the target
+// lacks, a range bound its column's type cannot read, or a relationships
+// table that does not exist is found before the first event.
+func TestValidateChecksAgainstDatabase(t *testing.T) {
+	db := pgtest.NewDB(t)
+	db.Exec(t, tablesSQL)
+	env := map[string]string{"IDEM_DATABASE_URL": db.URL}
+	withChecks := strings.Replace(goodConfig, "    source: SELECT * FROM staging.orders WHERE event_date = @partition\n",
+		"    source: SELECT * FROM staging.orders WHERE event_date = @partition\n    checks:\n      - not_null: [order_id]\n", 1)
+	path := writeConfig(t, withChecks)
+	require.NoError(t, runCLI(t, env, "migrate", "--config", path).e)
+	r := runCLI(t, env, "validate", "--config", path)
+	require.NoError(t, r.e, r.err)
+
+	for bad, want := range map[string]string{
+		"      - not_null: [order_id]\n":                                                          "",
+		"      - not_null: [coupon]\n":                                                            `check not_null(coupon)`,
+		"      - {accepted_range: {column: total, min: cheap}}\n":                                 `check accepted_range(total)`,
+		"      - {relationships: {column: order_id, to: analytics.nowhere, field: id}}\n":       `analytics.nowhere`,
+		"      - {sql: \"SELECT order_id FROM analytics.fact_orders WHERE event_date = @partition\"}\n": "",
+	} {
+		cfg := strings.Replace(withChecks, "      - not_null: [order_id]\n", bad, 1)
+		r := runCLI(t, env, "validate", "--config", writeConfig(t, cfg))
+		if want == "" {
+			require.NoError(t, r.e, "%s: %s", bad, r.err)
+			continue
+		}
+		require.ErrorIs(t, r.e, ErrReported, bad)
+		require.Contains(t, r.err, `dataset "orders"`, bad)
+		require.Contains(t, r.err, want, bad)
+	}
+}
