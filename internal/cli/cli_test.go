@@ -184,10 +184,10 @@ func TestValidateChecksAgainstDatabase(t *testing.T) {
 	require.NoError(t, r.e, r.err)
 
 	for bad, want := range map[string]string{
-		"      - not_null: [order_id]\n":                                                          "",
-		"      - not_null: [coupon]\n":                                                            `check not_null(coupon)`,
-		"      - {accepted_range: {column: total, min: cheap}}\n":                                 `check accepted_range(total)`,
-		"      - {relationships: {column: order_id, to: analytics.nowhere, field: id}}\n":       `analytics.nowhere`,
+		"      - not_null: [order_id]\n":                                                                "",
+		"      - not_null: [coupon]\n":                                                                  `check not_null(coupon)`,
+		"      - {accepted_range: {column: total, min: cheap}}\n":                                       `check accepted_range(total)`,
+		"      - {relationships: {column: order_id, to: analytics.nowhere, field: id}}\n":               `analytics.nowhere`,
 		"      - {sql: \"SELECT order_id FROM analytics.fact_orders WHERE event_date = @partition\"}\n": "",
 	} {
 		cfg := strings.Replace(withChecks, "      - not_null: [order_id]\n", bad, 1)
