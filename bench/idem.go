@@ -24,6 +24,8 @@ import (
 type dataset struct {
 	Name, Strategy, Target, PartitionColumn, View, Source string
 	Key                                                   []string
+	// Checks are the items of its checks: list, each a line "      - ...".
+	Checks string
 }
 
 func (d dataset) yaml() string {
@@ -39,6 +41,9 @@ func (d dataset) yaml() string {
 		fmt.Fprintf(&b, "    view: %s\n", d.View)
 	}
 	fmt.Fprintf(&b, "    source: %s\n", d.Source)
+	if d.Checks != "" {
+		b.WriteString("    checks:\n" + d.Checks)
+	}
 	return b.String()
 }
 

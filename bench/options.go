@@ -40,6 +40,12 @@ type Sizes struct {
 	BackfillDays     int   `json:"backfill_days"`
 	BackfillRows     int   `json:"backfill_rows"`
 	BackfillInFlight []int `json:"backfill_in_flight"`
+	// ChecksRows are the rows of the partition the checks' big loads load
+	// (with and without checks, interleaved ChecksReps times each); the
+	// checks' small events are Events 10-row partitions at each InFlight,
+	// ChecksReps times with and without.
+	ChecksRows int `json:"checks_rows,omitempty"`
+	ChecksReps int `json:"checks_reps,omitempty"`
 }
 
 // SizesFor returns the sizes of mode m.
@@ -47,13 +53,16 @@ func SizesFor(m Mode) (Sizes, error) {
 	switch m {
 	case ModeFull:
 		return Sizes{Events: 2000, Partitions: 20000, InFlight: []int{1, 4, 8}, Reps: 3, PacedEvents: 1000,
-			Big: []int{100_000, 1_000_000}, Reruns: 5, BackfillDays: 365, BackfillRows: 10_000, BackfillInFlight: []int{1, 2, 4}}, nil
+			Big: []int{100_000, 1_000_000}, Reruns: 5, BackfillDays: 365, BackfillRows: 10_000, BackfillInFlight: []int{1, 2, 4},
+			ChecksRows: 1_000_000, ChecksReps: 5}, nil
 	case ModeQuick:
 		return Sizes{Events: 300, Partitions: 2000, InFlight: []int{1, 4, 8}, Reps: 1, PacedEvents: 100,
-			Big: []int{100_000}, Reruns: 5, BackfillDays: 30, BackfillRows: 10_000, BackfillInFlight: []int{1, 4}}, nil
+			Big: []int{100_000}, Reruns: 5, BackfillDays: 30, BackfillRows: 10_000, BackfillInFlight: []int{1, 4},
+			ChecksRows: 100_000, ChecksReps: 3}, nil
 	case ModeTiny:
 		return Sizes{Events: 12, Partitions: 40, InFlight: []int{2}, Reps: 1, PacedEvents: 6,
-			Big: []int{2000}, Reruns: 2, BackfillDays: 4, BackfillRows: 100, BackfillInFlight: []int{2}}, nil
+			Big: []int{2000}, Reruns: 2, BackfillDays: 4, BackfillRows: 100, BackfillInFlight: []int{2},
+			ChecksRows: 2000, ChecksReps: 1}, nil
 	}
 	return Sizes{}, fmt.Errorf("unknown mode %q (want full, quick or tiny)", m)
 }
@@ -81,7 +90,13 @@ type Options struct {
 	Progress io.Writer
 	// Command is how the run was started, for the report.
 	Command string
+	// Only, when set, runs only these phases (Phases names them), e.g.
+	// []string{"checks"}: the other sections of the results stay empty.
+	Only []string
 }
+
+// Phases are the names Options.Only takes, in the order a run takes them.
+var Phases = []string{"small", "big", "backfill", "checks"}
 
 func labelRows(n int) string {
 	switch {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"slices"
 	"time"
@@ -27,6 +28,8 @@ type Results struct {
 	Big        []BigSize       `json:"big"`
 	Backfill   []BackfillPoint `json:"backfill"`
 	Memory     []MemSample     `json:"memory"`
+	// Checks is (g): loads with and without a dataset's checks.
+	Checks *ChecksResult `json:"checks,omitempty"`
 	// Notes are remarks the run made about itself: fallbacks, warnings.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -199,6 +202,100 @@ type MemSample struct {
 	Phase    string  `json:"phase"`
 	InFlight int     `json:"in_flight"`
 	PeakMiB  float64 `json:"peak_mib"`
+}
+
+// ChecksResult is (g): what a dataset's checks cost, as ratios to the same
+// loads without them, in the same run.
+type ChecksResult struct {
+	Rows  int    `json:"rows"`
+	Label string `json:"label"`
+	Reps  int    `json:"reps"`
+	// Big are the timed delete_insert loads of one partition of Rows rows
+	// per variant (ChecksNone, ChecksRowCountChange, ChecksAll), in the
+	// order they ran; the variants take turns.
+	Big map[string][]ChecksLoad `json:"big"`
+	// Dissect is the checks' statement taken apart, in a transaction
+	// that does the load's DELETE + INSERT and rolls back.
+	Dissect *ChecksDissect `json:"dissect,omitempty"`
+	// Small is 10-row partitions with a row_count check and without, end
+	// to end through idem serve, at each max_in_flight.
+	Small []ChecksSmall `json:"small"`
+	// From is the run that measured these figures when a report took them
+	// from another results file (idembench -checks).
+	From *RunRef `json:"from,omitempty"`
+}
+
+// ChecksLoad is one timed load of (g).
+type ChecksLoad struct {
+	Op
+	// Turn is its place in its round of the variants (0: first).
+	Turn int `json:"turn"`
+	// ChecksMs is idem's own timing of the checks' round trip (SAVEPOINT,
+	// the statement, RELEASE), from idem.check_results.duration_ms.
+	ChecksMs float64 `json:"checks_ms,omitempty"`
+	// Outcomes are the checks' names and statuses.
+	Outcomes string `json:"outcomes,omitempty"`
+}
+
+// ChecksDissect times the statements the checks build, captured from idem's
+// handler, inside one transaction: the baseline count (row_count_change),
+// the load, a bare count(*) of the produced rows, the checks' statement
+// (medians of 3), the statement under other settings, and its EXPLAIN
+// (ANALYZE, BUFFERS).
+type ChecksDissect struct {
+	Statement    string             `json:"statement"`
+	BaselineMs   float64            `json:"baseline_ms"`
+	LoadMs       float64            `json:"load_ms"`
+	CountMs      float64            `json:"count_ms"`
+	StatementMs  float64            `json:"statement_ms"`
+	Settings     map[string]float64 `json:"settings_ms"`
+	ExplainMs    float64            `json:"explain_ms"`
+	Parts        []PlanPart         `json:"parts"`
+	Plan         string             `json:"plan"`
+}
+
+// PlanPart is a piece of the checks' statement under EXPLAIN ANALYZE: each
+// subquery the root runs (InitPlan, SubPlan) and the rest, its shared scan.
+type PlanPart struct {
+	Name   string  `json:"name"`
+	Ms     float64 `json:"ms"`
+	Detail string  `json:"detail"`
+}
+
+// ChecksSmall is (g)'s small events at one max_in_flight.
+type ChecksSmall struct {
+	InFlight int        `json:"in_flight"`
+	Without  Throughput `json:"without"`
+	With     Throughput `json:"with_row_count"`
+}
+
+// RunRef names a run: how it was started, when, on which commit, and how
+// busy the machine was.
+type RunRef struct {
+	Command  string       `json:"command"`
+	Mode     Mode         `json:"mode"`
+	Started  time.Time    `json:"started"`
+	Finished time.Time    `json:"finished"`
+	Commit   string       `json:"commit"`
+	Load     []LoadSample `json:"load"`
+}
+
+// TakeChecks puts o's checks figures (g) into r, which has none, naming the
+// run that measured them: a report of a full run can then show the figures
+// of a later `-only checks` run.
+func (r *Results) TakeChecks(o *Results) error {
+	if o.Checks == nil {
+		return errors.New("the results hold no checks figures (g)")
+	}
+	if r.Checks != nil {
+		return errors.New("the report's run has checks figures (g) of its own")
+	}
+	c := *o.Checks
+	if c.From == nil {
+		c.From = &RunRef{Command: o.Command, Mode: o.Mode, Started: o.Started, Finished: o.Finished, Commit: o.Machine.Commit, Load: o.Load}
+	}
+	r.Checks = &c
+	return nil
 }
 
 // Save writes r as indented JSON.

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -10,6 +12,11 @@ import (
 // starts and removes its own servers (or database and streams, with
 // Options.AdminURL and NATSURL).
 func Run(ctx context.Context, opts Options) (*Results, error) {
+	for _, o := range opts.Only {
+		if !slices.Contains(Phases, o) {
+			return nil, fmt.Errorf("unknown phase %q (want %s)", o, strings.Join(Phases, ", "))
+		}
+	}
 	sizes := opts.Sizes
 	if sizes.Events == 0 {
 		var err error
@@ -25,14 +32,18 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		return res, err
 	}
 	phases := []struct {
-		name string
-		run  func(context.Context) error
+		key, name string
+		run       func(context.Context) error
 	}{
-		{"small events, duplicates, skipped duplicates", e.runSmall},
-		{"big partitions", e.runBig},
-		{"backfill", e.runBackfill},
+		{"small", "small events, duplicates, skipped duplicates", e.runSmall},
+		{"big", "big partitions", e.runBig},
+		{"backfill", "backfill", e.runBackfill},
+		{"checks", "checks: loads with and without", e.runChecks},
 	}
 	for _, p := range phases {
+		if len(opts.Only) > 0 && !slices.Contains(opts.Only, p.key) {
+			continue
+		}
 		e.logf("== %s", p.name)
 		if err := p.run(ctx); err != nil {
 			return res, fmt.Errorf("%s: %w", p.name, err)
