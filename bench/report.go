@@ -288,6 +288,7 @@ func (r *Results) Markdown() string {
 		}
 		w("%s\n", t)
 	}
+	b.WriteString(r.checksMarkdown())
 	return b.String()
 }
 
@@ -389,6 +390,7 @@ func (r *Results) Verdicts() []Verdict {
 		add(s.Idem.Latency.P50 < 2, fmt.Sprintf("skipped duplicate, max_in_flight %d: under 2 ms", s.InFlight),
 			"p50 %s ms, p99 %s ms publish → ack; %s skips/s", num(s.Idem.Latency.P50), num(s.Idem.Latency.P99), num(s.Idem.Throughput.PerSec))
 	}
+	r.checksVerdicts(add)
 	return out
 }
 

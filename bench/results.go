@@ -243,15 +243,15 @@ type ChecksLoad struct {
 // (medians of 3), the statement under other settings, and its EXPLAIN
 // (ANALYZE, BUFFERS).
 type ChecksDissect struct {
-	Statement    string             `json:"statement"`
-	BaselineMs   float64            `json:"baseline_ms"`
-	LoadMs       float64            `json:"load_ms"`
-	CountMs      float64            `json:"count_ms"`
-	StatementMs  float64            `json:"statement_ms"`
-	Settings     map[string]float64 `json:"settings_ms"`
-	ExplainMs    float64            `json:"explain_ms"`
-	Parts        []PlanPart         `json:"parts"`
-	Plan         string             `json:"plan"`
+	Statement   string             `json:"statement"`
+	BaselineMs  float64            `json:"baseline_ms"`
+	LoadMs      float64            `json:"load_ms"`
+	CountMs     float64            `json:"count_ms"`
+	StatementMs float64            `json:"statement_ms"`
+	Settings    map[string]float64 `json:"settings_ms"`
+	ExplainMs   float64            `json:"explain_ms"`
+	Parts       []PlanPart         `json:"parts"`
+	Plan        string             `json:"plan"`
 }
 
 // PlanPart is a piece of the checks' statement under EXPLAIN ANALYZE: each

@@ -171,3 +171,56 @@ func TestChecksRejectTheArticlesFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckRefusalKeepsAJoinWaiting: a join runs only while every
+// upstream's latest attempt succeeded; an upstream load the checks refused
+// keeps it waiting, even when the other upstream loads again.
+func TestCheckRefusalKeepsAJoinWaiting(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{extraYAML: `  sales:
+    strategy: delete_insert
+    target: analytics.sales
+    partition_column: event_date
+    source: SELECT order_id, event_date, status, total FROM staging.sales WHERE event_date = @partition
+    then: [combined]
+    checks:
+      - unique: [order_id]
+  refunds:
+    strategy: delete_insert
+    target: analytics.refunds
+    partition_column: event_date
+    source: SELECT order_id, event_date FROM staging.sales WHERE event_date = @partition AND status = 'refunded'
+    then: [combined]
+  combined:
+    strategy: delete_insert
+    target: analytics.combined
+    partition_column: event_date
+    source: SELECT s.event_date, count(*) AS n FROM analytics.sales s WHERE s.event_date = @partition GROUP BY s.event_date
+`})
+	w.db.Exec(t, salesSQL+`
+CREATE TABLE analytics.refunds (order_id int, event_date date NOT NULL);
+CREATE TABLE analytics.combined (event_date date NOT NULL, n bigint);`)
+	w.serve()
+	pub := func(dataset, runID string) {
+		_, err := w.js.Publish(context.Background(), "idem.ready."+dataset,
+			[]byte(fmt.Sprintf(`{"dataset":%q,"partition":"2026-11-01","run_id":%q}`, dataset, runID)))
+		require.NoError(t, err)
+	}
+	combined := `SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'combined' AND status = 'success'`
+	pub("sales", "s1")
+	pub("refunds", "r1")
+	w.waitCount(1, combined)
+	w.waitSettled()
+
+	w.db.Exec(t, "INSERT INTO staging.sales SELECT * FROM staging.sales WHERE event_date = '2026-11-01'")
+	pub("sales", "s2")
+	w.waitDeadLetters(1)
+	pub("refunds", "r2") // the other upstream loads again
+	w.waitCount(2, `SELECT count(*) FROM idem.run_ledger WHERE task_id = 'refunds'`)
+	w.waitSettled()
+	require.EqualValues(t, 1, w.count(combined), "the join waits while sales' latest attempt was refused")
+	// idem audit status names the check that refused the latest load.
+	out, err := exec.Command(idemBin, "audit", "status", "sales", "--from", "2026-11-01", "--to", "2026-11-01", "--config", w.cfg).CombinedOutput()
+	require.Error(t, err, "exit 1: the partition's latest attempt failed")
+	require.Contains(t, string(out), "check_failed: unique(order_id)")
+}

@@ -5,6 +5,12 @@
 //
 //	go run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
 //	go run ./bench/cmd/idembench -report bench/results/full.json -docs docs
+//
+// -only runs some phases alone (the others' sections stay empty), and with
+// -report, -checks takes the checks figures (g) from another results file:
+//
+//	go run ./bench/cmd/idembench -mode full -only checks -json bench/results/checks-full.json
+//	go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json -docs docs
 package main
 
 import (
@@ -22,6 +28,16 @@ import (
 	"github.com/idem-data/idem/bench"
 )
 
+func phases(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -36,6 +52,8 @@ func run(args []string, out, errOut io.Writer) int {
 	report := fs.String("report", "", "render this results file again instead of running")
 	idemBin := fs.String("idem", "", "a built idem binary (default: go build ./cmd/idem)")
 	keep := fs.Bool("keep", false, "keep the work directory (configs, idem logs)")
+	only := fs.String("only", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", "))
+	checksFrom := fs.String("checks", "", "with -report: take the checks figures (g) from this results file (an -only checks run)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -46,7 +64,21 @@ func run(args []string, out, errOut io.Writer) int {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
+		if *checksFrom != "" {
+			o, err := bench.Load(*checksFrom)
+			if err == nil {
+				err = res.TakeChecks(o)
+			}
+			if err != nil {
+				fmt.Fprintln(errOut, "idembench:", *checksFrom+":", err)
+				return 1
+			}
+		}
 	} else {
+		if *checksFrom != "" {
+			fmt.Fprintln(errOut, "idembench: -checks goes with -report")
+			return 2
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if *jsonPath == "" {
@@ -61,7 +93,7 @@ func run(args []string, out, errOut io.Writer) int {
 		res, err = bench.Run(ctx, bench.Options{
 			Mode: m, AdminURL: os.Getenv("IDEM_DATABASE_URL"), NATSURL: os.Getenv("IDEM_NATS_URL"),
 			IdemBin: *idemBin, Durable: true, KeepWork: *keep, Progress: errOut,
-			Command: "idembench " + strings.Join(args, " "),
+			Command: "idembench " + strings.Join(args, " "), Only: phases(*only),
 		})
 		if err != nil {
 			fmt.Fprintln(errOut, "idembench:", err)
