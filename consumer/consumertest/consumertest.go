@@ -5,6 +5,7 @@
 package consumertest
 
 import (
+	"context"
 	"net"
 	"path/filepath"
 	"testing"
@@ -68,4 +69,34 @@ func JetStream(t testing.TB, s *server.Server) jetstream.JetStream {
 		t.Fatalf("consumertest: jetstream: %v", err)
 	}
 	return js
+}
+
+// FillStream makes stream full: its max_msgs becomes n (0: the messages it
+// holds now) and it discards new messages, so JetStream refuses the next
+// publish as a full stream does. The returned func restores its config.
+func FillStream(t testing.TB, js jetstream.JetStream, stream string, n int64) (restore func()) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("consumertest: stream %s: %v", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("consumertest: stream %s: %v", stream, err)
+	}
+	full := info.Config
+	if n == 0 {
+		n = int64(info.State.Msgs)
+	}
+	full.MaxMsgs, full.Discard = n, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, full); err != nil {
+		t.Fatalf("consumertest: fill %s: %v", stream, err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := js.UpdateStream(ctx, info.Config); err != nil {
+			t.Fatalf("consumertest: restore %s: %v", stream, err)
+		}
+	}
 }

@@ -127,6 +127,15 @@ func New(cs []config.Check, s strategies.Strategy) *Set {
 
 func q(col string) string { return pgx.Identifier{col}.Sanitize() }
 
+// with is p's arguments and the check's own values.
+func (c check) with(p strategies.Params) pgx.NamedArgs {
+	args := p.NamedArgs()
+	for k, v := range c.args {
+		args[k] = v
+	}
+	return args
+}
+
 func cols(prefix string, cs []string) string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
@@ -237,10 +246,7 @@ func (s *Set) Run(ctx context.Context, tx pgx.Tx, p strategies.Params, baseline 
 		if out[i].Status != StatusFail && out[i].Status != StatusWarn || c.sample == "" {
 			continue
 		}
-		args := p.NamedArgs()
-		for k, v := range c.args {
-			args[k] = v
-		}
+		args := c.with(p)
 		var samples []byte
 		if err := tx.QueryRow(ctx, c.sample, args).Scan(&samples); err != nil {
 			return nil, &Error{Broken: c.name, Err: err}
@@ -335,10 +341,7 @@ func (s *Set) broken(ctx context.Context, tx pgx.Tx, p strategies.Params, err er
 		if c.count == "" {
 			continue
 		}
-		args := p.NamedArgs()
-		for k, v := range c.args {
-			args[k] = v
-		}
+		args := c.with(p)
 		if _, e := tx.Exec(ctx, "SAVEPOINT idem_check"); e != nil {
 			break
 		}
@@ -424,10 +427,7 @@ func (s *Set) Explain(ctx context.Context, tx pgx.Tx, p strategies.Params) error
 		if c.count == "" {
 			continue
 		}
-		args := p.NamedArgs()
-		for k, v := range c.args {
-			args[k] = v
-		}
+		args := c.with(p)
 		var plan []byte
 		if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) SELECT "+c.count+" "+s.produced, args).Scan(&plan); err != nil {
 			return fmt.Errorf("check %s: %w", c.name, err)

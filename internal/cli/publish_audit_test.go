@@ -1,14 +1,14 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/consumer/consumertest"
 )
 
 func TestPublishConfirmsAndReportsDuplicates(t *testing.T) {
@@ -45,15 +45,7 @@ func TestPublishConfirmsAndReportsDuplicates(t *testing.T) {
 	require.True(t, errors.As(w.run("publish", "orders").e, &usage))
 
 	// A full events stream: the publisher is told why, and nothing is stored.
-	ctx := context.Background()
-	s, err := w.js.Stream(ctx, "IDEM_EVENTS")
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	full := info.Config
-	full.MaxMsgs, full.Discard = int64(info.State.Msgs), jetstream.DiscardNew
-	_, err = w.js.UpdateStream(ctx, full)
-	require.NoError(t, err)
+	consumertest.FillStream(t, w.js, "IDEM_EVENTS", 0)
 	r = w.run("publish", "orders", "2026-03-03")
 	require.Error(t, r.e)
 	require.False(t, errors.As(r.e, &usage), "not a usage error: exit 1")

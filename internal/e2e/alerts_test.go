@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/consumer/consumertest"
 	"github.com/idem-data/idem/internal/localpg"
 )
 
@@ -319,18 +319,10 @@ func TestAlertOutboxStuck(t *testing.T) {
 	w.waitCount(3, ledgerCount) // orders, b, c
 	prom.requireSilent(4 * time.Second)
 
-	ctx := context.Background()
 	w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (2000)")
 	w.publish("2026-11-02", "r2", nil)
 	w.waitSleeping()
-	s, err := w.js.Stream(ctx, "IDEM_EVENTS")
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	full := info.Config
-	full.MaxMsgs, full.Discard = int64(info.State.Msgs), jetstream.DiscardNew
-	_, err = w.js.UpdateStream(ctx, full)
-	require.NoError(t, err)
+	restore := consumertest.FillStream(t, w.js, "IDEM_EVENTS", 0)
 	w.db.Exec(t, "DELETE FROM staging.gate_on")
 	require.Eventually(t, func() bool {
 		return w.count("SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL") == 1 &&
@@ -344,8 +336,7 @@ func TestAlertOutboxStuck(t *testing.T) {
 	logTiming(t, "IdemOutboxStuck (for: shortened from 5m to "+promShortFor+")", "the row passing 300 s", aged, seen)
 	require.Equal(t, "page", a.Labels["severity"])
 
-	_, err = w.js.UpdateStream(ctx, info.Config)
-	require.NoError(t, err)
+	restore()
 	w.waitCount(6, ledgerCount)
 	prom.waitGone("IdemOutboxStuck", nil, 90*time.Second)
 }
@@ -398,15 +389,7 @@ func TestAlertDeadLetterStreamFull(t *testing.T) {
 	w.waitCount(1, ledgerCount)
 	prom.requireSilent(3 * time.Second)
 
-	ctx := context.Background()
-	s, err := w.js.Stream(ctx, "IDEM_DLQ")
-	require.NoError(t, err)
-	info, err := s.Info(ctx)
-	require.NoError(t, err)
-	full := info.Config
-	full.MaxMsgs, full.Discard = 1, jetstream.DiscardNew
-	_, err = w.js.UpdateStream(ctx, full)
-	require.NoError(t, err)
+	restore := consumertest.FillStream(t, w.js, "IDEM_DLQ", 1)
 	w.publish("2030-01-01", "poison-1", nil) // the one dead letter the stream holds
 	w.waitDeadLetters(1)
 	w.publish("2030-01-02", "poison-2", nil)
@@ -417,8 +400,7 @@ func TestAlertDeadLetterStreamFull(t *testing.T) {
 	ack, pending := w.pending()
 	require.Positive(t, uint64(ack)+pending, "the refused event stays in its stream")
 
-	_, err = w.js.UpdateStream(ctx, info.Config)
-	require.NoError(t, err)
+	restore()
 	dls := w.waitDeadLetters(2)
 	require.Equal(t, "poison-2", dls[1].Header.Get("Idem-Run-Id"))
 	w.waitSettled()
