@@ -23,15 +23,6 @@ const (
 	SessionUnlockSQL = "SELECT pg_advisory_unlock(" + lockIDSQL + ") FROM (SELECT $1::text AS lock_key) k"
 )
 
-// QueueNewerSuccess queues on b whether partition k.Partition of k.Dataset
-// has a success of a message later in the stream than seq, storing the
-// answer in newer: a re-verified event must not load over it.
-func QueueNewerSuccess(b *pgx.Batch, k RunKey, seq uint64, newer *bool) {
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM idem.pipeline_audit
-	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND status = 'success' AND stream_seq > $4)`,
-		k.Pipeline, k.Dataset, k.Partition, int64(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(newer) })
-}
-
 // Delivered is one event of the stream as a re-verification reads it.
 type Delivered struct {
 	Dataset, Partition string

@@ -71,6 +71,11 @@ type Handler struct {
 	// (synchronous standbys that must have applied a load before it counts),
 	// which the pool's asynchronous bookkeeping must not weaken.
 	RemoteApply bool
+	// Verified, when set, is called before every load but a re-verification:
+	// it returns once the warehouse this process talks to is one whose
+	// recent loads were verified, so that nothing loads on a promoted
+	// standby before its lost loads are back (or with ctx's error).
+	Verified func(ctx context.Context) error
 
 	// mu guards Datasets once the handler serves: Replace swaps the map, a
 	// load keeps the *Dataset it started with.
@@ -108,9 +113,8 @@ type Meta struct {
 	// MaxAttempts is the message's budget of loads that run (retries + 1);
 	// 0 means no limit.
 	MaxAttempts int
-	// Reverify marks a load again after a warehouse failover: under the
-	// partition's lock it is skipped when a message later in the stream has
-	// a success on the partition, so it never loads over a newer run.
+	// Reverify marks a load again after a warehouse failover: it runs while
+	// Handler.Verified holds the other loads back.
 	Reverify bool
 }
 
@@ -119,9 +123,6 @@ type Outcome struct {
 	Status  string // audit.StatusSuccess or audit.StatusSkipped
 	Rows    strategies.Result
 	AuditID int64
-	// Superseded: a Reverify load skipped because a later message's
-	// success holds the partition.
-	Superseded bool
 	// Checks are the outcomes of the dataset's checks, also when they
 	// refused the load (the error is then a *checks.Error).
 	Checks []checks.Outcome
@@ -182,12 +183,17 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
 		Uint64("stream_seq", m.StreamSeq).Logger()
 
+	if h.Verified != nil && !m.Reverify {
+		if err := h.Verified(ctx); err != nil {
+			return Outcome{}, beforeLoad(err)
+		}
+	}
 	h.unrecorded.flush(ctx, h.DB, log)
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, beforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, c: c.Conn(), log: log, reverify: m.Reverify}
+	l := &loading{h: h, ds: ds, a: a, c: c.Conn(), log: log}
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened
@@ -254,9 +260,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	}
 	l.recordChecks(ctx, b.ID, nil)
 	out.Checks = l.checked
-	if out.Superseded {
-		log.Info().Msg("a later event's load holds the partition: not loaded over it")
-	} else if out.Status == audit.StatusSkipped {
+	if out.Status == audit.StatusSkipped {
 		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
 	} else {
 		log.Info().Int64("rows_inserted", out.Rows.Inserted).Int64("rows_updated", out.Rows.Updated).

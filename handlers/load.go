@@ -39,12 +39,9 @@ type loading struct {
 
 	// begun: the audit statement ran, so its row is committed.
 	begun bool
-	// locked and done answer the partition lock and the ledger check;
-	// newer, for a reverify load, whether a later message's success holds
-	// the partition.
-	locked, done, newer bool
-	reverify            bool
-	plan                *strategies.Plan
+	// locked and done answer the partition lock and the ledger check.
+	locked, done bool
+	plan         *strategies.Plan
 	// checked are the outcomes of the dataset's checks on this load.
 	checked []checks.Outcome
 }
@@ -121,9 +118,6 @@ func (l *loading) queueCheck(b *pgx.Batch) {
 	} else {
 		audit.QueueSucceeded(b, l.a.RunKey, &l.done)
 	}
-	if l.reverify {
-		audit.QueueNewerSuccess(b, l.a.RunKey, l.a.StreamSeq, &l.newer)
-	}
 }
 
 // queueCommit queues the COMMIT that ends the load's transaction; its
@@ -140,11 +134,11 @@ func queueCommit(b *pgx.Batch) {
 // load runs round trips 2 and 3 in the transaction begin opened.
 func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	if l.done || l.newer {
+	if l.done {
 		b := &pgx.Batch{}
 		audit.QueueSkip(b, id)
 		queueCommit(b)
-		out.Status, out.Superseded = audit.StatusSkipped, l.newer && !l.done
+		out.Status = audit.StatusSkipped
 		return out, l.c.SendBatch(ctx, b).Close()
 	}
 	tx := &connTx{c: l.c}

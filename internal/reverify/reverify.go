@@ -2,8 +2,10 @@
 // commits (a promoted asynchronous standby), the events of the recent past
 // against what the warehouse still records, and loads again every one whose
 // verdict is gone. The events stream keeps every event it acknowledged; the
-// audit says which of them the warehouse still has. It never dead-letters
-// and never loads over a newer load of the same partition.
+// audit says which of them the warehouse still has. Until a new server is
+// verified, no other load runs on it (Verified): the loads it lost
+// committed after every load it kept, so loading them again, before
+// anything new, restores what was acknowledged. It never dead-letters.
 //
 // It reads NATS (the events stream, the consumer, the dead-letter stream)
 // and hands loads to the handler; it decides no message's fate: the
@@ -17,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -64,7 +67,6 @@ type Result struct {
 	Reloaded   int // loaded again: acknowledged, and lost by the warehouse
 	Ahead      int // loaded before its own delivery ended (it was in flight or waiting for a redelivery)
 	Skipped    int // already loaded (a duplicate, or loaded meanwhile)
-	Superseded int // not loaded over a later event's load of the partition
 	Failed     int // a load that failed: the event's own delivery decides
 	Err        error
 }
@@ -77,15 +79,16 @@ type Reverifier struct {
 	// pending is the pass asked for and not yet begun.
 	pending *request
 	last    Result
+	// verified is the identity of the server last verified (known says it
+	// was read); held, while not nil, is closed once the server this
+	// process talks to is verified: loads wait on it.
+	verified audit.Identity
+	known    bool
+	held     chan struct{}
 }
 
-// request is a pass asked for; ifChanged passes run only if the warehouse's
-// identity still differs from the stored one when their turn comes (a pass
-// that ran meanwhile stored it).
-type request struct {
-	reason    string
-	ifChanged bool
-}
+// request is a pass asked for.
+type request struct{ reason string }
 
 // New fills the defaults.
 func New(cfg Config) *Reverifier {
@@ -104,7 +107,7 @@ func (r *Reverifier) Trigger(reason string) { r.ask(request{reason: reason}) }
 
 func (r *Reverifier) ask(req request) {
 	r.mu.Lock()
-	if r.pending == nil || r.pending.ifChanged && !req.ifChanged {
+	if r.pending == nil {
 		r.pending = &req
 	}
 	r.mu.Unlock()
@@ -142,7 +145,7 @@ func (r *Reverifier) Run(ctx context.Context) {
 		case <-r.wake:
 		}
 		req := r.take()
-		if req == nil || req.ifChanged && !r.changed(ctx) {
+		if req == nil {
 			continue
 		}
 		res := r.Pass(ctx, req.reason)
@@ -171,7 +174,7 @@ func (r *Reverifier) Pass(ctx context.Context, reason string) Result {
 		ev = r.cfg.Log.Warn().Err(res.Err)
 	}
 	ev.Str("reason", reason).Dur("window", res.Window).Int("checked", res.Checked).Int("missing", res.Missing).
-		Int("reloaded", res.Reloaded).Int("loaded_ahead", res.Ahead).Int("skipped", res.Skipped).Int("superseded", res.Superseded).Int("failed", res.Failed).
+		Int("reloaded", res.Reloaded).Int("loaded_ahead", res.Ahead).Int("skipped", res.Skipped).Int("failed", res.Failed).
 		Dur("took", res.Took).Msg("warehouse re-verified: events of the window checked against the ledger")
 	r.mu.Lock()
 	r.last = res
@@ -230,8 +233,6 @@ func (r *Reverifier) pass(ctx context.Context, res *Result) error {
 			res.Failed++
 			r.cfg.Log.Warn().Err(err).Str("dataset", e.ev.Dataset).Str("partition", e.ev.Key.Key).Str("run_id", e.ev.RunID).
 				Uint64("stream_seq", e.seq).Msg("re-verification: the load again failed; the event's delivery decides its fate")
-		case out.Superseded:
-			res.Superseded++
 		case out.Status == audit.StatusSkipped:
 			res.Skipped++
 		case !e.acked:
@@ -242,7 +243,96 @@ func (r *Reverifier) pass(ctx context.Context, res *Result) error {
 				Uint64("stream_seq", e.seq).Msg("re-verification: the warehouse had lost this load: loaded again")
 		}
 	}
-	return audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, id)
+	if err := audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, id); err != nil {
+		return err
+	}
+	r.release(id)
+	return nil
+}
+
+// Init reads the identity the pipeline last verified against and the
+// server's, before the first load: a server that is not the verified one
+// holds the loads and asks for a pass at once. The first identity a
+// pipeline sees is recorded without one.
+func (r *Reverifier) Init(ctx context.Context) error {
+	cur, stored, ok, err := r.identities(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, cur); err != nil {
+			return err
+		}
+		stored = cur
+	}
+	r.mu.Lock()
+	r.verified, r.known = stored, true
+	r.mu.Unlock()
+	if stored != cur {
+		r.hold(fmt.Sprintf("the warehouse is not the one last verified (%s, now %s)", stored, cur))
+	}
+	return nil
+}
+
+// Connected is the pool's AfterConnect: a new session on a server that is
+// not the verified one holds the loads before any of them can use it, and
+// asks for a pass. It never refuses the session (the pass needs it).
+func (r *Reverifier) Connected(ctx context.Context, conn *pgx.Conn) error {
+	r.mu.Lock()
+	known, verified := r.known, r.verified
+	r.mu.Unlock()
+	if !known {
+		return nil
+	}
+	cur, err := audit.CurrentIdentity(ctx, conn)
+	if err != nil || cur == verified {
+		return nil // a standby or an unreadable identity: the loads' own errors tell
+	}
+	r.hold(fmt.Sprintf("the warehouse is not the one last verified (%s, now %s)", verified, cur))
+	return nil
+}
+
+// hold stops the loads until a pass verifies the server, and asks for one.
+func (r *Reverifier) hold(reason string) {
+	r.mu.Lock()
+	first := r.held == nil
+	if first {
+		r.held = make(chan struct{})
+	}
+	r.mu.Unlock()
+	if first {
+		r.cfg.Log.Warn().Str("reason", reason).Msg("loads wait for the re-verification of the warehouse")
+	}
+	r.ask(request{reason: reason})
+}
+
+func (r *Reverifier) release(id audit.Identity) {
+	r.mu.Lock()
+	r.verified, r.known = id, true
+	held := r.held
+	r.held = nil
+	r.mu.Unlock()
+	if held != nil {
+		close(held)
+		r.cfg.Log.Info().Msg("warehouse verified: loads resume")
+	}
+}
+
+// Verified returns once no pass is holding the loads, or with ctx's error
+// (the handler's Verified).
+func (r *Reverifier) Verified(ctx context.Context) error {
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held == nil {
+		return nil
+	}
+	select {
+	case <-held:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 type event struct {
@@ -363,15 +453,8 @@ func (r *Reverifier) check(ctx context.Context) {
 			r.cfg.Log.Debug().Err(err).Msg("warehouse identity not stored")
 		}
 	case stored != cur:
-		r.ask(request{reason: fmt.Sprintf("the warehouse is not the one last verified (%s, now %s)", stored, cur), ifChanged: true})
+		r.hold(fmt.Sprintf("the warehouse is not the one last verified (%s, now %s)", stored, cur))
 	}
-}
-
-// changed says whether the warehouse's identity differs from the stored
-// one; true when it cannot tell.
-func (r *Reverifier) changed(ctx context.Context) bool {
-	cur, stored, ok, err := r.identities(ctx)
-	return err != nil || !ok || cur != stored
 }
 
 func (r *Reverifier) identities(ctx context.Context) (cur, stored audit.Identity, ok bool, err error) {

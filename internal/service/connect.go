@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,14 +86,18 @@ func ServerRemoteApply(ctx context.Context, pool *pgxpool.Pool, url string) (boo
 
 // Connect opens a pool and checks the server answers within 10 s.
 func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return connectSized(ctx, url, 0)
+	return connectSized(ctx, url, 0, nil)
 }
 
-// connectSized opens a pool of at least conns connections (see PoolConfig).
-func connectSized(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) {
+// connectSized opens a pool of at least conns connections (see PoolConfig);
+// hook, when set, sees every new session before it is used.
+func connectSized(ctx context.Context, url string, conns int, hook *connHook) (*pgxpool.Pool, error) {
 	cfg, err := PoolConfig(url, conns)
 	if err != nil {
 		return nil, err
+	}
+	if hook != nil {
+		cfg.AfterConnect = hook.call
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -155,8 +160,8 @@ func waitUntil[T any](ctx context.Context, log zerolog.Logger, what string, try 
 }
 
 // connectWaiting opens the pool, waiting while PostgreSQL cannot be reached.
-func connectWaiting(ctx context.Context, log zerolog.Logger, url string, conns int) (*pgxpool.Pool, error) {
-	return waitUntil(ctx, log, "postgres", func() (*pgxpool.Pool, error) { return connectSized(ctx, url, conns) },
+func connectWaiting(ctx context.Context, log zerolog.Logger, url string, conns int, hook *connHook) (*pgxpool.Pool, error) {
+	return waitUntil(ctx, log, "postgres", func() (*pgxpool.Pool, error) { return connectSized(ctx, url, conns, hook) },
 		func(err error) bool {
 			// Unreachable, starting up, too many connections: wait. A
 			// refused password is a configuration error at start.
@@ -168,4 +173,17 @@ func connectWaiting(ctx context.Context, log zerolog.Logger, url string, conns i
 func natsWaiting(ctx context.Context, log zerolog.Logger, cfg config.NATS, name string) (*nats.Conn, error) {
 	return waitUntil(ctx, log, "nats", func() (*nats.Conn, error) { return natsconn.Connect(ctx, cfg, name, log) },
 		func(err error) bool { return errors.Is(err, nats.ErrNoServers) })
+}
+
+// connHook is the pool's AfterConnect, set once the service has built what
+// it calls (the re-verification's check of the server's identity).
+type connHook struct{ f atomic.Pointer[func(context.Context, *pgx.Conn) error] }
+
+func (h *connHook) set(f func(context.Context, *pgx.Conn) error) { h.f.Store(&f) }
+
+func (h *connHook) call(ctx context.Context, c *pgx.Conn) error {
+	if f := h.f.Load(); f != nil {
+		return (*f)(ctx, c)
+	}
+	return nil
 }

@@ -59,11 +59,12 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	cfg, log := o.Config, o.Log
 	pool, nc := o.Pool, o.NATS
+	hook := &connHook{}
 	if pool == nil {
 		if cfg.Postgres.URL == "" {
 			return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
 		}
-		p, err := connectWaiting(ctx, log, cfg.Postgres.URL, poolSize(cfg))
+		p, err := connectWaiting(ctx, log, cfg.Postgres.URL, poolSize(cfg), hook)
 		if err != nil {
 			return err
 		}
@@ -82,10 +83,10 @@ func Run(ctx context.Context, o Options) error {
 		defer c.Close()
 		nc = c
 	}
-	return run(ctx, o, pool, nc)
+	return run(ctx, o, pool, nc, hook)
 }
 
-func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) error {
+func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook *connHook) error {
 	log, cfg := o.Log, o.Config
 	if err := ensureSchema(ctx, pool, log); err != nil {
 		return err
@@ -121,6 +122,14 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn) erro
 	hooks := m.Hooks()
 	rv := newReverifier(cfg, js, pool, h, m, log)
 	if rv != nil {
+		// Nothing loads on a server that is not the verified one until its
+		// pass is done: each new session is checked before use, and so is
+		// the server at start.
+		hook.set(rv.Connected)
+		if err := rv.Init(ctx); err != nil {
+			log.Warn().Err(err).Msg("warehouse identity not read at start: the first check (10 s) or reconnect reads it")
+		}
+		h.Verified = rv.Verified
 		// Any reconnect after the circuit opened may be to a promoted
 		// standby that lacks the last commits.
 		circuit := hooks.Circuit
