@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,8 @@ const dbName = "chaos"
 // campaign is one run's moving parts.
 type campaign struct {
 	o        Options
-	db       *pgxpool.Pool
+	db       *pgxpool.Pool // the primary's, whichever place holds it (warehouse.url)
+	wh       *warehouse
 	nats     natsServers
 	cluster  *natsCluster // the cluster topology; nil with one server
 	link     *dbLink
@@ -61,22 +63,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r.Retries, r.RetryDelay, r.MaxRetryDelay = Retries, RetryDelay.String(), MaxRetryDelay.String()
 	r.RetryScheduleSeconds = retrySchedule(Retries, RetryDelay, MaxRetryDelay).Seconds()
-	c := &campaign{o: o}
-	defer c.close()
-	if err := c.setup(ctx); err != nil {
-		return nil, err
-	}
-	o.Logf("chaos: seed %d, %d events over %s, %d replicas, logs in %s", o.Seed, o.Events, o.Duration, o.Replicas, c.logs)
-
 	// Separate generators, so that a change to the workload does not move
-	// the fault schedule of a seed, and the other way round.
+	// the fault schedule of a seed, and the other way round. The schedule
+	// comes first: a failover in it needs a standby from the setup on.
 	pl := makePlan(o, rand.New(rand.NewPCG(uint64(o.Seed), 1)))
 	var sched []*fault
 	if !o.NoFaults {
 		sched = schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2)))
 	}
+	c := &campaign{o: o}
+	defer c.close()
+	if err := c.setup(ctx, slices.ContainsFunc(sched, func(f *fault) bool { return f.Kind == FaultFailover })); err != nil {
+		return nil, err
+	}
+	o.Logf("chaos: seed %d, %d events over %s, %d replicas, logs in %s", o.Seed, o.Events, o.Duration, o.Replicas, c.logs)
+
 	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
-	nem := &nemesis{replicas: c.replicas, pg: o.PG, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
+	nem := &nemesis{replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
 		link: c.link, logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
@@ -165,7 +168,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return r, nil
 }
 
-func (c *campaign) setup(ctx context.Context) error {
+// setup makes everything the campaign runs on; standby adds a streaming
+// standby of the caller's cluster, for the schedule's failovers.
+func (c *campaign) setup(ctx context.Context, standby bool) error {
 	o := c.o
 	c.logs = filepath.Join(o.Dir, "logs")
 	if err := os.MkdirAll(c.logs, 0o755); err != nil {
@@ -183,7 +188,10 @@ func (c *campaign) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("chaos: create database: %w", err)
 	}
-	pcfg, err := pgxpool.ParseConfig(o.PG.URL(dbName))
+	if c.wh, err = newWarehouse(ctx, o.PG, standby, o.Logf); err != nil {
+		return err
+	}
+	pcfg, err := pgxpool.ParseConfig(c.wh.url(dbName))
 	if err != nil {
 		return err
 	}
@@ -209,7 +217,7 @@ func (c *campaign) setup(ctx context.Context) error {
 		c.nats = box
 		clientURL, directURL = box.url, box.url
 	}
-	if c.link, err = startLink(fmt.Sprintf("127.0.0.1:%d", o.PG.Port)); err != nil {
+	if c.link, err = startLink(c.wh.addr()); err != nil {
 		return err
 	}
 	pgURL := fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", c.link.addr, dbName)
@@ -428,6 +436,14 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 			}
 		case FaultPGFast, FaultPGImmediate:
 			r.Faults.LongestWarehouseOutageSeconds = max(r.Faults.LongestWarehouseOutageSeconds, f.Outage.Seconds())
+		case FaultFailover:
+			r.Faults.FailoverLostLoads += f.LostLoads
+			r.Faults.LongestFailoverOutageSeconds = max(r.Faults.LongestFailoverOutageSeconds, f.Outage.Seconds())
+			r.Faults.SlowestFailoverResumeSeconds = max(r.Faults.SlowestFailoverResumeSeconds, f.Resumed.Seconds())
+			if f.Resumed == 0 && f.Err == "" {
+				r.violate("failover at %s: idem finished no load within %s of the promotion, through the same address and config",
+					f.Start.Format(time.RFC3339), resumeBound)
+			}
 		case FaultNATSDown, FaultNATSRestart:
 			r.Faults.LongestNATSOutageSeconds = max(r.Faults.LongestNATSOutageSeconds, f.Outage.Seconds())
 		case FaultRollingRestart:
@@ -480,10 +496,12 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 			x.Other++
 			r.note("replica %d incarnation %d exited %d %s: %s", e.Replica, e.Incarnation, e.Code, e.Signal, e.LastLine)
 		}
-		if s := scanLog(e.Log); len(s.panics) > 0 {
+		s := scanLog(e.Log)
+		if len(s.panics) > 0 {
 			r.Check.Panics += len(s.panics)
 			r.violate("%s: %s", e.Log, s.panics[0])
 		}
+		r.Reverify.add(s.reverify)
 	}
 	r.Check.CleanStops = x.CleanFinal == len(c.replicas)
 	if len(finals) != len(c.replicas) {
@@ -524,5 +542,12 @@ func (c *campaign) close() {
 	}
 	if c.db != nil {
 		c.db.Close()
+	}
+	if c.wh != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := c.wh.close(ctx); err != nil {
+			c.o.Logf("chaos: PostgreSQL not handed back as it was found: %v", err)
+		}
 	}
 }

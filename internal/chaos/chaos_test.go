@@ -159,9 +159,9 @@ func runCampaign(t *testing.T, o Options) *Report {
 const shortSeed = 20260301
 
 // TestChaosShort is the variant `make test` runs: 150 s of faults, one
-// warehouse outage longer than the whole retry schedule, one NATS outage and
-// one rolling restart among them, sized for a 2-core machine under the race
-// detector.
+// warehouse outage longer than the whole retry schedule, one NATS outage,
+// one rolling restart and one failover to a standby that missed the last
+// commits among them, sized for a 2-core machine under the race detector.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
@@ -174,8 +174,9 @@ func TestChaosShort(t *testing.T) {
 }
 
 // TestChaosCampaign is the long campaign of `make chaos`, whose figures
-// docs/RELIABILITY.md publishes: warehouse outages of 30 s to 3 min, among
-// four rounds of long faults. Its seed is drawn unless CHAOS_SEED is set.
+// docs/RELIABILITY.md publishes: warehouse outages of 30 s to 3 min and four
+// failovers, among four rounds of long faults. Its seed is drawn unless
+// CHAOS_SEED is set.
 func TestChaosCampaign(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") != "1" {
 		t.Skip("the long campaign runs with CHAOS_LONG=1 (make chaos)")

@@ -62,6 +62,11 @@ func faultWindows(h history, ackWait time.Duration) []window {
 			tail = ackWait + 10*time.Second
 		}
 		out = append(out, window{f.Kind, f.Start, f.End.Add(tail)})
+		if f.Kind == FaultFailover && !f.Killed.IsZero() && !f.Promoted.IsZero() {
+			// The kill ends the loads in flight (the failover's own window);
+			// once they have failed, the rest is an outage.
+			out = append(out, window{failoverOutage, f.Killed.Add(failoverKillMargin), f.Promoted.Add(ackWait + 10*time.Second)})
+		}
 	}
 	for _, e := range h.exits {
 		if e.Crashed {
@@ -99,16 +104,18 @@ func overlapping(ws []window, from, to time.Time, kinds ...string) string {
 // was dead-lettered during an outage. doc.go gives the reasoning.
 var (
 	// outageFaults: PostgreSQL stopped (fast: sessions get 57P01, then
-	// connections are refused) or its sessions terminated (57P01), NATS
-	// stopped, replicas restarted with SIGTERM.
+	// connections are refused) or its sessions terminated (57P01), no
+	// server taking writes at idem's address between a failover's kill and
+	// its promotion, NATS stopped, replicas restarted with SIGTERM.
 	// In a cluster, every fault of NATS or of the links to it is one too:
 	// none of them runs a load, so none may spend a message's budget.
-	outageFaults = append([]string{FaultWarehouseDown, FaultPGFast, FaultPGTerminate, FaultNATSDown, FaultNATSRestart, FaultRollingRestart},
-		natsClusterFaults...)
+	outageFaults = append([]string{FaultWarehouseDown, FaultPGFast, FaultPGTerminate, failoverOutage, FaultNATSDown, FaultNATSRestart,
+		FaultRollingRestart}, natsClusterFaults...)
 	// attemptFaults end a load that ran: the process dies in it (kill,
 	// crash_commit), stops in it past the ack wait (pause), or its
-	// connection is lost mid-load (a server crash, a reset, a timeout).
-	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultResetPeer, FaultTimeout}
+	// connection is lost mid-load (a server crash, a failover's SIGKILL of
+	// the primary, a reset, a timeout).
+	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultFailover, FaultResetPeer, FaultTimeout}
 	// diedFaults are the attemptFaults that leave an attempt without a
 	// verdict, which a "crashed" dead letter reports.
 	diedFaults = []string{FaultKill, FaultCrashCommit, FaultPause}
@@ -467,6 +474,17 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 	}
 	c.ValidEventsDeadLettered = len(deadValid)
 
+	// The runs a failover took back: each must be in the final ledger, as
+	// every valid event's; the figure says how many the failovers tested.
+	lostBy := map[runKey]*fault{}
+	for _, f := range h.faults {
+		for _, k := range f.lost {
+			lostBy[k] = f
+			if _, ok := ledger[k]; ok {
+				r.Faults.FailoverLostInLedger++
+			}
+		}
+	}
 	published := map[runKey]bool{}
 	for _, ev := range h.events {
 		acked := false
@@ -503,7 +521,13 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 			c.ValidDeadLettered++
 		default:
 			c.UnaccountedEvents++
-			r.violate("%s %s %s was published (seq %s) but neither loaded nor dead-lettered", k.dataset, k.partition, k.runID, seqs(ev))
+			lost := ""
+			if f := lostBy[k]; f != nil {
+				lost = fmt.Sprintf("; its load was acknowledged and lost by the failover at %s%s", f.Killed.Format("15:04:05.000"),
+					loadedOver(ctx, db, ev, f))
+			}
+			r.violate("%s %s %s was published (seq %s) but neither loaded nor dead-lettered%s%s", k.dataset, k.partition, k.runID, seqs(ev),
+				lost, evidence(ctx, db, ev, &evidenceLeft))
 		}
 	}
 	for k := range ledger {
@@ -515,6 +539,39 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 	c.DLQCorrect = c.FatalMissing+c.FatalDuplicated+c.FatalWrongReason+c.UnknownDeadLetters+c.ValidJudgedFatal == 0 &&
 		c.FatalRedelivered == c.FatalRedeliveredExpl && c.TransientDeadLtrs == c.TransientExplained && c.FatalLoaded == 0
 	return nil
+}
+
+// loadedOver names the success on ev's partition, of a message later in
+// the stream than every copy of ev, that came last before ev's first skip
+// after failover f: the load re-verification would not load over. It says
+// whether that load survived the failover (it had committed before ev's
+// lost one, out of stream order) or ran on the new primary.
+func loadedOver(ctx context.Context, db querier, ev *event, f *fault) string {
+	var last uint64
+	for _, cp := range ev.copies {
+		if cp.acked {
+			last = max(last, cp.seq)
+		}
+	}
+	var run string
+	var seq int64
+	var at time.Time
+	err := db.QueryRow(ctx, `
+SELECT run_id, stream_seq, finished_at FROM idem.pipeline_audit
+ WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND status = 'success' AND stream_seq > $4
+   AND finished_at < (SELECT min(finished_at) FROM idem.pipeline_audit
+                       WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $5
+                         AND status = 'skipped' AND finished_at > $6)
+ ORDER BY finished_at DESC LIMIT 1`, pipeline, ev.dataset, ev.partition, int64(last), ev.runID, f.Promoted).Scan(&run, &seq, &at)
+	if err != nil {
+		return ""
+	}
+	when := "survived the failover"
+	if at.After(f.Promoted) {
+		when = "loaded on the new primary"
+	}
+	return fmt.Sprintf("; skipped after a later event of the partition, %s (seq %d, finished %s), which %s",
+		run, seq, at.Format("15:04:05.000"), when)
 }
 
 // evidence renders the audit rows of ev's run, every copy, for a violation:

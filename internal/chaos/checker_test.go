@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -139,6 +141,9 @@ func TestJudgeTransientNeverExcusesOutages(t *testing.T) {
 			f(FaultPause, 500, 504),
 			f(FaultPGTerminate, 600, 600),
 			{Kind: FaultKill, Start: at(700), End: at(700), Skipped: "replica not running"},
+			// The standby stopped at 1000, the primary killed at 1003, the
+			// standby promoted at 1004, the new standby made by 1006.
+			{Kind: FaultFailover, Start: at(1000), End: at(1006), Killed: at(1003), Promoted: at(1004)},
 		},
 		exits: []exit{{Crashed: true, At: at(800)}},
 	}
@@ -164,6 +169,10 @@ func TestJudgeTransientNeverExcusesOutages(t *testing.T) {
 		{"latency fails no load", 299, 306, "exhausted", unexplained, ""},
 		{"a skipped kill did nothing", 699, 701, "crashed", unexplained, ""},
 		{"nothing at all", 900, 910, "exhausted", unexplained, ""},
+		{"exhausted by the load the failover's kill ended", 990, 1003.1, "exhausted", excused, FaultFailover},
+		{"exhausted while no server takes writes", 990, 1003.5 + failoverKillMargin.Seconds(), "exhausted", inOutage, failoverOutage},
+		{"exhausted on the new primary, redeliveries after the promotion", 990, 1004 + 11, "exhausted", inOutage, failoverOutage},
+		{"a failover kills no replica", 990, 1003.1, "crashed", unexplained, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,4 +181,18 @@ func TestJudgeTransientNeverExcusesOutages(t *testing.T) {
 			require.Equal(t, c.by, by)
 		})
 	}
+}
+
+// The report sums idem's re-verification lines, finished or not, as the
+// service logs them; other lines, and a line cut short, count nothing.
+func TestScanLogSumsReverificationPasses(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "replica0-001.log")
+	require.NoError(t, os.WriteFile(log, []byte(`{"level":"info","message":"idem serve started"}
+{"level":"info","reason":"the warehouse is back after the circuit opened","window":900000,"checked":282,"missing":3,"reloaded":2,"loaded_ahead":1,"skipped":0,"superseded":0,"failed":0,"took":1032.9,"message":"warehouse re-verified: events of the window checked against the ledger"}
+{"level":"warn","error":"reverify: lock: unexpected EOF","reason":"the warehouse is back after the circuit opened","window":900000,"checked":0,"missing":0,"reloaded":0,"loaded_ahead":0,"skipped":0,"superseded":0,"failed":0,"took":637.6,"message":"warehouse re-verified: events of the window checked against the ledger"}
+{"level":"info","reason":"the warehouse is not the one last verified","checked":40,"missing":7,"reloaded":3,"loaded_ahead":0,"skipped":2,"superseded":1,"failed":1,"message":"warehouse re-verified: events of the window checked against the ledger"}
+{"level":"info","checked":99,"message":"warehouse re-verified: events of the window che
+`), 0o644))
+	require.Equal(t, ReverifyFigures{Passes: 3, Unfinished: 1, Checked: 322, Missing: 10, Reloaded: 5, Ahead: 1, Skipped: 2, Superseded: 1, Failed: 1},
+		scanLog(log).reverify)
 }

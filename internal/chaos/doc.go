@@ -17,7 +17,8 @@
 //     table, merge with a version column, append_dedupe) over
 //     Options.Partitions partitions each, staging rows for each partition, an
 //     embedded NATS server, and a Toxiproxy proxy in front of PostgreSQL
-//     through which every idem process connects.
+//     through which every idem process connects. When the schedule holds a
+//     failover, an asynchronous streaming standby of the cluster too.
 //  2. Fault phase (Options.Duration): Options.Replicas `idem serve`
 //     processes on the same durable consumer, each restarted by a
 //     supervisor when it dies (or is stopped by a rolling restart). A publisher sends Options.Events distinct
@@ -77,7 +78,8 @@
 //	timeout       Toxiproxy timeout: data dropped, connections closed after
 //	              the toxic's timeout
 //
-// Long faults, Options.LongRounds rounds of each, in an order the seed
+// Long faults, Options.LongRounds rounds of each (one in TestChaosShort,
+// four in `make chaos`, none in TestChaosClusterShort), in an order the seed
 // draws; the schedule spreads them evenly over the phase, fits each inside
 // it, and fills the time between them with short faults:
 //
@@ -91,13 +93,65 @@
 //	                 restarted on the same port and store
 //	rolling_restart  a deploy: SIGTERM to each replica in turn, wait until it
 //	                 exited and its successor started, then the next
+//	failover         the standby stopped for 1-3 s while loads go on and are
+//	                 acknowledged on the primary alone, the primary
+//	                 SIGKILLed, the standby started and promoted, the proxy
+//	                 re-pointed to it; then a new standby of the new primary
+//	                 at the dead one's place, and a wait until idem finishes
+//	                 a load again (a violation if not within 60 s)
 //
 // Faults never overlap: the nemesis runs one at a time and each heals
-// before the next starts; none starts after the phase, but the last one
+// before the next starts (a failover's heal is the new standby); none starts after the phase, but the last one
 // runs its full length. The schedule gives a warehouse outage 30 s more for
 // idem to resume. The report gives the longest outages as measured, stop to
 // start, the messages stored while the warehouse was down (what idem had to
 // hold), and how long idem took to load again after it came back.
+//
+// # The failover
+//
+// The campaign's PostgreSQL is two places, the caller's cluster and one of
+// its own, each a port and a data directory (failover.go). One is the
+// primary, the other its asynchronous streaming standby (pg_basebackup
+// -R); a failover swaps them: the standby, stopped so that it misses the
+// last commits, is promoted once the primary is killed, and the dead
+// primary's place is wiped and made the new primary's standby, so the next
+// failover finds the same two ports. At the end the caller's cluster is
+// handed back as the primary (a switchover after an odd number of
+// failovers), for the next campaign.
+//
+// idem reaches the new primary without a config change because its one
+// address, the Toxiproxy proxy, is re-pointed to the promoted server, as a
+// virtual IP or HAProxy in front of a Patroni cluster would be. That keeps
+// the design unchanged: one link to PostgreSQL for every idem process, the
+// one every database toxic acts on, whoever is primary. A multi-host
+// postgres.url with target_session_attrs=read-write would need a proxy per
+// place and toxics on each, and is tested end to end in internal/e2e
+// instead. The campaign's own pool (the checker, the reader, the
+// publisher's staging changes, the nemesis's pg_terminate_backend and its
+// wait for idem's next load) uses that multi-host form over both places, so
+// it always reads and writes the current primary and never the standby.
+//
+// What a failover tests is re-verification (internal/reverify): the
+// promoted standby lacks the last loads idem acknowledged, their ledger
+// rows and audit rows; idem notices the new server (its identity, or its
+// circuit closing) and loads those events again from the events stream.
+// The nemesis reads the old primary's ledger right before the kill and the
+// new primary's right after the promotion, before idem can reach it: the
+// runs in the first and not the second are the loads the failover took
+// back (failover_lost_loads), and the checker counts those the final
+// ledger has again. The staging changes of those seconds are lost as well;
+// the reference is staging as it ends, so that only changes what the
+// settle events load. The primary keeps 512 MB of WAL for its standby
+// (wal_keep_size) so that it can always catch up after the primary's other
+// restarts, and before a failover the nemesis waits until it has: what it
+// misses is the lag, exactly. The standby retries fetching WAL every 200 ms
+// rather than 5 s, so that a promotion takes a fraction of a second, not a
+// draw of up to 5 s.
+//
+// In the checker a failover is a fault that ends loads (the kill cuts the
+// loads in flight, which counts their attempt, as pg_immediate does), and
+// from two seconds after the kill to the promotion plus the ack wait and
+// 10 s, an outage: a valid event dead-lettered then is a violation.
 //
 // # Retries, and why the outage is long
 //
@@ -120,9 +174,9 @@
 //
 //   - fatal: always a violation (misclassification).
 //   - exhausted or crashed at a moment that falls inside an outage or a
-//     deploy (warehouse_down, pg_fast, pg_terminate, nats_down,
-//     nats_restart, rolling_restart; each window stretched by the ack wait
-//     plus 10 s, for reconnects and redeliveries): always a violation,
+//     deploy (warehouse_down, pg_fast, pg_terminate, a failover's outage,
+//     nats_down, nats_restart, rolling_restart; each window stretched by the
+//     ack wait plus 10 s, for reconnects and redeliveries): always a violation,
 //     whatever else happened earlier in the message's life. The outage took
 //     its last attempt, and idem must hold messages through outages. pg_fast
 //     and pg_terminate are short warehouse outages (sessions get 57P01, new
@@ -130,9 +184,10 @@
 //   - otherwise excused only if a fault that ends a load that ran overlapped
 //     the message's life: kill, crash_commit and pause (the process dies or
 //     stops in the attempt, which stays `started` and counts), and, for an
-//     exhausted one, also pg_immediate, reset_peer and timeout (a connection
-//     lost mid-load: the load ran and failed, which idem counts by design,
-//     since only the next connect tells whether the warehouse is gone).
+//     exhausted one, also pg_immediate, failover, reset_peer and timeout (a
+//     connection lost mid-load: the load ran and failed, which idem counts by
+//     design, since only the next connect tells whether the warehouse is
+//     gone).
 //     Four such hits on one message are needed to spend its budget, so
 //     excused dead letters are rare and each is listed in the notes.
 //   - anything else (only latency, or nothing at all): a violation.
@@ -155,5 +210,7 @@
 //
 // PostgreSQL runs with synchronous_commit on: idem acknowledges a message
 // only after COMMIT returns, so a commit that a server crash can take back
-// would be a lost load by configuration, not by idem.
+// would be a lost load by configuration, not by idem. A failover takes
+// acknowledged commits back on purpose (the standby is asynchronous), and
+// re-verification must load them again.
 package chaos

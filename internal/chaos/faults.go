@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idem-data/idem/internal/localpg"
 )
 
 // Fault kinds, as the report names them.
@@ -39,15 +37,16 @@ const (
 	FaultNATSReset     = "nats_reset"     // reset_peer on the client links
 	FaultNATSBlackhole = "nats_blackhole" // timeout toxic on the client links: data dropped, no clean close
 
-	// The long faults: outages and a deploy, placed by the schedule rather
-	// than drawn, LongRounds times each.
+	// The long faults: outages, a deploy and a failover, placed by the
+	// schedule rather than drawn, LongRounds times each.
 	FaultWarehouseDown  = "warehouse_down"
 	FaultNATSDown       = "nats_down"
 	FaultRollingRestart = "rolling_restart"
+	FaultFailover       = "failover" // failover.go
 )
 
 // longKinds are the long faults of one round.
-var longKinds = []string{FaultWarehouseDown, FaultNATSDown, FaultRollingRestart}
+var longKinds = []string{FaultWarehouseDown, FaultNATSDown, FaultRollingRestart, FaultFailover}
 
 // resumeAllowance is the time the schedule leaves after a warehouse outage
 // for idem to notice the warehouse is back: its longest delay between two
@@ -62,8 +61,11 @@ const (
 
 // planned is the time the schedule gives f before the next fault's gap.
 func planned(f *fault) time.Duration {
-	if f.Kind == FaultWarehouseDown {
+	switch f.Kind {
+	case FaultWarehouseDown:
 		return f.Hold + resumeAllowance
+	case FaultFailover:
+		return f.Hold + failoverPlan
 	}
 	return f.Hold
 }
@@ -135,13 +137,26 @@ type fault struct {
 	Start  time.Time `json:"start"`
 	End    time.Time `json:"end"`
 	// Outage is how long the server was down, measured from the stop
-	// returning to the start returning (PostgreSQL and NATS stops only).
+	// returning to the start returning (PostgreSQL and NATS stops only); for
+	// a failover, from the kill to the proxy re-pointed to the promoted
+	// standby.
 	Outage time.Duration `json:"outage_ns,omitempty"`
-	// Resumed is how long after a warehouse_down's start returned idem
-	// finished a load again; 0 if it did not within resumeBound.
+	// Resumed is how long after a warehouse_down's start returned (a
+	// failover's promotion) idem finished a load again; 0 if it did not
+	// within resumeBound.
 	Resumed time.Duration `json:"resumed_ns,omitempty"`
-	Skipped string        `json:"skipped,omitempty"` // why it did not happen
-	Err     string        `json:"error,omitempty"`
+	// A failover's moments: the primary killed, the standby promoted and
+	// the proxy re-pointed to it.
+	Killed   time.Time `json:"killed,omitzero"`
+	Promoted time.Time `json:"promoted,omitzero"`
+	// LostLoads counts the runs the old primary's ledger had right before
+	// the kill and the promoted standby's did not: acknowledged loads the
+	// failover took back (at least: a commit after that read is lost too,
+	// uncounted); lost names them.
+	LostLoads int `json:"lost_loads,omitempty"`
+	lost      []runKey
+	Skipped   string `json:"skipped,omitempty"` // why it did not happen
+	Err       string `json:"error,omitempty"`
 }
 
 // schedule draws the faults of a phase of length o.Duration from rng. The
@@ -193,6 +208,9 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 				f.Hold = o.NATSDown
 			case FaultRollingRestart:
 				f.Hold = rollingRestartPlan(o.Replicas)
+			case FaultFailover:
+				// Hold: how long the standby misses the primary's commits.
+				f.Hold = failoverLagMin + time.Duration(rng.Int64N(int64(failoverLagMax-failoverLagMin)+1))
 			}
 			out = append(out, f)
 		}
@@ -273,8 +291,8 @@ func natsLinkTarget(rng *rand.Rand) int {
 // the database and the NATS server of the campaign.
 type nemesis struct {
 	replicas []*replica
-	pg       *localpg.Server
-	db       *pgxpool.Pool // direct, for pg_terminate_backend
+	wh       *warehouse    // the primary to stop, and the standby to promote
+	db       *pgxpool.Pool // not through the proxy, to the primary: for pg_terminate_backend
 	dbName   string
 	nats     natsServers
 	cluster  *natsCluster        // nil with one server
@@ -308,7 +326,7 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// A fault the harness cannot heal (PostgreSQL that will not start)
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
-			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultNATSRestart, FaultNATSDown,
+			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown,
 				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
@@ -347,6 +365,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return nil
 	case FaultPGImmediate:
 		return n.pgDown(ctx, heal, f, "immediate")
+	case FaultFailover:
+		return n.failover(ctx, heal, f)
 	case FaultPGTerminate:
 		tctx, cancel := context.WithTimeout(heal, 10*time.Second)
 		defer cancel()
@@ -392,7 +412,7 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 // not eat the start's time.
 func (n *nemesis) pgDown(ctx, heal context.Context, f *fault, mode string) error {
 	sctx, cancel := context.WithTimeout(heal, 2*time.Minute)
-	err := n.pg.Stop(sctx, mode)
+	err := n.wh.primary().Stop(sctx, mode)
 	cancel()
 	if err != nil {
 		return err
@@ -401,7 +421,7 @@ func (n *nemesis) pgDown(ctx, heal context.Context, f *fault, mode string) error
 	sleepCtx(ctx, f.Hold)
 	rctx, cancel := context.WithTimeout(heal, 2*time.Minute)
 	defer cancel()
-	err = n.pg.Restart(rctx, "")
+	err = n.wh.primary().Restart(rctx, "")
 	f.Outage = time.Since(down)
 	return err
 }

@@ -107,4 +107,12 @@ func (l *dbLink) toxic(kind string, attrs string, streams ...string) (remove fun
 	}, nil
 }
 
+// repoint sends the proxy's new connections to upstream, as a virtual IP
+// moved to a promoted server would: the proxy stops (its connections,
+// already dead with the old server, are closed), and listens again on the
+// same address. idem's config names that address only.
+func (l *dbLink) repoint(upstream string) error {
+	return l.proxy.Update(&toxiproxy.Proxy{Listen: l.proxy.Listen, Upstream: upstream, Enabled: true})
+}
+
 func (l *dbLink) close() { l.proxy.Stop() }

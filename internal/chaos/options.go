@@ -28,7 +28,8 @@ const (
 	DefaultFaultGapMin = 1 * time.Second
 	DefaultFaultGapMax = 4 * time.Second
 	// One round of long faults: the warehouse down for WarehouseDownMin to
-	// WarehouseDownMax, NATS down for NATSDown, a rolling restart.
+	// WarehouseDownMax, NATS down for NATSDown, a rolling restart, a
+	// failover (failover.go).
 	DefaultLongRounds       = 1
 	DefaultWarehouseDownMin = 25 * time.Second
 	DefaultWarehouseDownMax = 35 * time.Second
@@ -91,8 +92,9 @@ type Options struct {
 	// DrainBound is how long after the last fault the backlog must be empty.
 	DrainBound time.Duration
 	// LongRounds is how many rounds of long faults the schedule places,
-	// each a warehouse outage, a NATS outage and a rolling restart, in an
-	// order the seed draws. Negative turns them off.
+	// each a warehouse outage, a NATS outage, a rolling restart and a
+	// failover to a standby that missed the last commits, in an order the
+	// seed draws. Negative turns them off.
 	LongRounds int
 	// WarehouseDownMin and WarehouseDownMax bound a warehouse outage:
 	// PostgreSQL stopped, then started again. The minimum must be at least
@@ -221,7 +223,7 @@ func (o Options) streamReplicas() int {
 // longRoundMax is the most one round of long faults can take, as the
 // schedule plans it.
 func (o Options) longRoundMax() time.Duration {
-	return o.WarehouseDownMax + resumeAllowance + o.NATSDown + rollingRestartPlan(o.Replicas)
+	return o.WarehouseDownMax + resumeAllowance + o.NATSDown + rollingRestartPlan(o.Replicas) + failoverLagMax + failoverPlan
 }
 
 // FromEnv reads the knobs of `make chaos` over o: CHAOS_SEED, CHAOS_EVENTS,

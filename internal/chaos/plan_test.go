@@ -64,13 +64,16 @@ func TestSeedDecidesWorkloadAndSchedule(t *testing.T) {
 
 // The schedule places every long fault LongRounds times, each inside the
 // phase and none overlapping another fault, with a warehouse outage that
-// outlasts the whole retry schedule; short faults fill the rest.
+// outlasts the whole retry schedule and failovers whose standby misses a
+// few seconds of commits; short faults fill the rest.
 func TestScheduleHasLongFaultsThatFit(t *testing.T) {
 	short := Options{}.WithDefaults()
 	long := Options{Events: 30000, Duration: 25 * time.Minute, Partitions: 100, LongRounds: 4,
 		WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 3 * time.Minute}.WithDefaults()
 	sched := retrySchedule(Retries, RetryDelay, MaxRetryDelay)
-	minShort := map[string]int{"short": 6, "long": 100}
+	// Four long faults take up to 112 s of the short phase's 150 s: five
+	// short faults at the least among them, ten with TestChaosShort's seed.
+	minShort := map[string]int{"short": 5, "long": 100}
 	for name, o := range map[string]Options{"short": short, "long": long} {
 		o.Bin, o.PG, o.Dir = "idem", &localpg.Server{}, t.TempDir()
 		require.NoError(t, o.Validate(), name)
@@ -93,11 +96,16 @@ func TestScheduleHasLongFaultsThatFit(t *testing.T) {
 					require.Greater(t, f.Hold, 2*sched, "a warehouse outage must outlast the retry schedule twice over")
 					longest = max(longest, f.Hold)
 				}
+				if f.Kind == FaultFailover {
+					require.GreaterOrEqual(t, f.Hold, failoverLagMin)
+					require.LessOrEqual(t, f.Hold, failoverLagMax)
+					require.Equal(t, f.Hold+failoverPlan, planned(f))
+				}
 			}
 			for _, k := range longKinds {
 				require.Equal(t, o.LongRounds, byKind[k], "%s seed %d: %s", name, seed, k)
 			}
-			require.GreaterOrEqual(t, len(fs)-3*o.LongRounds, minShort[name], "%s seed %d: short faults %v", name, seed, byKind)
+			require.GreaterOrEqual(t, len(fs)-len(longKinds)*o.LongRounds, minShort[name], "%s seed %d: short faults %v", name, seed, byKind)
 			require.Positive(t, longest)
 		}
 	}
@@ -227,5 +235,26 @@ func TestClusterShortScheduleHasEveryKind(t *testing.T) {
 		if got[k] == 0 {
 			t.Errorf("seed %d draws no %s in %s: %v", o.Seed, k, o.Duration, got)
 		}
+	}
+}
+
+// TestChaosShort's seed places one failover, with 30 s to spare before
+// the end of the phase: slow heals of the faults before it (a rolling
+// restart, a NATS outage take what they take) cannot push it out.
+func TestShortScheduleHasOneFailover(t *testing.T) {
+	o := Options{Seed: shortSeed}.WithDefaults()
+	got := map[string]int{}
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		if f.Kind == FaultFailover {
+			require.Less(t, f.At+planned(f), o.Duration-30*time.Second, "seed %d: failover at %s", o.Seed, f.At)
+		}
+		if slices.Contains(longKinds, f.Kind) {
+			got[f.Kind]++
+		}
+	}
+	require.Equal(t, map[string]int{FaultWarehouseDown: 1, FaultNATSDown: 1, FaultRollingRestart: 1, FaultFailover: 1}, got)
+	o = clusterShortOptions.WithDefaults()
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		require.NotEqual(t, FaultFailover, f.Kind, "the short cluster campaign has no long faults")
 	}
 }

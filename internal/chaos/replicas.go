@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -291,6 +292,34 @@ type logScan struct {
 	last     string   // the last non-empty line, cut to 300 bytes
 	crashRun string   // the run_id of the crash hook's line, if it fired
 	panics   []string // lines of panics, runtime fatal errors and data races
+	reverify ReverifyFigures
+}
+
+// reverifyLine is the line idem logs after each re-verification pass.
+const reverifyLine = "warehouse re-verified"
+
+// addPass adds the figures of one pass's log line.
+func (f *ReverifyFigures) addPass(line string) {
+	var p struct {
+		Level                                           string
+		Checked, Missing, Reloaded, Skipped, Superseded int
+		Failed                                          int
+		Ahead                                           int `json:"loaded_ahead"`
+	}
+	if json.Unmarshal([]byte(line), &p) != nil {
+		return
+	}
+	f.Passes++
+	if p.Level != "info" {
+		f.Unfinished++
+	}
+	f.Checked += p.Checked
+	f.Missing += p.Missing
+	f.Reloaded += p.Reloaded
+	f.Ahead += p.Ahead
+	f.Skipped += p.Skipped
+	f.Superseded += p.Superseded
+	f.Failed += p.Failed
 }
 
 // panicMarks are the lines a Go process writes when it panics, dies of a
@@ -319,6 +348,9 @@ func scanLog(path string) logScan {
 				s.crashRun = rest[:i]
 			}
 		}
+		if strings.Contains(l, reverifyLine) {
+			s.reverify.addPass(l)
+		}
 		for _, m := range panicMarks {
 			if strings.HasPrefix(l, m) || (m[0] == '"' && strings.Contains(l, m)) {
 				s.panics = append(s.panics, cut(l, 300))
@@ -335,4 +367,16 @@ func cut(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+func (f *ReverifyFigures) add(g ReverifyFigures) {
+	f.Passes += g.Passes
+	f.Unfinished += g.Unfinished
+	f.Checked += g.Checked
+	f.Missing += g.Missing
+	f.Reloaded += g.Reloaded
+	f.Ahead += g.Ahead
+	f.Skipped += g.Skipped
+	f.Superseded += g.Superseded
+	f.Failed += g.Failed
 }

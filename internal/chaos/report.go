@@ -31,12 +31,13 @@ type Report struct {
 	DrainBoundSeconds float64 `json:"drain_bound_seconds"`
 	WallSeconds       float64 `json:"wall_seconds"`
 
-	Events   EventFigures   `json:"events"`
-	Messages MessageFigures `json:"messages"`
-	Faults   FaultFigures   `json:"faults"`
-	Audit    map[string]int `json:"audit_rows"` // status or status/error_kind -> rows
-	Exits    ExitFigures    `json:"process_exits"`
-	Check    CheckFigures   `json:"check"`
+	Events   EventFigures    `json:"events"`
+	Messages MessageFigures  `json:"messages"`
+	Faults   FaultFigures    `json:"faults"`
+	Audit    map[string]int  `json:"audit_rows"` // status or status/error_kind -> rows
+	Exits    ExitFigures     `json:"process_exits"`
+	Reverify ReverifyFigures `json:"reverify"`
+	Check    CheckFigures    `json:"check"`
 
 	// Violations lists every invariant that failed, one line each; empty
 	// means the campaign passed.
@@ -92,6 +93,32 @@ type FaultFigures struct {
 	SlowestResumeSeconds float64 `json:"slowest_resume_seconds"`
 	// ReplicasRolled counts the replicas the rolling restarts restarted.
 	ReplicasRolled int `json:"replicas_rolled"`
+	// FailoverLostLoads counts the runs a failover's old primary had in its
+	// ledger right before the kill and the promoted standby did not
+	// (fault.LostLoads summed); FailoverLostInLedger, those of them the
+	// final ledger has: loaded again. The checker's ledger figures say the
+	// rest. The outage is the kill to the proxy's re-pointing; the resume,
+	// from then to idem's next finished load.
+	FailoverLostLoads            int     `json:"failover_lost_loads"`
+	FailoverLostInLedger         int     `json:"failover_lost_loads_in_final_ledger"`
+	LongestFailoverOutageSeconds float64 `json:"longest_failover_outage_seconds"`
+	SlowestFailoverResumeSeconds float64 `json:"slowest_failover_resume_seconds"`
+}
+
+// ReverifyFigures sum the re-verification passes idem logged ("warehouse
+// re-verified"), over every replica and incarnation: idem's own account of
+// them, which the checker does not rely on. Unfinished passes (a warning,
+// tried again) count their figures up to where they stopped.
+type ReverifyFigures struct {
+	Passes     int `json:"passes"`
+	Unfinished int `json:"unfinished"`
+	Checked    int `json:"checked"`
+	Missing    int `json:"missing"`
+	Reloaded   int `json:"reloaded"`
+	Ahead      int `json:"loaded_ahead"`
+	Skipped    int `json:"skipped"`
+	Superseded int `json:"superseded"`
+	Failed     int `json:"failed"`
 }
 
 // ExitFigures counts how idem processes ended.
@@ -211,6 +238,12 @@ func (r *Report) Print(w io.Writer) {
 		"longest NATS %.1fs, %d replicas restarted by rolling restarts\n",
 		r.Faults.LongestWarehouseOutageSeconds, r.Messages.DuringWarehouseOutages, r.Faults.SlowestResumeSeconds,
 		r.Faults.LongestNATSOutageSeconds, r.Faults.ReplicasRolled)
+	fmt.Fprintf(w, "failovers     %d: %d acknowledged loads lost by the promotions, %d of them in the final ledger; longest outage %.1fs, loads again %.1fs after the promotion at the slowest\n",
+		r.Faults.ByKind[FaultFailover], r.Faults.FailoverLostLoads, r.Faults.FailoverLostInLedger,
+		r.Faults.LongestFailoverOutageSeconds, r.Faults.SlowestFailoverResumeSeconds)
+	v := r.Reverify
+	fmt.Fprintf(w, "reverify      %d passes logged by idem (%d unfinished): %d events checked, %d missing: %d reloaded, %d loaded ahead, %d skipped, %d superseded, %d failed\n",
+		v.Passes, v.Unfinished, v.Checked, v.Missing, v.Reloaded, v.Ahead, v.Skipped, v.Superseded, v.Failed)
 	x := r.Exits
 	fmt.Fprintf(w, "processes     %d starts, %d killed, %d crash-hook exits, %d failed to start, %d graceful restarts, %d other exits, %d clean final stops\n",
 		x.Starts, x.KilledByChaos, x.CrashHook, x.StartupFailure, x.GracefulRestarts, x.Other, x.CleanFinal)

@@ -343,24 +343,72 @@ func (s *Server) Standby(ctx context.Context, port int) (*Server, error) {
 			return nil, err
 		}
 	}
-	if out, err := st.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "postgres",
-		"-D", st.DataDir, "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
-		return nil, fmt.Errorf("pg_basebackup: %w\n%s", err, out)
-	}
-	// The copy carries the primary's port; the last setting wins.
-	f, err := os.OpenFile(filepath.Join(st.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	_, err = fmt.Fprintf(f, "\n# idem localpg standby\nport = %d\n", st.Port)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	if err := st.Restart(ctx, ""); err != nil {
+	if err := st.backupOf(ctx, s); err != nil {
 		return nil, err
 	}
 	return st, nil
+}
+
+// Follow makes s, which must not be running (a primary that was killed,
+// typically), a new streaming standby of primary, in its own data directory
+// and on its own port, and starts it. What s held is removed and replaced
+// by a base backup of primary: after a failover the old primary's place,
+// the address clients know, holds the new primary's standby. s must be a
+// server localpg made (Start or Standby), as every Server is.
+func (s *Server) Follow(ctx context.Context, primary *Server) error {
+	if s.DataDir == "" || s.bin == "" {
+		return errors.New("localpg: Follow needs a server made by Start or Standby")
+	}
+	if s.Running() {
+		return fmt.Errorf("localpg: the server on port %d is running: stop or kill it before it follows another", s.Port)
+	}
+	if err := os.RemoveAll(s.DataDir); err != nil {
+		return err
+	}
+	return s.backupOf(ctx, primary)
+}
+
+// backupOf fills s's empty data directory with a base backup of primary
+// (-R: standby.signal and primary_conninfo, so it streams from primary),
+// sets s's own port and starts it.
+func (s *Server) backupOf(ctx context.Context, primary *Server) error {
+	if out, err := s.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres",
+		"-D", s.DataDir, "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
+		return fmt.Errorf("pg_basebackup: %w\n%s", err, out)
+	}
+	// The copy carries the primary's port; the last setting wins.
+	f, err := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "\n# idem localpg standby\nport = %d\n", s.Port)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	return s.Restart(ctx, "")
+}
+
+// Running reports whether the server's postmaster runs. Not pg_ctl status:
+// a killed postmaster that its parent has not reaped yet is a zombie, which
+// pg_ctl takes for a live one.
+func (s *Server) Running() bool {
+	pid, err := s.postmaster()
+	return err == nil && alive(pid)
+}
+
+// postmaster reads the postmaster's pid from postmaster.pid.
+func (s *Server) postmaster() (int, error) {
+	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return 0, fmt.Errorf("postmaster.pid: %w", err)
+	}
+	return pid, nil
 }
 
 // Promote turns a standby into a primary and waits until it accepts writes.
@@ -372,22 +420,17 @@ func (s *Server) Promote(ctx context.Context) error {
 }
 
 // Kill ends the server with SIGKILL to its postmaster and its children, as
-// a crashed machine would: nothing is flushed or shut down.
+// a crashed machine would: nothing is flushed or shut down. It returns once
+// they are gone (within 10 s), so that the port and the data directory are
+// free for another server.
 func (s *Server) Kill() error {
-	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	pid, err := s.postmaster()
 	if err != nil {
 		return err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		return fmt.Errorf("postmaster.pid: %w", err)
-	}
-	children, _ := filepath.Glob("/proc/[0-9]*/stat")
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return err
-	}
-	for _, f := range children {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var children []int
+	for _, f := range stats {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
@@ -396,10 +439,41 @@ func (s *Server) Kill() error {
 		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
 			if fields := strings.Fields(string(b[i+1:])); len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
 				if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
-					_ = syscall.Kill(child, syscall.SIGKILL)
+					children = append(children, child)
 				}
 			}
 		}
 	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	for _, child := range children {
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range append([]int{pid}, children...) {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("localpg: process %d still runs 10 s after SIGKILL", p)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	return nil
+}
+
+// alive reports whether process pid exists and is not a zombie: a killed
+// postmaster whose parent (pg_ctl exited, so init or a subreaper) has not
+// reaped it yet holds no port and no file any more.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
 }

@@ -1,0 +1,87 @@
+package localpg
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// Two failovers in a row on the same two places, as the chaos campaign
+// does them: the primary killed, its standby promoted, and the dead
+// primary's port and data directory made the new primary's standby, which
+// streams what the new primary writes and is promoted in turn.
+func TestFailoverTwiceOnTheSamePorts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx := context.Background()
+	a, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	sqlExec(t, a, "CREATE TABLE t (n int)")
+	began := time.Now()
+	b, err := a.Standby(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	t.Logf("standby made in %s", time.Since(began).Round(time.Millisecond))
+
+	primary, standby := a, b
+	for round := 1; round <= 2; round++ {
+		sqlExec(t, primary, "INSERT INTO t VALUES ($1)", round)
+		require.Eventually(t, func() bool { return count(t, standby) == round }, 30*time.Second, 20*time.Millisecond,
+			"round %d: the standby did not receive the row", round)
+		require.False(t, writable(t, standby))
+
+		began = time.Now()
+		require.NoError(t, primary.Kill())
+		require.False(t, primary.Running(), "killed")
+		require.NoError(t, standby.Promote(ctx))
+		promoted := time.Since(began)
+		require.True(t, writable(t, standby))
+		began = time.Now()
+		require.NoError(t, primary.Follow(ctx, standby))
+		t.Logf("round %d: killed and promoted in %s, new standby in %s", round, promoted.Round(time.Millisecond),
+			time.Since(began).Round(time.Millisecond))
+		require.True(t, primary.Running())
+		require.False(t, writable(t, primary), "the old primary's place holds a standby")
+		require.Error(t, standby.Follow(ctx, primary), "a running server is not replaced")
+		primary, standby = standby, primary
+	}
+	require.Same(t, a, primary, "two failovers bring the first place back to primary")
+	require.Equal(t, 2, count(t, primary))
+}
+
+func sqlExec(t *testing.T, s *Server, sql string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL(""))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, sql, args...)
+	require.NoError(t, err)
+}
+
+func count(t *testing.T, s *Server) int {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL(""))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var n int
+	require.NoError(t, c.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n))
+	return n
+}
+
+func writable(t *testing.T, s *Server) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL(""))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var ro string
+	require.NoError(t, c.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro))
+	return ro == "off"
+}
