@@ -108,6 +108,34 @@ func TestHarnessSmoke(t *testing.T) {
 		require.Greater(t, m.PeakMiB, 0.0, m.Phase)
 	}
 
+	// (g) every variant loaded, every check passed (checkOutcomes), the
+	// statement taken apart, the small events with and without.
+	c := res.Checks
+	require.NotNil(t, c)
+	for _, v := range checksVariants {
+		require.Len(t, c.Big[v], sz.ChecksReps, v)
+		for _, l := range c.Big[v] {
+			require.Greater(t, l.Ms, 0.0, v)
+			require.EqualValues(t, sz.ChecksRows, l.Rows, v)
+			require.Equal(t, "delete", l.Route, v)
+			if v != ChecksNone {
+				require.Greater(t, l.ChecksMs, 0.0, v)
+			}
+		}
+	}
+	require.NotNil(t, c.Dissect)
+	require.Greater(t, c.Dissect.StatementMs, 0.0)
+	require.Contains(t, c.Dissect.Plan, "InitPlan")
+	require.Len(t, c.Dissect.Parts, 2, "the unique check's subquery and the shared scan")
+	require.Len(t, c.Dissect.Alone, 2, "the same, each timed alone")
+	require.Len(t, c.Small, len(sz.InFlight))
+	for _, p := range c.Small {
+		require.Greater(t, p.With.PerSec, 0.0)
+		require.Greater(t, p.Without.PerSec, 0.0)
+	}
+	require.NotNil(t, c.Replay)
+	require.Len(t, c.Replay.StepsWith, len(c.Replay.StepsWithout)+2, "the check adds its statement and the record of its outcome")
+
 	// The report renders from the results alone, and from the saved file.
 	path := filepath.Join(t.TempDir(), "results.json")
 	require.NoError(t, res.Save(path))
@@ -115,6 +143,7 @@ func TestHarnessSmoke(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, res.Markdown(), again.Markdown())
 	require.Contains(t, again.Markdown(), "(c) Big partitions")
+	require.Contains(t, again.Markdown(), "(g) Checks")
 	require.NotEmpty(t, again.Verdicts())
 	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
 	doc := again.Document("hand-written notes", "bench-events.svg")

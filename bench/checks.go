@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/handlers"
 )
 
 // (g) Checks: the same delete_insert load of one partition with a dataset's
@@ -100,6 +103,9 @@ func (e *env) runChecks(ctx context.Context) error {
 	e.sampleLoad("checks " + out.Label)
 	if err := e.checksBig(ctx, out); err != nil {
 		return fmt.Errorf("checks %s: %w", out.Label, err)
+	}
+	if err := e.checksReplay(ctx, out); err != nil {
+		return fmt.Errorf("checks, small events replayed: %w", err)
 	}
 	for _, c := range e.sizes.InFlight {
 		e.sampleLoad(fmt.Sprintf("checks small c=%d", c))
@@ -257,7 +263,7 @@ func (b *big) dissectChecks(ctx context.Context, d dataset) (*ChecksDissect, err
 		}
 		return first, rows.Err()
 	}
-	timed := func(reps int, sql string, args []any) (float64, []any, error) {
+	timed := func(reps int, sql string, args ...any) (float64, []any, error) {
 		var ts []float64
 		var vals []any
 		for range reps {
@@ -271,7 +277,7 @@ func (b *big) dissectChecks(ctx context.Context, d dataset) (*ChecksDissect, err
 		return median(ts), vals, nil
 	}
 	ds := &ChecksDissect{Statement: stmt.sql, Settings: map[string]float64{}}
-	if ds.BaselineMs, _, err = timed(3, base.sql, baseArgs); err != nil {
+	if ds.BaselineMs, _, err = timed(3, base.sql, baseArgs...); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -282,11 +288,11 @@ func (b *big) dissectChecks(ctx context.Context, d dataset) (*ChecksDissect, err
 		}
 	}
 	ds.LoadMs = ms(time.Since(start))
-	if ds.CountMs, _, err = timed(3, base.sql, baseArgs); err != nil {
+	if ds.CountMs, _, err = timed(3, base.sql, baseArgs...); err != nil {
 		return nil, err
 	}
 	var vals []any
-	if ds.StatementMs, vals, err = timed(3, stmt.sql, stmtArgs); err != nil {
+	if ds.StatementMs, vals, err = timed(3, stmt.sql, stmtArgs...); err != nil {
 		return nil, err
 	}
 	if len(vals) == 0 || fmt.Sprint(vals[0]) != fmt.Sprint(b.rows) {
@@ -297,11 +303,50 @@ func (b *big) dissectChecks(ctx context.Context, d dataset) (*ChecksDissect, err
 			return nil, fmt.Errorf("the checks' statement found failing rows: %v", vals)
 		}
 	}
+	// The statement is "SELECT <one count per check> <the produced rows>",
+	// and the baseline "SELECT count(*) <the same rows>" (delete_insert
+	// replaces the rows it produces): each subquery (unique, relationships,
+	// sql) alone, and the rest, the shared scan with its FILTER'ed counts.
+	baseSQL := base.sql
+	if len(base.args) == 1 {
+		if na, ok := base.args[0].(pgx.NamedArgs); ok {
+			// Traced before pgx rewrote its names; the batch's statement after.
+			if baseSQL, _, err = na.RewriteQuery(ctx, nil, baseSQL, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	from := strings.TrimPrefix(baseSQL, "SELECT count(*) ")
+	if list, ok := strings.CutSuffix(strings.TrimPrefix(stmt.sql, "SELECT "), " "+from); ok && from != baseSQL {
+		var shared []string
+		for _, item := range selectItems(list) {
+			if !strings.HasPrefix(item, "(SELECT") {
+				shared = append(shared, item)
+				continue
+			}
+			name := "a subquery"
+			if strings.Contains(item, "GROUP BY") || strings.Contains(item, "DISTINCT") {
+				name = "the unique check's subquery"
+			}
+			q, a := renumber("SELECT "+item, stmtArgs)
+			ms, _, err := timed(3, q, a...)
+			if err != nil {
+				return nil, err
+			}
+			ds.Alone = append(ds.Alone, PlanPart{Name: name, Ms: ms, Detail: abbrev(item)})
+		}
+		q, a := renumber("SELECT "+strings.Join(shared, ", ")+" "+from, stmtArgs)
+		ms, _, err := timed(3, q, a...)
+		if err != nil {
+			return nil, err
+		}
+		ds.Alone = append(ds.Alone, PlanPart{Name: "the shared scan: count(*) and the FILTER'ed counts", Ms: ms, Detail: fmt.Sprintf("%d counts", len(shared))})
+	}
 	for _, set := range [][2]string{{"work_mem", "64MB"}, {"enable_hashagg", "off"}} {
 		if _, err := tx.Exec(ctx, "SET LOCAL "+set[0]+" = '"+set[1]+"'"); err != nil {
 			return nil, err
 		}
-		if ds.Settings[set[0]+" = "+set[1]], _, err = timed(1, stmt.sql, stmtArgs); err != nil {
+		if ds.Settings[set[0]+" = "+set[1]], _, err = timed(3, stmt.sql, stmtArgs...); err != nil {
 			return nil, err
 		}
 		if _, err := tx.Exec(ctx, "SET LOCAL "+set[0]+" TO DEFAULT"); err != nil {
@@ -325,6 +370,55 @@ func (b *big) dissectChecks(ctx context.Context, d dataset) (*ChecksDissect, err
 	}
 	ds.Plan = strings.Join(lines, "\n")
 	return ds, nil
+}
+
+// renumber keeps the arguments a piece of a statement uses, its $n
+// renumbered from $1 in order of first use.
+func renumber(sql string, args []any) (string, []any) {
+	var out []any
+	seen := map[int]int{}
+	re := regexp.MustCompile(`\$([0-9]+)`)
+	sql = re.ReplaceAllStringFunc(sql, func(m string) string {
+		n, _ := strconv.Atoi(m[1:])
+		k, ok := seen[n]
+		if !ok && n >= 1 && n <= len(args) {
+			out = append(out, args[n-1])
+			k = len(out)
+			seen[n] = k
+		}
+		if k == 0 {
+			return m
+		}
+		return "$" + strconv.Itoa(k)
+	})
+	return sql, out
+}
+
+// selectItems splits a select list at its top-level commas (outside
+// parentheses, quotes and quoted identifiers).
+func selectItems(list string) []string {
+	var out []string
+	depth, start := 0, 0
+	var quote byte
+	for i := 0; i < len(list); i++ {
+		ch := list[i]
+		switch {
+		case quote != 0:
+			if ch == quote {
+				quote = 0
+			}
+		case ch == '\'' || ch == '"':
+			quote = ch
+		case ch == '(':
+			depth++
+		case ch == ')':
+			depth--
+		case ch == ',' && depth == 0:
+			out = append(out, strings.TrimSpace(list[start:i]))
+			start = i + 1
+		}
+	}
+	return append(out, strings.TrimSpace(list[start:]))
 }
 
 // planNode is the part of EXPLAIN (FORMAT JSON) the report reads.
@@ -372,7 +466,8 @@ func planParts(js []byte) (float64, []PlanPart, error) {
 			shared = append(shared, p)
 		}
 	}
-	root.Plans = shared
+	// The root's time includes its subqueries'.
+	root.Plans, root.TotalMs = shared, root.TotalMs-sub
 	parts = append(parts, PlanPart{Name: "the rest: the shared scan and its counts", Ms: out[0].ExecutionTime - sub, Detail: describePlan(root)})
 	return out[0].ExecutionTime, parts, nil
 }
@@ -404,10 +499,11 @@ func describePlan(n planNode) string {
 		if n.SortMethod != "" {
 			notes = append(notes, fmt.Sprintf("%s, %s MB %s", n.SortMethod, num(n.SortSpaceKB/1024), strings.ToLower(n.SortSpaceType)))
 		}
-		if n.TempWritten > 0 && n.Batches <= 1 && n.SortMethod == "" {
-			notes = append(notes, fmt.Sprintf("%s MB temp written", num(float64(n.TempWritten)*8/1024)))
+		// Per loop, as EXPLAIN has it: under a Gather, each process's.
+		s += fmt.Sprintf(" %s ms", num(n.TotalMs))
+		if n.Loops > 1 {
+			notes = append(notes, fmt.Sprintf("%.0f loops", n.Loops))
 		}
-		s += fmt.Sprintf(" %s ms", num(n.TotalMs*max(n.Loops, 1)))
 		if len(notes) > 0 {
 			s += " (" + strings.Join(notes, ", ") + ")"
 		}
@@ -482,4 +578,100 @@ func (e *env) checksSmall(ctx context.Context, c int, out *ChecksResult) error {
 	}
 	out.Small = append(out.Small, pt)
 	return proc.stop()
+}
+
+// checksReplay captures the round trips of one small load of each small
+// variant from idem's handler and replays them in turns on one connection
+// set up as idem's pool is, timing each round trip.
+func (e *env) checksReplay(ctx context.Context, out *ChecksResult) error {
+	last := e.sizes.Partitions - 2
+	n := min(e.sizes.Events, last-1)
+	// An audit id no row count or sequence can be mistaken for (only ever
+	// moved forward).
+	if err := e.exec(ctx, "SELECT setval(pg_get_serial_sequence('idem.pipeline_audit', 'id'), greatest(nextval(pg_get_serial_sequence('idem.pipeline_audit', 'id')), 950000000))"); err != nil {
+		return err
+	}
+	tpls := map[bool]*template{}
+	for _, with := range []bool{false, true} {
+		d := checksSmallDS(with)
+		rec := &recorder{}
+		db, err := newRecDB(ctx, e.pool, rec)
+		if err != nil {
+			return err
+		}
+		h, err := handlerFor(db, d)
+		if err == nil {
+			// The dataset's one-time setup first, not captured.
+			_, err = handle(ctx, h, event{d.Name, dayKey(smallBase, last-1), "chks-warm-" + d.Name}, 1)
+		}
+		part, run := dayKey(smallBase, last), "chks-capture-"+d.Name
+		var o handlers.Outcome
+		if err == nil {
+			rec.on = true
+			o, err = handle(ctx, h, event{d.Name, part, run}, 2)
+			rec.on = false
+		}
+		db.closeTraced()
+		if err != nil || o.Status != audit.StatusSuccess {
+			return fmt.Errorf("capture %s: %v (status %q)", d.Name, err, o.Status)
+		}
+		tpls[with] = newTemplate(rec.trips, part, run, day(smallBase, last), o.AuditID)
+	}
+	conn, err := e.connectAsIdem(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rp := &ChecksReplay{Events: n}
+	spent := map[bool]*tripTimes{}
+	for with, t := range tpls {
+		spent[with] = &tripTimes{d: make([]time.Duration, len(t.trips))}
+	}
+	reps := max(e.sizes.ChecksReps, 1)
+	for rep := range reps {
+		order := []bool{false, true}
+		if rep%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, with := range order {
+			if err := e.settle(ctx, "bench.chk_small_t", "idem.pipeline_audit", "idem.run_ledger", "idem.check_results"); err != nil {
+				return err
+			}
+			prefix := fmt.Sprintf("chks-replay-%s-r%d", checksSmallDS(with).Name, rep)
+			start := time.Now()
+			for i := range n {
+				if err := tpls[with].replay(ctx, conn, dayKey(smallBase, i), fmt.Sprintf("%s-%05d", prefix, i), day(smallBase, i), spent[with]); err != nil {
+					return err
+				}
+			}
+			el := time.Since(start)
+			if with {
+				rp.With.add(n, el)
+			} else {
+				rp.Without.add(n, el)
+			}
+			got, err := e.int64(ctx, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id LIKE $1 || '%' AND status = 'success'", prefix)
+			if err != nil {
+				return err
+			}
+			if got != int64(n) {
+				return fmt.Errorf("the replay %s left %d successful audit rows for %d events (bench/capture.go)", prefix, got, n)
+			}
+		}
+	}
+	steps := func(t *template, tt *tripTimes) []Step {
+		st := t.describe()
+		var total time.Duration
+		for _, d := range tt.d {
+			total += d
+		}
+		for i := range st {
+			st[i].MeanUs = float64(tt.d[i].Microseconds()) / float64(n*reps)
+			st[i].Share = float64(tt.d[i]) / float64(max(total, 1))
+		}
+		return st
+	}
+	rp.StepsWithout, rp.StepsWith = steps(tpls[false], spent[false]), steps(tpls[true], spent[true])
+	out.Replay = rp
+	return nil
 }

@@ -55,7 +55,7 @@ func (r *Results) checksMarkdown() string {
 		w("delete_insert of one partition of %s rows into a plain table of four such partitions (index on event_date), through `idem serve` at max_in_flight 1, publish → ack (after the durable commit). "+
 			"The three datasets load the same partition of the same table from the same staging table and take turns, %d rounds, the order rotating each round; VACUUM (ANALYZE) and CHECKPOINT before every load, so each starts from the same table. Medians.\n\n",
 			thousands(int64(c.Rows)), c.Reps)
-		t := &table{head: []string{"checks", "ms", "÷ none", "in transaction (audit started → finished) ms", "÷ none", "the checks' round trip, idem's timing, ms", "every load, ms in turn order"}}
+		t := &table{head: []string{"checks", "ms", "÷ none", "in transaction (audit started → finished) ms", "÷ none", "the checks' round trip, idem's timing, ms", "every load, ms (round 1, 2, …)"}}
 		for _, v := range checksVariants {
 			op, n := c.medianLoad(v)
 			if n == 0 {
@@ -77,12 +77,15 @@ func (r *Results) checksMarkdown() string {
 			t.add("DELETE + INSERT .. SELECT of the partition, in this transaction", num(d.LoadMs), ratio(d.LoadMs, none.Ms))
 			t.add("row_count_change's baseline: `SELECT count(*)` of the partition before the load", num(d.BaselineMs), ratio(d.BaselineMs, none.Ms))
 			t.add("the checks' statement (one statement: every check's failing count)", num(d.StatementMs), ratio(d.StatementMs, none.Ms))
+			for _, a := range d.Alone {
+				t.add("— "+a.Name+", alone", num(a.Ms), ratio(a.Ms, none.Ms))
+			}
 			t.add("— for comparison, a bare `SELECT count(*)` of the produced rows", num(d.CountMs), ratio(d.CountMs, none.Ms))
 			for _, k := range sortedKeys(d.Settings) {
 				t.add("— the checks' statement with `SET LOCAL "+k+"`", num(d.Settings[k]), ratio(d.Settings[k], none.Ms))
 			}
 			w("%s\n", t)
-			w("The checks' statement under EXPLAIN (ANALYZE, BUFFERS), %s ms (instrumented, so slower than above), by part:\n\n", num(d.ExplainMs))
+			w("The checks' statement under EXPLAIN (ANALYZE, BUFFERS), %s ms (its per-row timing makes it slower than above; the shares are indicative), by part:\n\n", num(d.ExplainMs))
 			t = &table{head: []string{"part", "ms", "share", "plan, outermost node first"}}
 			for _, p := range d.Parts {
 				t.add(p.Name, num(p.Ms), fmt.Sprintf("%.0f%%", 100*p.Ms/max(d.ExplainMs, 1e-9)), p.Detail)
@@ -90,6 +93,30 @@ func (r *Results) checksMarkdown() string {
 			w("%s\n", t)
 			w("<details><summary>The statement and its plan</summary>\n\n```sql\n%s\n```\n\n```\n%s\n```\n\n</details>\n\n", strings.TrimSpace(d.Statement), strings.TrimSpace(d.Plan))
 		}
+	}
+	if rp := c.Replay; rp != nil && len(rp.StepsWith) > 0 {
+		w("Where a small event's time goes: idem's round trips for one load of each dataset, captured from its handler and replayed %d times each in turns on one connection with idem's session settings (no NATS): %s events/s without the check, %s with (%s the time per event).\n\n",
+			rp.Events, num(rp.Without.PerSec), num(rp.With.PerSec), ratio(rp.Without.PerSec, rp.With.PerSec))
+		t := &table{head: []string{"#", "round trip", "SQL", "µs with the check", "µs without"}}
+		j := 0
+		var with, without float64
+		for _, s := range rp.StepsWith {
+			other := "– (added by the check)"
+			if j < len(rp.StepsWithout) && rp.StepsWithout[j].SQL == s.SQL && rp.StepsWithout[j].Kind == s.Kind {
+				other = num(rp.StepsWithout[j].MeanUs)
+				without += rp.StepsWithout[j].MeanUs
+				j++
+			}
+			with += s.MeanUs
+			t.add(fmt.Sprint(s.Index), s.Kind, "`"+strings.ReplaceAll(s.SQL, "|", "\\|")+"`", num(s.MeanUs), other)
+		}
+		for ; j < len(rp.StepsWithout); j++ {
+			s := rp.StepsWithout[j]
+			without += s.MeanUs
+			t.add("", s.Kind, "`"+strings.ReplaceAll(s.SQL, "|", "\\|")+"`", "– (not with the check)", num(s.MeanUs))
+		}
+		t.add("", "", "**per event**", "**"+num(with)+"**", "**"+num(without)+"**")
+		w("%s\n", t)
 	}
 	if len(c.Small) > 0 {
 		w("10-row partitions (every load a rerun), %d events per run published at once, first publish → last ack. A dataset with `checks: [row_count: {min: 1}]` and one without load the same partitions of the same table and take turns, %d runs each; medians.\n\n",

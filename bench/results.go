@@ -220,6 +220,9 @@ type ChecksResult struct {
 	// Small is 10-row partitions with a row_count check and without, end
 	// to end through idem serve, at each max_in_flight.
 	Small []ChecksSmall `json:"small"`
+	// Replay is idem's captured SQL of a small load with the row_count
+	// check and without, replayed in turns on one connection.
+	Replay *ChecksReplay `json:"replay,omitempty"`
 	// From is the run that measured these figures when a report took them
 	// from another results file (idembench -checks).
 	From *RunRef `json:"from,omitempty"`
@@ -239,9 +242,9 @@ type ChecksLoad struct {
 
 // ChecksDissect times the statements the checks build, captured from idem's
 // handler, inside one transaction: the baseline count (row_count_change),
-// the load, a bare count(*) of the produced rows, the checks' statement
-// (medians of 3), the statement under other settings, and its EXPLAIN
-// (ANALYZE, BUFFERS).
+// the load, a bare count(*) of the produced rows, the checks' statement and
+// its parts alone, the statement under other settings (medians of 3), and
+// its EXPLAIN (ANALYZE, BUFFERS).
 type ChecksDissect struct {
 	Statement   string             `json:"statement"`
 	BaselineMs  float64            `json:"baseline_ms"`
@@ -249,9 +252,12 @@ type ChecksDissect struct {
 	CountMs     float64            `json:"count_ms"`
 	StatementMs float64            `json:"statement_ms"`
 	Settings    map[string]float64 `json:"settings_ms"`
-	ExplainMs   float64            `json:"explain_ms"`
-	Parts       []PlanPart         `json:"parts"`
-	Plan        string             `json:"plan"`
+	// Alone are the statement's parts, each run alone (medians of 3): its
+	// subqueries, and the rest (the shared scan and its counts).
+	Alone     []PlanPart `json:"alone"`
+	ExplainMs float64    `json:"explain_ms"`
+	Parts     []PlanPart `json:"parts"`
+	Plan      string     `json:"plan"`
 }
 
 // PlanPart is a piece of the checks' statement under EXPLAIN ANALYZE: each
@@ -267,6 +273,18 @@ type ChecksSmall struct {
 	InFlight int        `json:"in_flight"`
 	Without  Throughput `json:"without"`
 	With     Throughput `json:"with_row_count"`
+}
+
+// ChecksReplay is the SQL of one small load, captured from idem's handler
+// with the row_count check and without, replayed Events times each in
+// turns on one connection with idem's session settings: the round trips
+// the check adds and what each costs.
+type ChecksReplay struct {
+	Events       int        `json:"events"`
+	Without      Throughput `json:"without"`
+	With         Throughput `json:"with_row_count"`
+	StepsWithout []Step     `json:"steps_without"`
+	StepsWith    []Step     `json:"steps_with"`
 }
 
 // RunRef names a run: how it was started, when, on which commit, and how

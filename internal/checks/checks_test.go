@@ -216,3 +216,27 @@ INSERT INTO raw.ev VALUES (NULL, '2026-11-01', 'old', 1);       -- an earlier ru
 		require.ErrorIs(t, err, pgx.ErrTxClosed)
 	}
 }
+
+// TestUniqueOnAKeyWithoutAHashFunction: unique first compares the rows with
+// the distinct hashes of their keys; a key type without a hash function
+// (money) is grouped instead, with the same answer.
+func TestUniqueOnAKeyWithoutAHashFunction(t *testing.T) {
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE SCHEMA analytics;
+CREATE TABLE analytics.orders (price money, event_date date NOT NULL);
+INSERT INTO analytics.orders VALUES ('1.00', '2026-11-01'), ('1.00', '2026-11-01'), ('2.00', '2026-11-01'), (NULL, '2026-11-01'), (NULL, '2026-11-01');`)
+	ctx := context.Background()
+	st, err := strategies.New("delete_insert", strategies.Spec{Dataset: "orders", Target: strategies.Table{Schema: "analytics", Name: "orders"},
+		Source: "SELECT 1 WHERE @partition::date IS NOT NULL", PartitionColumn: "event_date"})
+	require.NoError(t, err)
+	set := checks.New(parse(t, `[{unique: [price]}, {not_null: [event_date]}]`), st)
+	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		outs, err := set.Run(ctx, tx, strategies.Params{Partition: "2026-11-01", RunID: "r1"}, 0)
+		require.NoError(t, err)
+		require.Equal(t, "fail", outs[0].Status)
+		require.EqualValues(t, 1, outs[0].Failing, "one duplicated key value; NULL keys ignored")
+		require.Equal(t, "pass", outs[1].Status)
+		return pgx.ErrTxClosed
+	})
+	require.ErrorIs(t, err, pgx.ErrTxClosed)
+}
