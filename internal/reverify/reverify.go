@@ -58,17 +58,17 @@ type Config struct {
 
 // Result is one pass.
 type Result struct {
-	Reason     string
-	Started    time.Time
-	Took       time.Duration
-	Window     time.Duration
-	Checked    int // events of the window delivered to the consumer
-	Missing    int // of those, without a verdict in the warehouse
-	Reloaded   int // loaded again: acknowledged, and lost by the warehouse
-	Ahead      int // loaded before its own delivery ended (it was in flight or waiting for a redelivery)
-	Skipped    int // already loaded (a duplicate, or loaded meanwhile)
-	Failed     int // a load that failed: the event's own delivery decides
-	Err        error
+	Reason   string
+	Started  time.Time
+	Took     time.Duration
+	Window   time.Duration
+	Checked  int // events of the window delivered to the consumer
+	Missing  int // of those, without a verdict in the warehouse
+	Reloaded int // loaded again: acknowledged, and lost by the warehouse
+	Ahead    int // loaded before its own delivery ended (it was in flight or waiting for a redelivery)
+	Skipped  int // already loaded (a duplicate, or loaded meanwhile)
+	Failed   int // a load that failed: the event's own delivery decides
+	Err      error
 }
 
 // Reverifier runs passes when asked, one at a time.

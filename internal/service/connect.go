@@ -177,7 +177,9 @@ func natsWaiting(ctx context.Context, log zerolog.Logger, cfg config.NATS, name 
 
 // connHook is the pool's AfterConnect, set once the service has built what
 // it calls (the re-verification's check of the server's identity).
-type connHook struct{ f atomic.Pointer[func(context.Context, *pgx.Conn) error] }
+type connHook struct {
+	f atomic.Pointer[func(context.Context, *pgx.Conn) error]
+}
 
 func (h *connHook) set(f func(context.Context, *pgx.Conn) error) { h.f.Store(&f) }
 
