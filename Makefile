@@ -50,7 +50,8 @@ clean: ## remove build output
 	rm -rf bin
 
 # Chaos campaigns (internal/chaos): the knobs are read from the environment.
-# The long faults have knobs of their own: CHAOS_LONG_ROUNDS,
+# The long faults (warehouse and NATS outages, rolling restarts, failovers)
+# have knobs of their own: CHAOS_LONG_ROUNDS (rounds of each, failovers too),
 # CHAOS_WAREHOUSE_DOWN_MIN, CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN.
 CHAOS_EVENTS   ?= 30000
 CHAOS_DURATION ?= 25m
