@@ -21,9 +21,16 @@ type CheckResult struct {
 	Duration                     time.Duration
 }
 
+const recordChecksSQL = `
+		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
+		                                failing, checked, threshold, samples, note, duration_ms)
+		SELECT $1, $2, $3, $4, $5, r."Name", r."Kind", r."Severity", r."Status", r."Failing", r."Checked", r."Threshold",
+		       r."Samples", nullif(r."Note", ''), r."Duration" / 1e6
+		  FROM jsonb_to_recordset($6::jsonb) AS r("Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
+		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`
+
 // RecordChecks writes the outcomes of attempt id's checks, in a statement
-// of their own: called after the load's transaction ended, so a refused
-// load's outcomes are kept.
+// of their own: for a refused load, after its transaction rolled back.
 func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []CheckResult) error {
 	if len(rs) == 0 {
 		return nil
@@ -32,17 +39,23 @@ func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []Chec
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, `
-		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
-		                                failing, checked, threshold, samples, note, duration_ms)
-		SELECT $1, $2, $3, $4, $5, r."Name", r."Kind", r."Severity", r."Status", r."Failing", r."Checked", r."Threshold",
-		       r."Samples", nullif(r."Note", ''), r."Duration" / 1e6
-		  FROM jsonb_to_recordset($6::jsonb) AS r("Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
-		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`,
-		id, k.Pipeline, k.Dataset, k.Partition, k.RunID, b)
-	if err != nil {
+	if _, err := db.Exec(ctx, recordChecksSQL, id, k.Pipeline, k.Dataset, k.Partition, k.RunID, b); err != nil {
 		return fmt.Errorf("audit: record checks: %w", err)
 	}
+	return nil
+}
+
+// QueueRecordChecks queues on b the same insert, for a load whose checks
+// passed: written in its own success round trip, committed with it.
+func QueueRecordChecks(b *pgx.Batch, id int64, k RunKey, rs []CheckResult) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(rs)
+	if err != nil {
+		return err
+	}
+	b.Queue(recordChecksSQL, id, k.Pipeline, k.Dataset, k.Partition, k.RunID, data)
 	return nil
 }
 

@@ -42,8 +42,10 @@ type loading struct {
 	// locked and done answer the partition lock and the ledger check.
 	locked, done bool
 	plan         *strategies.Plan
-	// checked are the outcomes of the dataset's checks on this load.
-	checked []checks.Outcome
+	// checked are the outcomes of the dataset's checks on this load;
+	// recorded, that they went out with the load's success.
+	checked  []checks.Outcome
+	recorded bool
 }
 
 func (l *loading) params() strategies.Params {
@@ -169,6 +171,12 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	}
 	b := &pgx.Batch{}
 	audit.QueueSucceedAndRecord(b, l.a.RunKey, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}, l.a.Force)
+	// The checks passed: their outcomes commit with the load, no round
+	// trip of their own.
+	if err := audit.QueueRecordChecks(b, id, l.a.RunKey, checkResults(l.checked)); err != nil {
+		return out, err
+	}
+	l.recorded = len(l.checked) > 0
 	// A join's downstream event is queued only once its other upstreams
 	// are known to be ready: one more round trip, for joins only.
 	joins, err := l.h.queueDownstream(b, l.ds, l.a, id)
@@ -197,6 +205,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		// Unreachable while the lock and the check above hold; if it happens
 		// the transaction rolls back and the run is done: record the duplicate.
 		l.close(ctx)
+		l.recorded = false // rolled back with it
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		return Outcome{Status: audit.StatusSkipped, AuditID: id}, audit.Skip(fctx, l.h.DB, id)
@@ -217,19 +226,23 @@ func (l *loading) recordChecks(ctx context.Context, id int64, err error) {
 			Threshold: "runs without error", Note: refused.Err.Error()})
 		l.checked = outs
 	}
-	if len(outs) == 0 {
+	if len(outs) == 0 || l.recorded && err == nil {
 		return
 	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := audit.RecordChecks(fctx, l.h.DB, id, l.a.RunKey, checkResults(outs)); err != nil {
+		l.log.Error().Err(err).Msg("could not record the checks' outcomes")
+	}
+}
+
+func checkResults(outs []checks.Outcome) []audit.CheckResult {
 	rs := make([]audit.CheckResult, len(outs))
 	for i, o := range outs {
 		rs[i] = audit.CheckResult{Name: o.Name, Kind: o.Kind, Severity: o.Severity, Status: o.Status, Failing: o.Failing,
 			Checked: o.Checked, Threshold: o.Threshold, Note: o.Note, Samples: o.Samples, Duration: o.Duration}
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := audit.RecordChecks(fctx, l.h.DB, id, l.a.RunKey, rs); err != nil {
-		l.log.Error().Err(err).Msg("could not record the checks' outcomes")
-	}
+	return rs
 }
 
 // close rolls back whatever transaction is still open on the connection,

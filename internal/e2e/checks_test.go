@@ -82,6 +82,9 @@ func TestChecksRejectTheArticlesFailures(t *testing.T) {
 			ledger := w.count(ledgerCount)
 			pub(p, "first")
 			w.waitCount(ledger+2, ledgerCount) // sales and sales_daily
+			// A passing load's outcomes commit with it, every check's.
+			require.EqualValues(t, 4, w.count(`SELECT count(*) FROM idem.check_results WHERE partition_key = $1 AND run_id = 'first'
+				AND status IN ('pass', 'skipped')`, p))
 			partition := "SELECT order_id, event_date, status, total FROM analytics.sales WHERE event_date = '" + p + "'"
 			before := w.db.Checksum(t, partition)
 			daily := w.db.Checksum(t, "SELECT * FROM analytics.sales_daily WHERE event_date = '"+p+"'")
