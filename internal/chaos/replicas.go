@@ -301,25 +301,17 @@ const reverifyLine = "warehouse re-verified"
 // addPass adds the figures of one pass's log line.
 func (f *ReverifyFigures) addPass(line string) {
 	var p struct {
-		Level                                           string
-		Checked, Missing, Reloaded, Skipped, Superseded int
-		Failed                                          int
-		Ahead                                           int `json:"loaded_ahead"`
+		Level string
+		ReverifyFigures
 	}
 	if json.Unmarshal([]byte(line), &p) != nil {
 		return
 	}
-	f.Passes++
+	p.Passes = 1
 	if p.Level != "info" {
-		f.Unfinished++
+		p.Unfinished = 1
 	}
-	f.Checked += p.Checked
-	f.Missing += p.Missing
-	f.Reloaded += p.Reloaded
-	f.Ahead += p.Ahead
-	f.Skipped += p.Skipped
-	f.Superseded += p.Superseded
-	f.Failed += p.Failed
+	f.add(p.ReverifyFigures)
 }
 
 // panicMarks are the lines a Go process writes when it panics, dies of a
@@ -377,6 +369,5 @@ func (f *ReverifyFigures) add(g ReverifyFigures) {
 	f.Reloaded += g.Reloaded
 	f.Ahead += g.Ahead
 	f.Skipped += g.Skipped
-	f.Superseded += g.Superseded
 	f.Failed += g.Failed
 }

@@ -117,7 +117,6 @@ type ReverifyFigures struct {
 	Reloaded   int `json:"reloaded"`
 	Ahead      int `json:"loaded_ahead"`
 	Skipped    int `json:"skipped"`
-	Superseded int `json:"superseded"`
 	Failed     int `json:"failed"`
 }
 
@@ -242,8 +241,8 @@ func (r *Report) Print(w io.Writer) {
 		r.Faults.ByKind[FaultFailover], r.Faults.FailoverLostLoads, r.Faults.FailoverLostInLedger,
 		r.Faults.LongestFailoverOutageSeconds, r.Faults.SlowestFailoverResumeSeconds)
 	v := r.Reverify
-	fmt.Fprintf(w, "reverify      %d passes logged by idem (%d unfinished): %d events checked, %d missing: %d reloaded, %d loaded ahead, %d skipped, %d superseded, %d failed\n",
-		v.Passes, v.Unfinished, v.Checked, v.Missing, v.Reloaded, v.Ahead, v.Skipped, v.Superseded, v.Failed)
+	fmt.Fprintf(w, "reverify      %d passes logged by idem (%d unfinished): %d events checked, %d missing: %d reloaded, %d loaded ahead, %d skipped, %d failed\n",
+		v.Passes, v.Unfinished, v.Checked, v.Missing, v.Reloaded, v.Ahead, v.Skipped, v.Failed)
 	x := r.Exits
 	fmt.Fprintf(w, "processes     %d starts, %d killed, %d crash-hook exits, %d failed to start, %d graceful restarts, %d other exits, %d clean final stops\n",
 		x.Starts, x.KilledByChaos, x.CrashHook, x.StartupFailure, x.GracefulRestarts, x.Other, x.CleanFinal)

@@ -2,8 +2,9 @@
 // rows a load produced, inside the load's transaction, before it commits:
 // a partition that fails a check of severity error is never seen by a
 // reader. It builds the SQL (identifiers quoted, values bound), evaluates
-// thresholds and returns each check's outcome; it never commits, rolls back
-// or records anything: the handler owns the transaction and the audit.
+// thresholds and returns each check's outcome; it never ends the
+// transaction (its only rollback is to its own savepoint) and records
+// nothing: the handler owns the transaction and the audit.
 //
 // The NULL rules, as dbt's tests have them:
 //   - unique: rows whose key has a NULL are ignored; failing = duplicated key values;
@@ -469,15 +470,6 @@ func Refused(outs []Outcome) error {
 		return nil
 	}
 	return &Error{Failed: failed}
-}
-
-// Outcomes returns the outcomes err carries, if it is a checks error.
-func Outcomes(err error) ([]Outcome, bool) {
-	var e *Error
-	if !errors.As(err, &e) {
-		return nil, false
-	}
-	return e.Failed, true
 }
 
 // Explain plans every statement the checks would run, with EXPLAIN (nothing

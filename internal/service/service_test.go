@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -47,6 +48,36 @@ func TestRun(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	ns := consumertest.RunServer(t)
 	db := pgtest.NewDB(t)
+	runOnePartition(t, ns, db, "")
+}
+
+// TestReverifyOffNeitherHoldsNorPasses: with postgres.reverify false, a
+// warehouse that is not the one last verified (a promoted standby carries
+// the old timeline) holds no load and gets no pass: the stored identity is
+// left as it was.
+func TestReverifyOffNeitherHoldsNorPasses(t *testing.T) {
+	ns := consumertest.RunServer(t)
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	_, err := audit.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	cur, err := audit.CurrentIdentity(ctx, db.Pool)
+	require.NoError(t, err)
+	old := audit.Identity{SystemIdentifier: cur.SystemIdentifier, Timeline: cur.Timeline + 100}
+	require.NoError(t, audit.StoreIdentity(ctx, db.Pool, "shop", old))
+	logs := runOnePartition(t, ns, db, "  reverify: false\n")
+	stored, ok, err := audit.StoredIdentity(ctx, db.Pool, "shop")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, old, stored, "no pass ran")
+	require.NotContains(t, logs, "re-verif")
+}
+
+// runOnePartition runs the service on one delete_insert dataset (more
+// postgres: lines in extra), loads a partition, checks the HTTP endpoints
+// and stops it; it returns the service's log.
+func runOnePartition(t *testing.T, ns *server.Server, db *pgtest.DB, extra string) string {
+	t.Helper()
 	db.Exec(t, `CREATE SCHEMA staging; CREATE SCHEMA analytics;
 		CREATE TABLE staging.src (id bigint, event_date date);
 		CREATE TABLE analytics.t (id bigint, event_date date NOT NULL);
@@ -57,7 +88,7 @@ nats:
   ack_wait: 5s
 postgres:
   url: %s
-http:
+%shttp:
   addr: 127.0.0.1:0
 datasets:
   orders:
@@ -65,7 +96,7 @@ datasets:
     target: analytics.t
     partition_column: event_date
     source: SELECT id, event_date FROM staging.src WHERE event_date = @partition
-`, ns.ClientURL(), db.URL)), nil)
+`, ns.ClientURL(), db.URL, extra)), nil)
 	require.NoError(t, err)
 	require.NoError(t, cfg.Validate())
 
@@ -113,4 +144,5 @@ datasets:
 		t.Fatal("Run did not stop")
 	}
 	require.Contains(t, logs.String(), "idem serve stopped cleanly")
+	return logs.String()
 }
