@@ -18,6 +18,11 @@ func (s *DeleteInsert) ProducedRows() string {
 // ReplacedRows: the partition's rows before the load.
 func (s *DeleteInsert) ReplacedRows() string { return s.ProducedRows() }
 
+// Counts: the INSERT counts the partition's rows after the load (the
+// DELETE emptied it; the guard keeps other partitions' rows out), the
+// DELETE its rows before, unless a TRUNCATE replaces it.
+func (s *DeleteInsert) Counts() (produced, replaced bool) { return true, !s.spec.TruncatePartition }
+
 // ProducedRows: the target's rows of the keys the source holds for the
 // partition: the rows the load inserted or updated (a row a newer version
 // kept is checked as it stands).
@@ -28,6 +33,10 @@ func (s *Merge) ProducedRows() string {
 
 // ReplacedRows: the same keys' rows before the load.
 func (s *Merge) ReplacedRows() string { return s.ProducedRows() }
+
+// Counts: neither; a key whose newer version the target kept is produced
+// but not written, and the MERGE counts no replaced rows.
+func (s *Merge) Counts() (produced, replaced bool) { return false, false }
 
 // ProducedRows: the rows this load appended (this run_id, this load's
 // sequence value: a forced rerun of the run appends anew).
@@ -45,6 +54,10 @@ func (s *AppendDedupe) ReplacedRows() string {
 	}
 	return "FROM " + s.spec.View.ident() + " AS t WHERE t." + q(s.spec.PartitionColumn) + " = @partition"
 }
+
+// Counts: the INSERT counts the rows this load appended; the view's rows
+// before it are counted by a statement.
+func (s *AppendDedupe) Counts() (produced, replaced bool) { return true, false }
 
 // NamedArgs are the arguments the source and the scopes bind.
 func (p Params) NamedArgs() pgx.NamedArgs { return p.args() }

@@ -106,6 +106,12 @@ type Strategy interface {
 	// rows it replaces, read before it runs ("" when it cannot say).
 	ProducedRows() string
 	ReplacedRows() string
+	// Counts says which of those scopes a load's Result counts exactly:
+	// produced, the rows ProducedRows selects after the load
+	// (Result.Inserted); replaced, the rows ReplacedRows selected before it
+	// (Result.Deleted, unless -1). A row-count check reads them instead of
+	// running a statement of its own.
+	Counts() (produced, replaced bool)
 }
 
 // Load describes and runs a load of p inside tx, for callers with nothing to

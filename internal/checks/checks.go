@@ -274,15 +274,8 @@ func (s *Set) Run(ctx context.Context, tx pgx.Tx, p strategies.Params, baseline 
 	for _, c := range s.checks {
 		o := Outcome{Name: c.name, Kind: c.kind, Severity: c.cfg.SeverityOrDefault(), Checked: rows, Duration: took}
 		switch c.kind {
-		case config.CheckRowCount:
-			o.Failing, o.Threshold = 0, rangeText(c.cfg.RowCount.Min, c.cfg.RowCount.Max)
-			if r := c.cfg.RowCount; r.Min != nil && rows < *r.Min || r.Max != nil && rows > *r.Max {
-				o.Failing = rows
-			}
-			o.Note = fmt.Sprintf("%d row(s)", rows)
-			o.Status = status(o, o.Failing > 0)
-		case config.CheckRowCountChange:
-			s.rowCountChange(&o, c.cfg.RowCountChange, baseline, rows)
+		case config.CheckRowCount, config.CheckRowCountChange:
+			s.rowCount(&o, c, baseline)
 		default:
 			o.Failing = counts[j]
 			j++
@@ -312,6 +305,51 @@ func (s *Set) Run(ctx context.Context, tx pgx.Tx, p strategies.Params, baseline 
 		out[i].Samples = samples
 	}
 	return out, nil
+}
+
+// CountsOnly says whether every check of s counts rows (row_count,
+// row_count_change), so that FromCounts can evaluate them without a
+// statement when the strategy counts what its load produced.
+func (s *Set) CountsOnly() bool {
+	if s == nil {
+		return false
+	}
+	for _, c := range s.checks {
+		if c.kind != config.CheckRowCount && c.kind != config.CheckRowCountChange {
+			return false
+		}
+	}
+	return true
+}
+
+// FromCounts evaluates a CountsOnly set from the load's own counts: rows
+// it produced, baseline rows it replaced (see strategies.Strategy.Counts).
+// Nothing runs: on a small event the statement's round trip was the
+// checks' whole cost.
+func (s *Set) FromCounts(rows, baseline int64) []Outcome {
+	out := make([]Outcome, 0, len(s.checks))
+	for _, c := range s.checks {
+		o := Outcome{Name: c.name, Kind: c.kind, Severity: c.cfg.SeverityOrDefault(), Checked: rows}
+		s.rowCount(&o, c, baseline)
+		out = append(out, o)
+	}
+	return out
+}
+
+// rowCount evaluates a row_count or row_count_change check on o.Checked
+// rows.
+func (s *Set) rowCount(o *Outcome, c check, baseline int64) {
+	rows := o.Checked
+	if c.kind == config.CheckRowCountChange {
+		s.rowCountChange(o, c.cfg.RowCountChange, baseline, rows)
+		return
+	}
+	o.Failing, o.Threshold = 0, rangeText(c.cfg.RowCount.Min, c.cfg.RowCount.Max)
+	if r := c.cfg.RowCount; r.Min != nil && rows < *r.Min || r.Max != nil && rows > *r.Max {
+		o.Failing = rows
+	}
+	o.Note = fmt.Sprintf("%d row(s)", rows)
+	o.Status = status(*o, o.Failing > 0)
 }
 
 func (s *Set) rowCountChange(o *Outcome, r *config.RowCountChange, baseline, rows int64) {

@@ -149,6 +149,46 @@ func TestRowCountChange(t *testing.T) {
 	}
 }
 
+// TestFromCountsAgreesWithRun: where the strategy counts its load's rows,
+// the row-count checks are evaluated from those counts with no statement;
+// every outcome must be the one the statement would have given.
+func TestFromCountsAgreesWithRun(t *testing.T) {
+	db := pgtest.NewDB(t)
+	db.Exec(t, tables)
+	st, err := strategies.New("delete_insert", strategies.Spec{Dataset: "orders", Target: strategies.Table{Schema: "analytics", Name: "orders"},
+		Source: "SELECT 1 WHERE @partition::date IS NOT NULL", PartitionColumn: "event_date"})
+	require.NoError(t, err)
+	produced, replaced := st.Counts()
+	require.True(t, produced && replaced, "delete_insert counts both")
+	y := `[{row_count: {min: 3, max: 4}}, {row_count: {min: 5}, severity: warn}, {row_count_change: {max_drop: 50%, max_rise: 400%, min_baseline: 3}}]`
+	require.True(t, checks.New(parse(t, y), st).CountsOnly())
+	require.False(t, checks.New(parse(t, `[{row_count: {min: 1}}, {not_null: [order_id]}]`), st).CountsOnly())
+	extra := map[int64]string{
+		4: "",
+		2: "DELETE FROM analytics.orders WHERE event_date = '2026-11-01' AND order_id IS NULL OR order_id = 3",
+		5: "INSERT INTO analytics.orders VALUES (9, '2026-11-01', 1, 'paid', 1)",
+	}
+	statuses := map[string]int{}
+	for rows, sql := range extra {
+		for _, baseline := range []int64{0, 2, 4, 9, 1000} {
+			want, err := run(t, db, y, sql, baseline)
+			require.NoError(t, err)
+			require.EqualValues(t, rows, want[0].Checked)
+			got := checks.New(parse(t, y), st).FromCounts(rows, baseline)
+			require.Len(t, got, len(want))
+			for i := range want {
+				w, g := want[i], got[i]
+				w.Duration, g.Duration = 0, 0
+				require.Equal(t, w, g, "%d rows replacing %d, check %s", rows, baseline, w.Name)
+				statuses[w.Status]++
+			}
+		}
+	}
+	for _, s := range []string{"pass", "fail", "warn", "skipped"} {
+		require.Positive(t, statuses[s], "the cases cover status %s", s)
+	}
+}
+
 func TestSeveralChecksOneStatementAndABrokenOne(t *testing.T) {
 	db := pgtest.NewDB(t)
 	db.Exec(t, tables)
