@@ -25,6 +25,15 @@ const (
 	DefaultSubjectPrefix = "idem.ready"
 	// DefaultDLQSubjectPrefix prefixes dead-letter subjects: idem.dlq.<dataset>.
 	DefaultDLQSubjectPrefix = "idem.dlq"
+	// DefaultResultsStream is the JetStream stream holding every event's
+	// terminal outcome (idem publish --wait follows it).
+	DefaultResultsStream = "IDEM_RESULTS"
+	// DefaultResultsSubjectPrefix prefixes result subjects: idem.result.<dataset>.
+	DefaultResultsSubjectPrefix = "idem.result"
+	// DefaultResultsMaxAge is how long the results stream keeps a result.
+	DefaultResultsMaxAge = 7 * 24 * time.Hour
+	// DefaultResultsMaxBytes bounds the results stream (oldest go first).
+	DefaultResultsMaxBytes = 1 << 30
 	// DefaultNATSURL is a NATS server on the local machine.
 	DefaultNATSURL = "nats://127.0.0.1:4222"
 	// DefaultReverifyWindow is postgres.reverify_window's default.
@@ -158,6 +167,27 @@ type NATS struct {
 	TokenFile string `yaml:"token_file,omitempty"`
 	// TLS configures TLS to the server; empty means whatever the URL says.
 	TLS TLS `yaml:"tls,omitempty"`
+	// Results is the stream of every event's terminal outcome.
+	Results Results `yaml:"results,omitempty"`
+}
+
+// Results is the stream where idem publishes each event's terminal outcome
+// (loaded, skipped, dead-lettered, rejected by its checks), for schedulers
+// that wait for it (idem publish --wait). `idem streams` creates it with
+// these limits; an existing stream's limits are updated.
+type Results struct {
+	// Stream is its name. Default DefaultResultsStream. Env IDEM_NATS_RESULTS_STREAM.
+	Stream string `yaml:"stream,omitempty"`
+	// SubjectPrefix prefixes its subjects: <prefix>.<dataset>. Default
+	// DefaultResultsSubjectPrefix.
+	SubjectPrefix string `yaml:"subject_prefix,omitempty"`
+	// MaxAge is how long a result is kept; a waiter that comes back later
+	// than that finds its run through the ledger (a skipped result)
+	// instead. Default DefaultResultsMaxAge.
+	MaxAge Duration `yaml:"max_age,omitempty"`
+	// MaxBytes bounds the stream; the oldest results go first. Default
+	// DefaultResultsMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes,omitempty"`
 }
 
 // DefaultUnknownDatasetGrace: see NATS.UnknownDatasetGrace.
@@ -233,6 +263,10 @@ type HTTP struct {
 	Token string `yaml:"token,omitempty" json:"-"`
 	// TokenFile reads Token from a file.
 	TokenFile string `yaml:"token_file,omitempty" json:"-"`
+	// TokenForReads requires Token (Authorization: Bearer) for the JSON
+	// API under /api/v1/ too; false leaves its reads open like the page.
+	// Needs Token.
+	TokenForReads bool `yaml:"token_for_reads,omitempty"`
 }
 
 // MinHTTPTokenChars is the shortest operator token accepted.
@@ -354,6 +388,14 @@ func (c *Config) WithDefaults() {
 	setDefault(&c.NATS.Consumer, DefaultConsumer)
 	setDefault(&c.NATS.SubjectPrefix, DefaultSubjectPrefix)
 	setDefault(&c.NATS.DLQSubjectPrefix, DefaultDLQSubjectPrefix)
+	setDefault(&c.NATS.Results.Stream, DefaultResultsStream)
+	setDefault(&c.NATS.Results.SubjectPrefix, DefaultResultsSubjectPrefix)
+	if c.NATS.Results.MaxAge == 0 {
+		c.NATS.Results.MaxAge = Duration(DefaultResultsMaxAge)
+	}
+	if c.NATS.Results.MaxBytes == 0 {
+		c.NATS.Results.MaxBytes = DefaultResultsMaxBytes
+	}
 	if c.NATS.AckWait == 0 {
 		c.NATS.AckWait = Duration(DefaultAckWait)
 	}

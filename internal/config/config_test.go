@@ -101,6 +101,8 @@ func TestParseFullConfig(t *testing.T) {
 		AckWait: Duration(30 * time.Second), MaxInFlight: 16,
 		User: "loader", Password: "n4ts-pa55",
 		TLS: TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
+		Results: Results{Stream: DefaultResultsStream, SubjectPrefix: DefaultResultsSubjectPrefix,
+			MaxAge: Duration(DefaultResultsMaxAge), MaxBytes: DefaultResultsMaxBytes},
 	}, c.NATS)
 	require.Equal(t, "postgres://idem@127.0.0.1:5432/warehouse", c.Postgres.URL)
 	require.Equal(t, "127.0.0.1:9464", c.HTTP.Addr)
@@ -220,19 +222,20 @@ pipeline: required`, p.Error())
 func TestEnvOverrides(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
-		"IDEM_PIPELINE":        "from_env",
-		"IDEM_NATS_URL":        "nats://nats-1:4222,nats://nats-2:4222",
-		"IDEM_NATS_STREAM":     "EV",
-		"IDEM_NATS_DLQ_STREAM": "DL",
-		"IDEM_NATS_CONSUMER":   "worker",
-		"IDEM_NATS_CREDS":      "/run/idem.creds",
-		"IDEM_NATS_NKEY":       "/run/idem.nk",
-		"IDEM_NATS_USER":       "u",
-		"IDEM_NATS_PASSWORD":   "env-pass",
-		"IDEM_NATS_TOKEN":      "env-token",
-		"IDEM_DATABASE_URL":    "postgres://x:env-db@db/w",
-		"IDEM_HTTP_ADDR":       ":9999",
-		"IDEM_UNRELATED":       "ignored",
+		"IDEM_PIPELINE":            "from_env",
+		"IDEM_NATS_URL":            "nats://nats-1:4222,nats://nats-2:4222",
+		"IDEM_NATS_STREAM":         "EV",
+		"IDEM_NATS_DLQ_STREAM":     "DL",
+		"IDEM_NATS_RESULTS_STREAM": "RS",
+		"IDEM_NATS_CONSUMER":       "worker",
+		"IDEM_NATS_CREDS":          "/run/idem.creds",
+		"IDEM_NATS_NKEY":           "/run/idem.nk",
+		"IDEM_NATS_USER":           "u",
+		"IDEM_NATS_PASSWORD":       "env-pass",
+		"IDEM_NATS_TOKEN":          "env-token",
+		"IDEM_DATABASE_URL":        "postgres://x:env-db@db/w",
+		"IDEM_HTTP_ADDR":           ":9999",
+		"IDEM_UNRELATED":           "ignored",
 	}
 	c, err := Parse([]byte(specYAML), func(k string) string { return env[k] })
 	require.NoError(t, err)
@@ -243,6 +246,8 @@ func TestEnvOverrides(t *testing.T) {
 		AckWait: Duration(30 * time.Second), MaxInFlight: 16,
 		Creds: "/run/idem.creds", NKey: "/run/idem.nk", User: "u", Password: "env-pass", Token: "env-token",
 		TLS: TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
+		Results: Results{Stream: "RS", SubjectPrefix: DefaultResultsSubjectPrefix,
+			MaxAge: Duration(DefaultResultsMaxAge), MaxBytes: DefaultResultsMaxBytes},
 	}, c.NATS)
 	require.Equal(t, "postgres://x:env-db@db/w", c.Postgres.URL)
 	require.Equal(t, ":9999", c.HTTP.Addr)

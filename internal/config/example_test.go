@@ -70,6 +70,11 @@ postgres:
 	//   ack_wait: 30s
 	//   max_in_flight: 16
 	//   token: REDACTED
+	//   results:
+	//     stream: IDEM_RESULTS
+	//     subject_prefix: idem.result
+	//     max_age: 168h0m0s
+	//     max_bytes: 1073741824
 	// postgres:
 	//   url: postgres://idem:REDACTED@db:5432/warehouse
 	//   reverify_window: 15m0s

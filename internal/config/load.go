@@ -302,6 +302,7 @@ func (c *Config) envOverrides() []struct {
 		{"IDEM_NATS_URL", &c.NATS.URL},
 		{"IDEM_NATS_STREAM", &c.NATS.Stream},
 		{"IDEM_NATS_DLQ_STREAM", &c.NATS.DLQStream},
+		{"IDEM_NATS_RESULTS_STREAM", &c.NATS.Results.Stream},
 		{"IDEM_NATS_CONSUMER", &c.NATS.Consumer},
 		{"IDEM_NATS_CREDS", &c.NATS.Creds},
 		{"IDEM_NATS_NKEY", &c.NATS.NKey},

@@ -106,6 +106,26 @@ func (c *Config) validateTop(v *validator) {
 		v.add("nats.dlq_subject_prefix", "%q overlaps nats.subject_prefix %q, so one stream would capture the other's messages; use prefixes where neither starts with the other, e.g. %s and %s",
 			n.DLQSubjectPrefix, n.SubjectPrefix, DefaultSubjectPrefix, DefaultDLQSubjectPrefix)
 	}
+	r := &n.Results
+	natsName(v, "nats.results.stream", r.Stream, DefaultResultsStream)
+	for _, other := range []string{n.Stream, n.DLQStream} {
+		if r.Stream != "" && r.Stream == other {
+			v.add("nats.results.stream", "%q is already another of idem's streams; results need a stream of their own, e.g. %s", r.Stream, DefaultResultsStream)
+		}
+	}
+	if subjectPrefix(v, "nats.results.subject_prefix", r.SubjectPrefix, DefaultResultsSubjectPrefix) {
+		for _, other := range []string{n.SubjectPrefix, n.DLQSubjectPrefix} {
+			if other != "" && subjectsOverlap(r.SubjectPrefix, other) {
+				v.add("nats.results.subject_prefix", "%q overlaps %q, so one stream would capture the other's messages; e.g. %s", r.SubjectPrefix, other, DefaultResultsSubjectPrefix)
+			}
+		}
+	}
+	if r.MaxAge < 0 || r.MaxAge > 0 && r.MaxAge < Duration(time.Minute) {
+		v.add("nats.results.max_age", "%s: want at least 1m (a waiting publisher reads its result from there)", r.MaxAge)
+	}
+	if r.MaxBytes < 0 || r.MaxBytes > 0 && r.MaxBytes < 1<<20 {
+		v.add("nats.results.max_bytes", "%d: want at least 1048576 (1 MiB); a result is about 1 KB", r.MaxBytes)
+	}
 	if n.AckWait < Duration(time.Second) {
 		v.add("nats.ack_wait", "%s is too short; use at least 1s (loads longer than ack_wait stay owned through heartbeats, so it need not cover the longest load)", n.AckWait)
 	}
@@ -160,6 +180,9 @@ func (c *Config) validateTop(v *validator) {
 		v.add("http.addr", "%q is not host:port; e.g. %s, or :9464 for every interface", c.HTTP.Addr, DefaultHTTPAddr)
 	}
 	validateAudit(v, c.Audit)
+	if c.HTTP.TokenForReads && c.HTTP.Token == "" {
+		v.add("http.token_for_reads", "needs http.token (or IDEM_HTTP_TOKEN): the API's readers give that token")
+	}
 	if t := c.HTTP.Token; t != "" && (len(t) < MinHTTPTokenChars || strings.TrimSpace(t) != t) {
 		v.add("http.token", "too weak: at least %d characters without surrounding space; e.g. the output of `openssl rand -hex 24`", MinHTTPTokenChars)
 	}
