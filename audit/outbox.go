@@ -37,15 +37,41 @@ func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
 	b.Queue(`
 		INSERT INTO idem.outbox (dataset, partition_key, run_id, force, attributes, audit_id)
 		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (audit_id, dataset, partition_key, run_id) DO NOTHING`,
+		ON CONFLICT (audit_id, dataset, partition_key, run_id) WHERE result IS NULL DO NOTHING`,
 		e.Event.Dataset, e.Event.Partition, e.Event.RunID, e.Event.Force, attrs, e.AuditID)
 	return nil
 }
 
-// OutboxRow is a claimed event.
+// QueueEnqueueResult queues on b, inside the caller's transaction, the
+// result of attempt auditID (body: its JSON, package results) for the
+// relay to publish on the results stream. A second result of the same
+// attempt is left alone.
+func QueueEnqueueResult(b *pgx.Batch, k RunKey, auditID int64, body []byte) {
+	b.Queue(`
+		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`,
+		k.Dataset, k.Partition, k.RunID, auditID, string(body))
+}
+
+// EnqueueResult is QueueEnqueueResult as a statement of its own, committed
+// at once: for an attempt whose transaction already ended (a skip).
+func EnqueueResult(ctx context.Context, db Querier, k RunKey, auditID int64, body []byte) error {
+	b := &pgx.Batch{}
+	QueueEnqueueResult(b, k, auditID, body)
+	q := b.QueuedQueries[0]
+	if _, err := db.Exec(ctx, q.SQL, q.Arguments...); err != nil {
+		return fmt.Errorf("audit: outbox result: %w", err)
+	}
+	return nil
+}
+
+// OutboxRow is a claimed event or result.
 type OutboxRow struct {
 	ID int64
 	OutboxEvent
+	// Result is the body of a result (nil for a downstream event).
+	Result []byte
 	// Attempts counts the publishes already tried (this one not included).
 	Attempts int
 	// Claim is when the claim lapses; it also names the claim, so a relay
@@ -69,7 +95,7 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 			   FOR UPDATE SKIP LOCKED)
 		UPDATE idem.outbox o SET claimed_until = now() + $2 * interval '1 microsecond'
 		  FROM due WHERE o.id = due.id
-		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until`,
+		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text`,
 		limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("audit: outbox claim: %w", err)
@@ -77,7 +103,11 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
 		var o OutboxRow
 		e := &o.Event
-		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim)
+		var result *string
+		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result)
+		if result != nil {
+			o.Result = []byte(*result)
+		}
 		return o, err
 	})
 }

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -141,6 +143,12 @@ type Config struct {
 	Log zerolog.Logger
 	// Hooks receive metric events; nil hooks are skipped.
 	Hooks Hooks
+	// DeadLettered, when set, is called once JetStream has stored a dead
+	// letter (or already held it: a redelivery dead-lettered again), before
+	// the message is terminated, with the letter, the loads the handler
+	// counted (0: unknown) and the dead letter's PubAck. idem publishes the
+	// event's result from it. It must not block for long.
+	DeadLettered func(ctx context.Context, dl deadletter.Envelope, attempt int, ack *jetstream.PubAck)
 	// Rand draws the backoff jitter, uniform in [0,1); it must be safe for
 	// concurrent use. Default math/rand/v2.Float64.
 	Rand func() float64

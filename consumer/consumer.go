@@ -132,7 +132,7 @@ func (c *Consumer) Warehouse() (up bool, state string, reason error, since time.
 }
 
 func newDeadLetterer(js jetstream.JetStream, cfg Config) *deadLetterer {
-	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout}
+	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout, stored: cfg.DeadLettered}
 }
 
 // Run consumes until stopped, by Stop or by ctx's cancellation (which

@@ -27,6 +27,7 @@ type deadLetter struct {
 	partition  string
 	runID      string
 	failedAt   time.Time
+	attempt    int // the loads the handler counted; 0 when unknown
 }
 
 func (dl deadLetter) envelope() deadletter.Envelope {
@@ -37,6 +38,7 @@ func (dl deadLetter) envelope() deadletter.Envelope {
 		Stream:     dl.stream,
 		Seq:        dl.seq,
 		Deliveries: dl.deliveries,
+		Attempts:   dl.attempt,
 		Header:     dl.header,
 		Data:       dl.data,
 		Dataset:    dl.dataset,
@@ -56,6 +58,7 @@ type deadLetterer struct {
 	stream  string // the dead-letter stream, expected on publish
 	prefix  string
 	timeout time.Duration
+	stored  func(ctx context.Context, dl deadletter.Envelope, attempt int, ack *jetstream.PubAck)
 }
 
 // subject routes a dead letter: <prefix>.<dataset> for a configured
@@ -87,6 +90,9 @@ func (p *deadLetterer) publish(ctx context.Context, configuredDataset string, dl
 	}
 	if err != nil {
 		return nil, fmt.Errorf("publish dead letter %s to %s: %w", deadletter.MsgID(dl.stream, dl.seq), m.Subject, err)
+	}
+	if p.stored != nil {
+		p.stored(ctx, env, dl.attempt, ack)
 	}
 	return ack, nil
 }

@@ -236,6 +236,7 @@ func (c *Consumer) deadLetter(d *delivery, in Input, f Fate, log zerolog.Logger)
 		data:       d.msg.Data(),
 		dataset:    d.token,
 		failedAt:   c.cfg.Now(),
+		attempt:    in.Attempt,
 	}
 	if d.decodeErr == nil {
 		dl.partition, dl.runID = d.m.Event.Key.Key, d.m.Event.RunID

@@ -48,6 +48,12 @@ type StreamsConfig struct {
 	// Replicas of a stream idem creates; default 1, use 3 in production.
 	// Consumers inherit their stream's.
 	Replicas int
+	// ResultsStream, when set, holds every event's terminal outcome
+	// (subjects <ResultsSubjectPrefix>.>), kept ResultsMaxAge and at most
+	// ResultsMaxBytes (the oldest go first); 0 is no limit.
+	ResultsStream, ResultsSubjectPrefix string
+	ResultsMaxAge                       time.Duration
+	ResultsMaxBytes                     int64
 }
 
 // WithDefaults returns s with zero fields that have a default filled.
@@ -113,7 +119,7 @@ func (d Drift) String() string {
 }
 
 // EnsureStreams creates what is missing: the events stream, the dead-letter
-// stream, the advisory stream, the durable consumer and the reconciler's
+// stream, the advisory stream, the results stream, the durable consumer and the reconciler's
 // consumer. An existing stream only ever gains subjects: a retention or
 // storage other than idem's is an error naming the stream and the difference,
 // never a silent change. An existing consumer is left as it is, so replicas
@@ -202,9 +208,10 @@ func ApplyStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig
 	return changed, nil
 }
 
-// streams are the three streams idem needs.
+// streams are the streams idem needs: events, dead letters, advisories and,
+// when configured, results.
 func (cfg StreamsConfig) streams() []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{{
+	ss := []jetstream.StreamConfig{{
 		Name:        cfg.Stream,
 		Description: "idem: partition-ready events",
 		Subjects:    []string{cfg.SubjectPrefix + ".>"},
@@ -228,6 +235,21 @@ func (cfg StreamsConfig) streams() []jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 	}}
+	if cfg.ResultsStream == "" {
+		return ss
+	}
+	return append(ss, jetstream.StreamConfig{
+		Name:        cfg.ResultsStream,
+		Description: "idem: every event's terminal outcome (idem publish --wait)",
+		Subjects:    []string{cfg.ResultsSubjectPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.ResultsMaxAge,
+		MaxBytes:    max(cfg.ResultsMaxBytes, -1),
+		Duplicates:  cfg.Duplicates,
+		Replicas:    cfg.Replicas,
+	})
 }
 
 // consumerSpec is one durable consumer idem needs and the stream it is on.

@@ -76,6 +76,10 @@ type Handler struct {
 	// recent loads were verified, so that nothing loads on a promoted
 	// standby before its lost loads are back (or with ctx's error).
 	Verified func(ctx context.Context) error
+	// Results makes every load and skip write the event's result (package
+	// results) to the outbox, in the load's transaction, for the relay to
+	// publish on the results stream.
+	Results bool
 
 	// mu guards Datasets once the handler serves: Replace swaps the map, a
 	// load keeps the *Dataset it started with.
@@ -116,6 +120,10 @@ type Meta struct {
 	// Reverify marks a load again after a warehouse failover: it runs while
 	// Handler.Verified holds the other loads back.
 	Reverify bool
+	// Stream, MsgID and Published locate the message for its result: its
+	// stream, Nats-Msg-Id and when the stream stored it.
+	Stream, MsgID string
+	Published     time.Time
 }
 
 // Outcome of a handled event.
@@ -193,7 +201,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if err != nil {
 		return Outcome{}, beforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, c: c.Conn(), log: log}
+	l := &loading{h: h, ds: ds, a: a, m: m, c: c.Conn(), log: log}
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened
@@ -212,6 +220,8 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		return Outcome{}, err
 	case b.Skipped:
 		log.Info().Msg("run already succeeded: skipped")
+		l.close(ctx)
+		l.skipped(ctx, b.ID)
 		return Outcome{Status: audit.StatusSkipped, AuditID: b.ID}, nil
 	}
 	l.a.Attempt = b.Attempt

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -34,6 +36,7 @@ type loading struct {
 	h   *Handler
 	ds  *Dataset
 	a   audit.Attempt
+	m   Meta
 	c   *pgx.Conn
 	log zerolog.Logger
 
@@ -139,9 +142,14 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	if l.done {
 		b := &pgx.Batch{}
 		audit.QueueSkip(b, id)
+		l.queueResult(b, results.StatusSkipped, id, nil)
 		queueCommit(b)
 		out.Status = audit.StatusSkipped
-		return out, l.c.SendBatch(ctx, b).Close()
+		err := l.c.SendBatch(ctx, b).Close()
+		if err == nil && l.h.Results && l.h.Enqueued != nil {
+			l.h.Enqueued()
+		}
+		return out, err
 	}
 	tx := &connTx{c: l.c}
 	// Where the strategy counts the rows its load produced and replaced,
@@ -180,6 +188,8 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	}
 	b := &pgx.Batch{}
 	audit.QueueSucceedAndRecord(b, l.a.RunKey, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}, l.a.Force)
+	// The result commits with the load, or not at all.
+	l.queueResult(b, results.StatusLoaded, id, &results.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
 	// The checks passed: their outcomes commit with the load, no round
 	// trip of their own.
 	if err := audit.QueueRecordChecks(b, id, l.a.RunKey, checkResults(l.checked)); err != nil {
@@ -217,12 +227,57 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		l.recorded = false // rolled back with it
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		return Outcome{Status: audit.StatusSkipped, AuditID: id}, audit.Skip(fctx, l.h.DB, id)
+		if err := audit.Skip(fctx, l.h.DB, id); err != nil {
+			return Outcome{Status: audit.StatusSkipped, AuditID: id}, err
+		}
+		l.skipped(fctx, id)
+		return Outcome{Status: audit.StatusSkipped, AuditID: id}, nil
 	}
-	if err == nil && len(l.ds.Then) > 0 && l.h.Enqueued != nil {
+	if err == nil && (len(l.ds.Then) > 0 || l.h.Results) && l.h.Enqueued != nil {
 		l.h.Enqueued()
 	}
 	return out, err
+}
+
+// result is the event's result for attempt id, as JSON.
+func (l *loading) result(status string, id int64, rows *results.Rows) []byte {
+	r := results.Result{
+		Pipeline: l.a.Pipeline, Dataset: l.a.Dataset, Partition: l.a.Partition, RunID: l.a.RunID,
+		Status: status, Rows: rows, Attempts: l.a.Attempt, Stream: l.m.Stream, StreamSeq: l.m.StreamSeq,
+		MsgID: l.m.MsgID, AuditID: id,
+	}
+	if !l.m.Published.IsZero() {
+		r.PublishedAt = &l.m.Published
+	}
+	r.Finish(time.Now())
+	body, _ := json.Marshal(r) // plain strings and numbers: cannot fail
+	return body
+}
+
+// queueResult queues the result of attempt id in the load's transaction,
+// when the handler publishes results.
+func (l *loading) queueResult(b *pgx.Batch, status string, id int64, rows *results.Rows) {
+	if l.h.Results && l.m.StreamSeq > 0 {
+		audit.QueueEnqueueResult(b, l.a.RunKey, id, l.result(status, id, rows))
+	}
+}
+
+// skipped writes the result of a skip that already committed, in a
+// statement of its own. If the process dies before it, the message is
+// redelivered and skipped again, with its result.
+func (l *loading) skipped(ctx context.Context, id int64) {
+	if !l.h.Results || l.m.StreamSeq == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := audit.EnqueueResult(fctx, l.h.DB, l.a.RunKey, id, l.result(results.StatusSkipped, id, nil)); err != nil {
+		l.log.Error().Err(err).Msg("could not write the skip's result: a waiting publisher times out and waits again")
+		return
+	}
+	if l.h.Enqueued != nil {
+		l.h.Enqueued()
+	}
 }
 
 // recordChecks writes the outcomes of this attempt's checks, after its

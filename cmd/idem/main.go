@@ -22,11 +22,14 @@ func main() {
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	var usage *cli.UsageError
+	var exit *cli.ExitError
 	switch {
 	case err == nil:
 		os.Exit(0)
 	case errors.As(err, &usage):
 		os.Exit(2)
+	case errors.As(err, &exit):
+		os.Exit(exit.Code)
 	default:
 		os.Exit(1)
 	}

@@ -32,6 +32,22 @@ type UsageError struct{ Err error }
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
 
+// ExitError is a failure with an exit code of its own (publish --wait: 3
+// not finished by the timeout, 4 NATS or the results unreachable). Err nil:
+// the command already said why.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+func (e *ExitError) Unwrap() error { return e.Err }
+
 // ErrReported means the command already printed why it failed (exit code 1).
 var ErrReported = errors.New("failed")
 
@@ -118,7 +134,8 @@ append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
 	}
 	wrap(root)
 	err := root.ExecuteContext(ctx)
-	if err == nil || errors.Is(err, ErrReported) {
+	var exit *ExitError
+	if err == nil || errors.Is(err, ErrReported) || errors.As(err, &exit) && exit.Err == nil {
 		return err
 	}
 	var usage *UsageError

@@ -160,7 +160,7 @@ func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
 	require.Equal(t, deadletter.KindFatal, empty.Kind)
 	require.Contains(t, empty.Error, "empty_source")
 	require.Equal(t, deadletter.Letter{Seq: schema.Seq, Subject: "idem.dlq.orders", Kind: "fatal", Dataset: "orders",
-		Partition: "2026-03-01", RunID: "r-schema", Deliveries: 1, Error: schema.Error, OriginalSubject: "idem.ready.orders",
+		Partition: "2026-03-01", RunID: "r-schema", Deliveries: 1, Attempts: 1, Error: schema.Error, OriginalSubject: "idem.ready.orders",
 		OriginalStream: "IDEM_EVENTS", OriginalSeq: 2, StoredAt: schema.StoredAt, FailedAt: schema.FailedAt}, schema)
 	require.Contains(t, schema.Error, "schema_mismatch")
 	require.Contains(t, schema.Error, "note")

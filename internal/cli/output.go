@@ -95,6 +95,14 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// printJSONLine writes v as one line of JSON: what a scheduler reads as
+// the command's last stdout line (Airflow's XCom).
+func printJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
 // orDash shows an empty cell as "-".
 func orDash(s string) string {
 	if s == "" {

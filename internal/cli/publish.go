@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
+	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -77,21 +78,47 @@ func manualRunID(now time.Time) string {
 
 func publishCmd(e *env) *cobra.Command {
 	var runID string
-	var force, asJSON bool
+	var force, asJSON, wait bool
+	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "publish DATASET PARTITION",
-		Short: "Publish one validated partition-ready event, confirmed by JetStream",
+		Short: "Publish one validated partition-ready event, confirmed by JetStream; --wait follows it to its outcome",
 		Long: `Publish one event for DATASET and PARTITION, validated exactly as the consumer
 validates it, with Nats-Msg-Id <dataset>:<partition>:<run_id>, and wait for
 JetStream's acknowledgement. Prints the stream sequence, or says that JetStream
 dropped the event as a duplicate of one inside its duplicate window.
 
 Without --run-id a unique one is made: manual__<UTC timestamp>. The same
-run_id as an earlier success is skipped by the consumer unless --force.`,
-		Args: cobra.ExactArgs(2),
+run_id as an earlier success is skipped by the consumer unless --force.
+
+--wait follows the event to its outcome on the results stream, with NATS
+access only (no warehouse credentials): progress on stderr, then one JSON
+object as the last stdout line (dataset, partition, run_id, status, rows,
+attempts, error, seconds, ...). A retried event is followed to its final
+outcome. Run the same command again after a timeout: it waits again, and the
+same run_id never loads twice (a duplicate follows the original event; a
+later one is skipped by the ledger).
+
+Exit codes with --wait:
+  0  loaded, or already loaded by that run_id (status loaded or skipped)
+  1  failed for good: dead-lettered, or rejected by its checks
+  2  usage or config
+  3  not finished within --timeout (still queued or loading; nothing cancelled)
+  4  NATS, the results stream or the dead-letter stream unreachable`,
+		Example: `  idem publish orders 2026-11-05 --run-id scheduled__2026-11-05 --wait --timeout 30m`,
+		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case cmd.Flags().Changed("timeout") && !wait:
+				return &UsageError{errors.New("--timeout bounds --wait: add --wait")}
+			case wait && timeout <= 0:
+				return &UsageError{fmt.Errorf("--timeout %s: want a positive duration such as 30m", timeout)}
+			}
 			cfg, err := e.validConfig()
 			if err != nil {
+				if wait {
+					return &ExitError{Code: 2, Err: err}
+				}
 				return err
 			}
 			if runID == "" {
@@ -99,26 +126,119 @@ run_id as an earlier success is skipped by the consumer unless --force.`,
 			}
 			nc, js, err := e.openNATS(cmd.Context(), cfg, "idem publish")
 			if err != nil {
+				if wait {
+					return &ExitError{Code: 4, Err: err}
+				}
 				return err
 			}
 			defer nc.Close()
-			p, err := publishEvent(cmd.Context(), js, cfg, schemas.PartitionReady{Dataset: args[0], Partition: args[1], RunID: runID, Force: force})
+			f := follower(js, cfg)
+			if wait {
+				// Before publishing: an event nobody can follow is not sent.
+				if err := f.Check(cmd.Context()); err != nil {
+					return &ExitError{Code: 4, Err: err}
+				}
+			}
+			ev := schemas.PartitionReady{Dataset: args[0], Partition: args[1], RunID: runID, Force: force}
+			p, err := publishEvent(cmd.Context(), js, cfg, ev)
 			if err != nil {
+				if wait {
+					var unusable *schemas.InvalidEventError
+					if errors.As(err, &unusable) {
+						return &ExitError{Code: 2, Err: err}
+					}
+					return &ExitError{Code: 4, Err: err}
+				}
 				return err
 			}
-			if asJSON {
-				return printJSON(e.out, p)
-			}
-			if p.Duplicate {
-				fmt.Fprintf(e.out, "duplicate: JetStream already holds %s (seq %d) inside its duplicate window; nothing new was published\n", p.MsgID, p.Seq)
+			if !wait {
+				if asJSON {
+					return printJSON(e.out, p)
+				}
+				if p.Duplicate {
+					fmt.Fprintf(e.out, "duplicate: JetStream already holds %s (seq %d) inside its duplicate window; nothing new was published\n", p.MsgID, p.Seq)
+					return nil
+				}
+				fmt.Fprintf(e.out, "published %s %s run_id=%s to %s: stream %s seq %d\n", p.Dataset, p.Partition, p.RunID, p.Subject, p.Stream, p.Seq)
 				return nil
 			}
-			fmt.Fprintf(e.out, "published %s %s run_id=%s to %s: stream %s seq %d\n", p.Dataset, p.Partition, p.RunID, p.Subject, p.Stream, p.Seq)
-			return nil
+			return waitPublished(cmd.Context(), e, f, p, timeout)
 		},
 	}
 	c.Flags().StringVar(&runID, "run-id", "", "run id (default manual__<UTC timestamp>)")
 	c.Flags().BoolVar(&force, "force", false, "rerun even if this run_id already succeeded")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	c.Flags().BoolVar(&wait, "wait", false, "follow the event to its outcome (exit codes above; the last stdout line is JSON)")
+	c.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait, give up waiting after this long (exit 3)")
 	return c
+}
+
+// follower reads the results of cfg's events.
+func follower(js jetstream.JetStream, cfg *config.Config) *results.Follower {
+	return &results.Follower{JS: js, Pipeline: cfg.Pipeline, Events: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer,
+		Stream: cfg.NATS.Results.Stream, Prefix: cfg.NATS.Results.SubjectPrefix,
+		DLQStream: cfg.NATS.DLQStream, DLQPrefix: cfg.NATS.DLQSubjectPrefix}
+}
+
+// waited is the last stdout line of a wait that did not reach an outcome.
+type waited struct {
+	Dataset   string `json:"dataset"`
+	Partition string `json:"partition"`
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"` // waiting (3) or unreachable (4)
+	Stream    string `json:"stream"`
+	StreamSeq uint64 `json:"stream_seq"`
+	Error     string `json:"error"`
+}
+
+// waitPublished follows p to its outcome and renders it: progress on
+// stderr, one JSON object as the last stdout line, the exit code.
+func waitPublished(ctx context.Context, e *env, f *results.Follower, p published, timeout time.Duration) error {
+	what := fmt.Sprintf("%s %s run_id=%s (event %d of %s)", p.Dataset, p.Partition, p.RunID, p.Seq, p.Stream)
+	if p.Duplicate {
+		fmt.Fprintf(e.errOut, "idem: JetStream already holds %s: following that event, %s, for up to %s\n", p.MsgID, what, timeout)
+	} else {
+		fmt.Fprintf(e.errOut, "idem: published %s; waiting up to %s\n", what, timeout)
+	}
+	r, err := f.Wait(ctx, p.Dataset, p.Seq, timeout, func(s string) { fmt.Fprintf(e.errOut, "idem: %s\n", s) })
+	if err != nil {
+		w := waited{Dataset: p.Dataset, Partition: p.Partition, RunID: p.RunID, Status: "waiting", Stream: p.Stream, StreamSeq: p.Seq, Error: err.Error()}
+		code := 3
+		var unreachable *results.Unreachable
+		if errors.As(err, &unreachable) {
+			w.Status, code = "unreachable", 4
+		} else if !errors.Is(err, results.ErrTimeout) {
+			return err // interrupted
+		}
+		fmt.Fprintf(e.errOut, "idem: %s: %v\n", what, err)
+		if code == 3 {
+			fmt.Fprintf(e.errOut, "idem: nothing was cancelled; run the same command again to keep waiting (the same run_id never loads twice)\n")
+		}
+		if perr := printJSONLine(e.out, w); perr != nil {
+			return perr
+		}
+		return &ExitError{Code: code}
+	}
+	switch r.Status {
+	case results.StatusLoaded:
+		rows := int64(0)
+		if r.Rows != nil {
+			rows = r.Rows.Inserted + r.Rows.Updated
+		}
+		fmt.Fprintf(e.errOut, "idem: loaded %s: %d row(s) written, attempt %d, %.1fs after publishing\n", what, rows, r.Attempts, r.Seconds)
+	case results.StatusSkipped:
+		fmt.Fprintf(e.errOut, "idem: skipped %s: run_id %s had already loaded this partition; nothing done\n", what, r.RunID)
+	default:
+		fmt.Fprintf(e.errOut, "idem: %s %s (%s): %s\n", r.Status, what, r.ErrorKind, r.Error)
+		if r.DeadLetterSeq > 0 {
+			fmt.Fprintf(e.errOut, "idem: dead letter %d: fix the data or the config, then idem dlq replay %d\n", r.DeadLetterSeq, r.DeadLetterSeq)
+		}
+	}
+	if err := printJSONLine(e.out, r); err != nil {
+		return err
+	}
+	if !r.Done() {
+		return &ExitError{Code: 1}
+	}
+	return nil
 }

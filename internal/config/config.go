@@ -173,8 +173,9 @@ type NATS struct {
 
 // Results is the stream where idem publishes each event's terminal outcome
 // (loaded, skipped, dead-lettered, rejected by its checks), for schedulers
-// that wait for it (idem publish --wait). `idem streams` creates it with
-// these limits; an existing stream's limits are updated.
+// that wait for it (idem publish --wait). `idem streams` and `idem serve`
+// create it with these limits; an existing stream keeps its own (change them
+// with `nats stream edit`).
 type Results struct {
 	// Stream is its name. Default DefaultResultsStream. Env IDEM_NATS_RESULTS_STREAM.
 	Stream string `yaml:"stream,omitempty"`

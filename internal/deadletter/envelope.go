@@ -22,6 +22,7 @@ const (
 	HeaderOriginalStream  = "Idem-Original-Stream"
 	HeaderOriginalSeq     = "Idem-Original-Seq"
 	HeaderDeliveries      = "Idem-Deliveries"
+	HeaderAttempts        = "Idem-Attempts"  // the loads that ran, when known
 	HeaderFailedAt        = "Idem-Failed-At" // RFC 3339, UTC, milliseconds
 	HeaderDataset         = "Idem-Dataset"   // when the subject names a valid dataset
 	HeaderPartition       = "Idem-Partition" // when the body decoded
@@ -97,6 +98,7 @@ type Envelope struct {
 	Stream     string // the original's stream
 	Seq        uint64 // the original's stream sequence
 	Deliveries uint64
+	Attempts   int         // the loads that ran; 0 when unknown
 	Header     nats.Header // the original's
 	Data       []byte      // the original's body
 	Dataset    string      // "" when unknown
@@ -131,6 +133,9 @@ func (e Envelope) Msg(subject string) *nats.Msg {
 	set(HeaderOriginalStream, e.Stream)
 	set(HeaderOriginalSeq, strconv.FormatUint(e.Seq, 10))
 	set(HeaderDeliveries, strconv.FormatUint(e.Deliveries, 10))
+	if e.Attempts > 0 {
+		set(HeaderAttempts, strconv.Itoa(e.Attempts))
+	}
 	set(HeaderFailedAt, e.FailedAt.UTC().Format(failedAtLayout))
 	set(HeaderDataset, e.Dataset)
 	set(HeaderPartition, e.Partition)

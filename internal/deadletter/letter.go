@@ -22,6 +22,7 @@ type Letter struct {
 	Partition       string    `json:"partition"`
 	RunID           string    `json:"run_id"`
 	Deliveries      uint64    `json:"deliveries"`
+	Attempts        int       `json:"attempts,omitempty"`
 	Replays         int       `json:"replays"`
 	Error           string    `json:"error"`
 	OriginalSubject string    `json:"original_subject"`
@@ -69,6 +70,7 @@ func read(m *jetstream.RawStreamMsg) Letter {
 	}
 	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
 	l.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOriginalSeq), 10, 64)
+	l.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	if l.Dataset == "" {
 		// The subject's token is what a dataset filter selects, _invalid included.
 		l.Dataset = m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
@@ -86,4 +88,10 @@ func replayCount(h nats.Header) int {
 		}
 	}
 	return 0
+}
+
+// FromMsg reads the envelope of a dead letter delivered by a consumer (seq
+// and stored from its metadata), as List reads a stored one.
+func FromMsg(seq uint64, subject string, stored time.Time, h nats.Header, data []byte) Letter {
+	return read(&jetstream.RawStreamMsg{Subject: subject, Sequence: seq, Header: h, Data: data, Time: stored})
 }

@@ -33,6 +33,9 @@ type Metrics struct {
 	// OutboxPublishFailures counts relay publishes that failed (the row
 	// retries after its backoff).
 	OutboxPublishFailures prometheus.Counter
+	// DeadLetterResults counts the results of dead letters published
+	// directly (result: published or failed).
+	DeadLetterResults *prometheus.CounterVec
 	// OutboxBacklog and OutboxOldestPending describe idem.outbox, the whole
 	// table: every replica reports the same values (aggregate with max).
 	OutboxBacklog       prometheus.Gauge
@@ -109,13 +112,16 @@ func New(version string) *Metrics {
 			Name: "idem_loads_in_flight", Help: "Messages this process holds: loading or waiting for their dataset's turn.",
 		}),
 		OutboxPublished: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "idem_outbox_published_total", Help: "Downstream events (then:) published from the outbox.",
+			Name: "idem_outbox_published_total", Help: "Downstream events (then:) and results published from the outbox.",
 		}),
 		OutboxPublishFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_outbox_publish_failures_total", Help: "Outbox publishes that failed; the row is retried after its own backoff.",
 		}),
+		DeadLetterResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_dead_letter_results_total", Help: "Results of dead-lettered events published on the results stream (result=published) or given up after their retries (result=failed; a waiter still finds the dead letter).",
+		}, []string{"status", "result"}),
 		OutboxBacklog: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "idem_outbox_backlog", Help: "Downstream events in idem.outbox not yet published (due or backing off); the same for every replica.",
+			Name: "idem_outbox_backlog", Help: "Downstream events and results in idem.outbox not yet published (due or backing off); the same for every replica.",
 		}),
 		OutboxOldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_outbox_oldest_pending_seconds", Help: "Age of the oldest unpublished event in idem.outbox; 0 when none waits.",
@@ -177,7 +183,7 @@ func New(version string) *Metrics {
 	m.Checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_checks_total", Help: "Outcomes of the datasets' checks, by dataset, check and result: pass, fail (the load was rolled back), warn, skipped.",
 	}, []string{"dataset", "check", "result"})
-	for _, c := range []prometheus.Collector{m.Checks, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
+	for _, c := range []prometheus.Collector{m.Checks, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
 		m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)

@@ -29,6 +29,9 @@ type Config struct {
 	// SubjectPrefix of the events: a row of dataset d goes to
 	// schemas.Subject(SubjectPrefix, d).
 	SubjectPrefix string
+	// ResultsStream and ResultsSubjectPrefix are where result rows go
+	// (package results); empty when the outbox holds none.
+	ResultsStream, ResultsSubjectPrefix string
 
 	// Interval between polls when nothing wakes the relay. Default DefaultInterval.
 	Interval time.Duration

@@ -33,6 +33,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -165,8 +166,21 @@ func (r *Relay) Flush(ctx context.Context) (Pass, error) {
 	return r.settle(ctx, rows, acks, errs)
 }
 
-// publish sends row with the subject, body and message id schemas derive.
+// publish sends row with the subject, body and message id schemas derive;
+// a result goes to the results stream, as package results derives it.
 func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.PubAck, error) {
+	if row.Result != nil {
+		res, err := results.Parse(row.Result)
+		if err != nil {
+			return nil, err
+		}
+		if r.cfg.ResultsStream == "" {
+			return nil, errors.New("relay: a result row, and no results stream configured")
+		}
+		ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+		defer cancel()
+		return r.js.PublishMsg(ctx, results.MsgFromBody(r.cfg.ResultsSubjectPrefix, res, row.Result), jetstream.WithExpectStream(r.cfg.ResultsStream))
+	}
 	m, err := schemas.NewTriggeredMessage(r.cfg.SubjectPrefix, row.Event, row.AuditID)
 	if err != nil {
 		return nil, err
@@ -177,7 +191,14 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 	return r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(r.cfg.Stream))
 }
 
-func msgID(row audit.OutboxRow) string { return row.Event.TriggeredMsgID(row.AuditID) }
+func msgID(row audit.OutboxRow) string {
+	if row.Result != nil {
+		if res, err := results.Parse(row.Result); err == nil {
+			return results.MsgID(res.Stream, res.StreamSeq, res.AuditID)
+		}
+	}
+	return row.Event.TriggeredMsgID(row.AuditID)
+}
 
 // settle records the outcome of each publish of one claim. It runs on a
 // context that survives ctx, so a relay that is stopping still says what it
@@ -195,6 +216,11 @@ func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jets
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, audit.OutboxSent{ID: row.ID, StreamSeq: acks[i].Sequence})
+			if row.Result != nil {
+				// One per event: not worth a line at info.
+				log.Debug().Uint64("results_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).Msg("outbox: result published")
+				continue
+			}
 			log.Info().Uint64("stream_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).
 				Msg("outbox: downstream event published")
 		case ctx.Err() != nil:

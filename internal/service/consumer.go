@@ -54,6 +54,9 @@ func StreamsConfig(cfg *config.Config) consumer.StreamsConfig {
 func streamsConfig(cfg *config.Config, ccfg consumer.Config) consumer.StreamsConfig {
 	sc := ccfg.Streams()
 	sc.Duplicates = cfg.NATS.DuplicateWindow()
+	r := cfg.NATS.Results
+	sc.ResultsStream, sc.ResultsSubjectPrefix = r.Stream, r.SubjectPrefix
+	sc.ResultsMaxAge, sc.ResultsMaxBytes = r.MaxAge.Std(), r.MaxBytes
 	return sc
 }
 
@@ -119,7 +122,8 @@ func jetStreamNotReady(err, connErr error) bool {
 func loadFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Handler {
 	return func(ctx context.Context, msg *consumer.Message) error {
 		start := time.Now()
-		out, err := h.Handle(ctx, msg.Event, handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts})
+		out, err := h.Handle(ctx, msg.Event, handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts,
+			Stream: msg.Stream, MsgID: msg.Headers.Get(nats.MsgIdHdr), Published: msg.Published})
 		crashHook("after_commit", msg.Event.RunID)
 		status := out.Status
 		if err != nil {

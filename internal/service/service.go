@@ -21,6 +21,7 @@ import (
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/relay"
+	"github.com/idem-data/idem/internal/results"
 )
 
 // Options is what Run needs. Config is required; everything else has a
@@ -111,7 +112,8 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	}
 	m := metrics.New(o.BuildVersion)
 	initMetrics(m, cfg)
-	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix}, log)
+	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix,
+		ResultsStream: cfg.NATS.Results.Stream, ResultsSubjectPrefix: cfg.NATS.Results.SubjectPrefix}, log)
 	if err != nil {
 		return err
 	}
@@ -119,6 +121,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	outbox.Failed = func(n int) { m.OutboxPublishFailures.Add(float64(n)) }
 	outbox.Backlog = func(b audit.OutboxBacklog) { m.OutboxBacklogSet(b.Pending, b.Oldest) }
 	h.Enqueued = outbox.Wake
+	h.Results = true
 	hooks := m.Hooks()
 	rv := newReverifier(cfg, js, pool, h, m, log)
 	if rv != nil {
@@ -142,6 +145,10 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	}
 	ccfg := consumerConfig(cfg, log, hooks)
 	ccfg.ShutdownGrace = o.Grace
+	dlr := &results.Publisher{JS: js, Pipeline: cfg.Pipeline, Stream: cfg.NATS.Results.Stream, Prefix: cfg.NATS.Results.SubjectPrefix, Log: log,
+		Published: func(status string) { m.DeadLetterResults.WithLabelValues(status, "published").Inc() },
+		Failed:    func(status string) { m.DeadLetterResults.WithLabelValues(status, "failed").Inc() }}
+	ccfg.DeadLettered = dlr.DeadLettered
 	version := ConfigVersion(cfg)
 	m.ConfigInfo.WithLabelValues(version).Set(1)
 	var current atomic.Pointer[string]

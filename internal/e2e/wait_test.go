@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/results"
+)
+
+// waitOut is `idem publish --wait`'s exit code, its last stdout line
+// decoded, and its stderr.
+type waitOut struct {
+	code   int
+	last   map[string]any
+	stderr string
+}
+
+func publishWait(t *testing.T, w *world, args ...string) waitOut {
+	t.Helper()
+	code, stdout, stderr := rbExec(t, w, append([]string{"publish"}, args...))
+	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+	out := waitOut{code: code, stderr: stderr}
+	if last := lines[len(lines)-1]; last != "" {
+		require.NoError(t, json.Unmarshal([]byte(last), &out.last), "the last stdout line is one JSON object: %q\nstderr: %s", stdout, stderr)
+	}
+	return out
+}
+
+// resultsOf reads every result message of the results stream.
+func resultsOf(t *testing.T, w *world) []results.Result {
+	t.Helper()
+	ctx := context.Background()
+	s, err := w.js.Stream(ctx, "IDEM_RESULTS")
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	var out []results.Result
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		r, err := results.Parse(m.Data)
+		require.NoError(t, err)
+		require.Equal(t, r.Status, m.Header.Get(results.HeaderStatus))
+		out = append(out, r)
+	}
+	return out
+}
+
+const waitDatasets = `  strict:
+    strategy: delete_insert
+    target: analytics.t
+    partition_column: event_date
+    source: SELECT id, event_date, amount, note FROM staging.src WHERE event_date = @partition
+    checks:
+      - row_count: {min: 100}
+`
+
+// TestPublishWait: `idem publish --wait` through the built binary, against
+// a real idem serve, for every outcome a scheduler acts on, with the exit
+// codes of the contract.
+func TestPublishWait(t *testing.T) {
+	w := newWorld(t, opts{ackWait: "2s", extraYAML: waitDatasets, timeout: "1s"})
+	p := w.serve()
+	defer func() {
+		p.signal(syscall.SIGTERM)
+		require.Equal(t, 0, p.exit(t, 30*time.Second))
+	}()
+
+	t.Run("loaded", func(t *testing.T) {
+		o := publishWait(t, w, "orders", "2026-11-01", "--run-id", "sched__1", "--wait", "--timeout", "60s")
+		require.Equal(t, 0, o.code, o.stderr)
+		require.Equal(t, "loaded", o.last["status"])
+		require.Equal(t, "sched__1", o.last["run_id"])
+		require.EqualValues(t, 1, o.last["attempts"])
+		require.EqualValues(t, 10, o.last["rows"].(map[string]any)["inserted"])
+		require.Contains(t, o.stderr, "loaded orders 2026-11-01")
+		// The same command again: JetStream drops it as a duplicate and the
+		// wait reports the first load's outcome; nothing loads twice.
+		o = publishWait(t, w, "orders", "2026-11-01", "--run-id", "sched__1", "--wait", "--timeout", "60s")
+		require.Equal(t, 0, o.code, o.stderr)
+		require.Equal(t, "loaded", o.last["status"])
+		require.Contains(t, o.stderr, "already holds")
+		require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'sched__1' AND status = 'success'"))
+	})
+
+	t.Run("already loaded", func(t *testing.T) {
+		// Loaded by an event published with another message id (a
+		// scheduler's own client); the wait's event is then a new message
+		// the ledger skips.
+		w.publish("2026-11-02", "sched__2", nats.Header{"Nats-Msg-Id": []string{"theirs-2"}})
+		w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'sched__2' AND status = 'success'")
+		o := publishWait(t, w, "orders", "2026-11-02", "--run-id", "sched__2", "--wait", "--timeout", "60s")
+		require.Equal(t, 0, o.code, o.stderr)
+		require.Equal(t, "skipped", o.last["status"])
+		require.Contains(t, o.stderr, "had already loaded")
+	})
+
+	t.Run("fatal", func(t *testing.T) {
+		// No staging rows for that day: an empty source is fatal.
+		o := publishWait(t, w, "orders", "2026-12-25", "--run-id", "sched__x", "--wait", "--timeout", "60s")
+		require.Equal(t, 1, o.code, o.stderr)
+		require.Equal(t, "dead_lettered", o.last["status"])
+		require.Equal(t, "fatal", o.last["error_kind"])
+		require.NotEmpty(t, o.last["error"])
+		require.Contains(t, o.stderr, o.last["error"].(string)[:20])
+		require.Contains(t, o.stderr, "idem dlq replay")
+	})
+
+	t.Run("rejected by its checks", func(t *testing.T) {
+		o := publishWait(t, w, "strict", "2026-11-03", "--run-id", "sched__c", "--wait", "--timeout", "60s")
+		require.Equal(t, 1, o.code, o.stderr)
+		require.Equal(t, "rejected", o.last["status"])
+		require.Equal(t, "check", o.last["error_kind"])
+		require.Equal(t, []any{"row_count"}, o.last["failed_checks"])
+	})
+
+	t.Run("slower than the timeout, then again", func(t *testing.T) {
+		w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (800)") // under the dataset's 1s statement timeout
+		o := publishWait(t, w, "orders", "2026-11-04", "--run-id", "sched__4", "--wait", "--timeout", "300ms")
+		require.Equal(t, 3, o.code, o.stderr)
+		require.Equal(t, "waiting", o.last["status"])
+		require.Contains(t, o.stderr, "run the same command again")
+		o = publishWait(t, w, "orders", "2026-11-04", "--run-id", "sched__4", "--wait", "--timeout", "60s")
+		w.db.Exec(t, "DELETE FROM staging.gate_on")
+		require.Equal(t, 0, o.code, o.stderr)
+		require.Equal(t, "loaded", o.last["status"])
+		require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'sched__4' AND status <> 'skipped'"), "one load")
+	})
+
+	t.Run("a transient failure, then success", func(t *testing.T) {
+		// The first attempt sleeps past the dataset's 1s statement timeout.
+		w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (3000)")
+		done := make(chan waitOut, 1)
+		go func() { done <- publishWait(t, w, "orders", "2026-11-05", "--run-id", "sched__5", "--wait", "--timeout", "60s") }()
+		w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'sched__5' AND status = 'failed'")
+		w.db.Exec(t, "DELETE FROM staging.gate_on")
+		o := <-done
+		require.Equal(t, 0, o.code, o.stderr)
+		require.Equal(t, "loaded", o.last["status"])
+		require.EqualValues(t, 2, o.last["attempts"])
+	})
+
+	t.Run("bad timeout is usage", func(t *testing.T) {
+		for _, bad := range []string{"0", "soon", "-1s"} {
+			code, _, stderr := rbExec(t, w, []string{"publish", "orders", "2026-11-06", "--wait", "--timeout", bad})
+			require.Equal(t, 2, code, "--timeout %s: %s", bad, stderr)
+		}
+		require.Zero(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = '2026-11-06'"), "nothing published")
+	})
+
+	// One result per outcome on the stream, none for the rolled-back
+	// attempt, each naming its event.
+	w.waitCount(0, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL")
+	rs := resultsOf(t, w)
+	byRun := map[string][]string{}
+	for _, r := range rs {
+		require.NotZero(t, r.StreamSeq)
+		require.Equal(t, "IDEM_EVENTS", r.Stream)
+		byRun[r.RunID] = append(byRun[r.RunID], r.Status)
+	}
+	require.Equal(t, []string{"loaded"}, byRun["sched__1"])
+	require.Equal(t, []string{"loaded", "skipped"}, byRun["sched__2"])
+	require.Equal(t, []string{"dead_lettered"}, byRun["sched__x"])
+	require.Equal(t, []string{"rejected"}, byRun["sched__c"])
+	require.Equal(t, []string{"loaded"}, byRun["sched__4"])
+	require.Equal(t, []string{"loaded"}, byRun["sched__5"], "no result for the attempt that failed and was retried")
+}
+
+// TestPublishWaitUnreachable: a results stream that is missing, and NATS
+// stopped, are exit 4 with the reason; nothing is published.
+func TestPublishWaitUnreachable(t *testing.T) {
+	w := newWorld(t, opts{})
+	w.streams()
+	ctx := context.Background()
+	require.NoError(t, w.js.DeleteStream(ctx, "IDEM_RESULTS"))
+	o := publishWait(t, w, "orders", "2026-11-01", "--run-id", "r", "--wait", "--timeout", "5s")
+	require.Equal(t, 4, o.code, o.stderr)
+	require.Contains(t, o.stderr, "IDEM_RESULTS")
+	require.Contains(t, o.stderr, "idem streams")
+	ev, err := w.js.Stream(ctx, "IDEM_EVENTS")
+	require.NoError(t, err)
+	info, err := ev.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.State.Msgs, "an event nobody can follow is not published")
+
+	w.ns.Stop()
+	o = publishWait(t, w, "orders", "2026-11-01", "--run-id", "r", "--wait", "--timeout", "5s")
+	require.Equal(t, 4, o.code, o.stderr)
+	require.Contains(t, o.stderr, "nats")
+}

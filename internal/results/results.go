@@ -1,0 +1,137 @@
+// Package results is the stream of every event's terminal outcome: loaded,
+// skipped (its run had already loaded), dead-lettered, or rejected by its
+// checks. idem publishes one result per outcome on
+// <prefix>.<dataset> of the results stream; `idem publish --wait` and
+// `idem backfill --wait` follow it (Follower) with NATS access only, and a
+// scheduler can subscribe to it (a Dagster sensor reporting
+// materializations).
+//
+// A load's result is written in the load's transaction (an outbox row,
+// published by internal/relay), so a committed load always gets one and a
+// rolled-back load never does; a skip's right after the skip commits; a
+// dead letter's after the dead-letter stream acknowledged it. Each carries
+// the event's stream sequence in a header, which is what a waiter matches.
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Statuses of a result.
+const (
+	StatusLoaded       = "loaded"        // the load committed
+	StatusSkipped      = "skipped"       // the run had already loaded: nothing done
+	StatusDeadLettered = "dead_lettered" // fatal, or out of retries: in the dead-letter stream
+	StatusRejected     = "rejected"      // the checks refused the partition: dead-lettered, kind check
+)
+
+// Headers of a result message.
+const (
+	HeaderEventStream = "Idem-Event-Stream"
+	HeaderEventSeq    = "Idem-Event-Seq"
+	HeaderStatus      = "Idem-Status"
+)
+
+// Rows counts what a load wrote.
+type Rows struct {
+	Inserted int64 `json:"inserted"`
+	Updated  int64 `json:"updated"`
+	// Deleted is -1 when the load does not count it (a TRUNCATE).
+	Deleted int64 `json:"deleted"`
+}
+
+// Result is one event's terminal outcome, the body of a result message.
+type Result struct {
+	Pipeline  string `json:"pipeline"`
+	Dataset   string `json:"dataset"`
+	Partition string `json:"partition"`
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"`
+	// Rows is what the load wrote (loaded only).
+	Rows *Rows `json:"rows,omitempty"`
+	// Attempts is the number of loads this event ran (0 when none ran: an
+	// invalid event, or a skip decided before a load).
+	Attempts int `json:"attempts"`
+	// ErrorKind and Error say why it was dead-lettered or rejected.
+	ErrorKind string `json:"error_kind,omitempty"`
+	Error     string `json:"error,omitempty"`
+	// FailedChecks names the checks that refused the partition (rejected).
+	FailedChecks []string `json:"failed_checks,omitempty"`
+	// Stream and StreamSeq locate the event; MsgID is its Nats-Msg-Id.
+	Stream    string `json:"stream"`
+	StreamSeq uint64 `json:"stream_seq"`
+	MsgID     string `json:"msg_id,omitempty"`
+	// AuditID is the attempt's row in idem.pipeline_audit (loaded, skipped).
+	AuditID int64 `json:"audit_id,omitempty"`
+	// DeadLetterSeq is the dead letter's sequence in its stream.
+	DeadLetterSeq uint64 `json:"dead_letter_seq,omitempty"`
+	// PublishedAt is when the events stream stored the event; FinishedAt
+	// when the outcome was reached; Seconds the time between.
+	PublishedAt *time.Time `json:"published_at,omitempty"`
+	FinishedAt  time.Time  `json:"finished_at"`
+	Seconds     float64    `json:"seconds"`
+}
+
+// Done says whether the outcome is what the publisher asked for: loaded,
+// or already loaded by that run.
+func (r Result) Done() bool { return r.Status == StatusLoaded || r.Status == StatusSkipped }
+
+// Finish sets FinishedAt and Seconds from PublishedAt.
+func (r *Result) Finish(at time.Time) {
+	r.FinishedAt = at.UTC()
+	if r.PublishedAt != nil && !r.PublishedAt.IsZero() {
+		p := r.PublishedAt.UTC()
+		r.PublishedAt = &p
+		r.Seconds = at.Sub(p).Seconds()
+	} else {
+		r.PublishedAt = nil
+	}
+}
+
+// Subject is where the results of dataset go: <prefix>.<dataset>.
+func Subject(prefix, dataset string) string { return prefix + "." + dataset }
+
+// MsgID is a result's Nats-Msg-Id: one per attempt (auditID) for loads and
+// skips, one per event for a dead letter (auditID 0), so a result published
+// twice inside the duplicate window is stored once.
+func MsgID(stream string, seq uint64, auditID int64) string {
+	if auditID == 0 {
+		return fmt.Sprintf("idem-result:%s:%d:dead-letter", stream, seq)
+	}
+	return fmt.Sprintf("idem-result:%s:%d:%d", stream, seq, auditID)
+}
+
+// Msg is the message of r on prefix's subject for its dataset, with its
+// headers and Nats-Msg-Id.
+func Msg(prefix string, r Result) (*nats.Msg, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return MsgFromBody(prefix, r, body), nil
+}
+
+// MsgFromBody is Msg for a body already marshalled (an outbox row).
+func MsgFromBody(prefix string, r Result, body []byte) *nats.Msg {
+	m := nats.NewMsg(Subject(prefix, r.Dataset))
+	m.Data = body
+	m.Header.Set(nats.MsgIdHdr, MsgID(r.Stream, r.StreamSeq, r.AuditID))
+	m.Header.Set(HeaderEventStream, r.Stream)
+	m.Header.Set(HeaderEventSeq, strconv.FormatUint(r.StreamSeq, 10))
+	m.Header.Set(HeaderStatus, r.Status)
+	return m
+}
+
+// Parse reads a result message's body.
+func Parse(body []byte) (Result, error) {
+	var r Result
+	if err := json.Unmarshal(body, &r); err != nil {
+		return Result{}, fmt.Errorf("results: a result that is not JSON: %w", err)
+	}
+	return r, nil
+}

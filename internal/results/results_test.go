@@ -1,0 +1,62 @@
+package results
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/deadletter"
+)
+
+func TestFromDeadLetter(t *testing.T) {
+	failed := time.Date(2026, 11, 5, 3, 0, 0, 0, time.UTC)
+	l := deadletter.Letter{Seq: 7, Kind: deadletter.KindFatal, Dataset: "orders", Partition: "2026-11-05", RunID: "r",
+		Attempts: 1, OriginalStream: "IDEM_EVENTS", OriginalSeq: 42, FailedAt: failed,
+		Header: nats.Header{"Idem-Original-Nats-Msg-Id": []string{"orders:2026-11-05:r"}}}
+
+	// A refusal of the checks, as package checks words it.
+	refused := &checks.Error{Failed: []checks.Outcome{
+		{Name: "unique", Failing: 3, Threshold: "failing <= 0"},
+		{Name: "row_count_change", Failing: 10, Threshold: "drop <= 50%", Note: "10 row(s) replace 100 (-90.0%)"}}}
+	l.Error = refused.Error()
+	r := FromDeadLetter("shop", l)
+	require.Equal(t, StatusRejected, r.Status)
+	require.Equal(t, "check", r.ErrorKind)
+	require.Equal(t, []string{"unique", "row_count_change"}, r.FailedChecks)
+	require.False(t, r.Done())
+
+	l.Error = (&checks.Error{Broken: "positive", Err: errDiv{}}).Error()
+	require.Equal(t, []string{"positive"}, FromDeadLetter("shop", l).FailedChecks)
+
+	l.Error = "empty_source: the source returned no rows"
+	r = FromDeadLetter("shop", l)
+	require.Equal(t, Result{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-05", RunID: "r", Status: StatusDeadLettered,
+		Attempts: 1, ErrorKind: "fatal", Error: l.Error, Stream: "IDEM_EVENTS", StreamSeq: 42, MsgID: "orders:2026-11-05:r",
+		DeadLetterSeq: 7, FinishedAt: failed}, r)
+}
+
+type errDiv struct{}
+
+func (errDiv) Error() string { return "ERROR: division by zero" }
+
+func TestMsg(t *testing.T) {
+	at := time.Date(2026, 11, 5, 3, 0, 0, 0, time.UTC)
+	r := Result{Dataset: "orders", Partition: "2026-11-05", RunID: "r", Status: StatusLoaded, Stream: "IDEM_EVENTS", StreamSeq: 42, AuditID: 9,
+		PublishedAt: &at, Rows: &Rows{Inserted: 10, Deleted: -1}}
+	r.Finish(at.Add(1500 * time.Millisecond))
+	require.InDelta(t, 1.5, r.Seconds, 1e-9)
+	m, err := Msg("idem.result", r)
+	require.NoError(t, err)
+	require.Equal(t, "idem.result.orders", m.Subject)
+	require.Equal(t, "idem-result:IDEM_EVENTS:42:9", m.Header.Get(nats.MsgIdHdr))
+	require.Equal(t, "42", m.Header.Get(HeaderEventSeq))
+	back, err := Parse(m.Data)
+	require.NoError(t, err)
+	require.Equal(t, r, back)
+	require.NotEqual(t, MsgID("IDEM_EVENTS", 42, 0), MsgID("IDEM_EVENTS", 42, 9), "a dead letter's result has its own id")
+	_, err = Parse([]byte("{"))
+	require.Error(t, err)
+}
