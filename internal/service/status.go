@@ -92,7 +92,7 @@ func (s *status) replicas(ctx context.Context) ([]observer.Replica, error) {
 func (s *status) page() (*statuspage.Page, error) {
 	cfg := s.cfg.Load()
 	return statuspage.New(statuspage.Deps{
-		Pipeline: cfg.Pipeline, DB: s.pool, Token: cfg.HTTP.Token, Log: s.log,
+		Pipeline: cfg.Pipeline, DB: s.pool, Token: cfg.HTTP.Token, TokenForReads: cfg.HTTP.TokenForReads, Log: s.log,
 		Datasets:    s.datasets,
 		Health:      s.health,
 		DeadLetters: s.deadLetters,
@@ -106,6 +106,7 @@ func (s *status) datasets() []statuspage.Dataset {
 	out := make([]statuspage.Dataset, 0, len(cfg.Datasets))
 	for _, name := range cfg.DatasetNames() {
 		d := statuspage.Dataset{Name: name, Upstreams: cfg.Upstreams(name)}
+		d.PartitionType, _ = cfg.Lookup(name)
 		if e, ok := cfg.Datasets[name].Calendar(); ok {
 			d.Calendar = &e
 		}

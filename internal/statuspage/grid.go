@@ -6,6 +6,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/schemas"
 )
 
 // Status is a cell's colour: what an operator needs to know of a partition.
@@ -32,6 +33,9 @@ type Dataset struct {
 	Upstreams []string
 	// Calendar, when the dataset has one (expect:).
 	Calendar *calendar.Expect
+	// PartitionType is how the API parses the dataset's partition keys;
+	// empty is date, as in the config.
+	PartitionType schemas.PartitionType
 }
 
 // Grid is datasets × partitions.
@@ -53,78 +57,114 @@ type dlqKey struct{ dataset, partition string }
 // build colours every cell from the latest attempts, the dead letters and
 // the calendars. It is pure: the caller read the audit and the stream.
 func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Latest, dead []DeadLetter) Grid {
-	byCell := make(map[dlqKey]audit.Latest, len(latest))
-	for _, l := range latest {
-		byCell[dlqKey{l.Dataset, l.Partition}] = l
-	}
-	inDLQ := make(map[dlqKey]bool, len(dead))
-	runInDLQ := make(map[[3]string]bool, len(dead))
-	for _, d := range dead {
-		inDLQ[dlqKey{d.Dataset, d.Partition}] = true
-		runInDLQ[[3]string{d.Dataset, d.Partition, d.RunID}] = true
-	}
 	g := Grid{Keys: keys, Counts: map[Status]int{}}
-	// Slots of each calendar within the grid, by key.
-	due := map[string]map[string]calendar.Slot{}
+	from, to := "", ""
 	if len(keys) > 0 {
-		for _, ds := range datasets {
-			if ds.Calendar == nil {
-				continue
-			}
-			m := map[string]calendar.Slot{}
-			for _, s := range ds.Calendar.Ended(now, keys[0], keys[len(keys)-1]) {
-				m[s.Key] = s
-			}
-			due[ds.Name] = m
-		}
+		from, to = keys[0], keys[len(keys)-1]
 	}
-	cell := func(ds Dataset, key string) Status {
-		l, ok := byCell[dlqKey{ds.Name, key}]
-		if ok {
-			switch l.Status {
-			case audit.StatusSuccess:
-				return Success
-			case audit.StatusStarted:
-				// A process that died in its last allowed attempt leaves the
-				// row started; the reconciler dead-letters the message.
-				if runInDLQ[[3]string{ds.Name, key, l.RunID}] {
-					return DeadLettered
-				}
-				return Running
-			default:
-				if l.ErrorKind == audit.KindCheck {
-					return Rejected
-				}
-				if inDLQ[dlqKey{ds.Name, key}] {
-					return DeadLettered
-				}
-				return Failed
-			}
-		}
-		for _, up := range ds.Upstreams {
-			if u, ok := byCell[dlqKey{up, key}]; !ok || u.Status != audit.StatusSuccess {
-				if ok || due[ds.Name] != nil || due[up] != nil {
-					return Waiting
-				}
-			}
-		}
-		if s, ok := due[ds.Name][key]; ok {
-			if now.Before(s.Due) {
-				return Missing
-			}
-			return Late
-		}
-		return None
-	}
+	c := newCells(now, datasets, from, to, latest, dead)
 	for _, ds := range datasets {
 		r := Row{Dataset: ds.Name, Cells: make([]Status, len(keys))}
 		for i, k := range keys {
-			r.Cells[i] = cell(ds, k)
+			r.Cells[i] = c.status(ds, k)
 			g.Counts[r.Cells[i]]++
 		}
 		g.Rows = append(g.Rows, r)
 	}
 	return g
+}
+
+// cells is the one rule that turns the audit into a Status, for the grid
+// and the JSON API alike: what both read, indexed for partition keys
+// from..to.
+type cells struct {
+	now      time.Time
+	byCell   map[dlqKey]audit.Latest
+	inDLQ    map[dlqKey]bool
+	runInDLQ map[[3]string]bool
+	// due holds the slots of each calendar within from..to, by key; a
+	// dataset without a calendar has no entry.
+	due map[string]map[string]calendar.Slot
+}
+
+// newCells indexes the latest attempts, the dead letters and the ended
+// slots of every calendar from..to. An empty from..to reads no calendar.
+func newCells(now time.Time, datasets []Dataset, from, to string, latest []audit.Latest, dead []DeadLetter) *cells {
+	c := &cells{
+		now:      now,
+		byCell:   make(map[dlqKey]audit.Latest, len(latest)),
+		inDLQ:    make(map[dlqKey]bool, len(dead)),
+		runInDLQ: make(map[[3]string]bool, len(dead)),
+		due:      map[string]map[string]calendar.Slot{},
+	}
+	for _, l := range latest {
+		c.byCell[dlqKey{l.Dataset, l.Partition}] = l
+	}
+	for _, d := range dead {
+		c.inDLQ[dlqKey{d.Dataset, d.Partition}] = true
+		c.runInDLQ[[3]string{d.Dataset, d.Partition, d.RunID}] = true
+	}
+	if from == "" || to == "" {
+		return c
+	}
+	for _, ds := range datasets {
+		if ds.Calendar == nil {
+			continue
+		}
+		m := map[string]calendar.Slot{}
+		for _, s := range ds.Calendar.Ended(now, from, to) {
+			m[s.Key] = s
+		}
+		c.due[ds.Name] = m
+	}
+	return c
+}
+
+// slot is the calendar's slot of ds's partition key, when the calendar
+// expects it and its period has ended.
+func (c *cells) slot(ds Dataset, key string) (calendar.Slot, bool) {
+	s, ok := c.due[ds.Name][key]
+	return s, ok
+}
+
+// status is the colour of ds's partition key.
+func (c *cells) status(ds Dataset, key string) Status {
+	l, ok := c.byCell[dlqKey{ds.Name, key}]
+	if ok {
+		switch l.Status {
+		case audit.StatusSuccess:
+			return Success
+		case audit.StatusStarted:
+			// A process that died in its last allowed attempt leaves the
+			// row started; the reconciler dead-letters the message.
+			if c.runInDLQ[[3]string{ds.Name, key, l.RunID}] {
+				return DeadLettered
+			}
+			return Running
+		default:
+			if l.ErrorKind == audit.KindCheck {
+				return Rejected
+			}
+			if c.inDLQ[dlqKey{ds.Name, key}] {
+				return DeadLettered
+			}
+			return Failed
+		}
+	}
+	for _, up := range ds.Upstreams {
+		if u, ok := c.byCell[dlqKey{up, key}]; !ok || u.Status != audit.StatusSuccess {
+			if ok || c.due[ds.Name] != nil || c.due[up] != nil {
+				return Waiting
+			}
+		}
+	}
+	if s, ok := c.due[ds.Name][key]; ok {
+		if c.now.Before(s.Due) {
+			return Missing
+		}
+		return Late
+	}
+	return None
 }
 
 // columns chooses the grid's partition keys: the calendars' ended

@@ -6,6 +6,10 @@
 // in the audit with who asked. It is server-rendered with html/template
 // (every string from events and errors is escaped) and embedded assets; the
 // only script is a small hand-written one that opens a cell's attempts.
+//
+// Under /api/v1/ the same statuses are served as read-only JSON (api.go),
+// described by docs/api/openapi.yaml. Neither the page nor the API writes
+// to the audit, except to record an operator's action.
 package statuspage
 
 import (
@@ -74,8 +78,11 @@ type Deps struct {
 	Backfill func(ctx context.Context, dataset, from, to string) (string, error)
 	// Token enables the actions; empty means read-only.
 	Token string
-	Now   func() time.Time
-	Log   zerolog.Logger
+	// TokenForReads requires Token (Authorization: Bearer) for every
+	// request to the JSON API too; with no Token, the API refuses all.
+	TokenForReads bool
+	Now           func() time.Time
+	Log           zerolog.Logger
 }
 
 // Defaults of the grid.
@@ -116,8 +123,8 @@ func New(d Deps) (*Page, error) {
 }
 
 // Handler routes the page's paths: / (the grid), /partition (a cell's
-// attempts, a fragment), /dead-letters, /actions/replay, /actions/backfill
-// and /assets/.
+// attempts, a fragment), /dead-letters, /actions/replay, /actions/backfill,
+// /assets/, and the JSON API under /api/v1/.
 func (p *Page) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.grid)
@@ -127,6 +134,7 @@ func (p *Page) Handler() http.Handler {
 	mux.HandleFunc("POST /actions/backfill", p.backfill)
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	mux.Handle("/api/v1/", p.api())
 	return securityHeaders(mux)
 }
 

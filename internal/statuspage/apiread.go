@@ -1,0 +1,123 @@
+package statuspage
+
+// What the API reads beyond audit's queries: a range's attempts with their
+// row counts, and the checks of given attempts, one statement each however
+// long the range.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/audit"
+)
+
+// snapshot runs fn on one read-only REPEATABLE READ transaction when db can
+// open one (a pool can), so its statements see the same audit.
+func snapshot(ctx context.Context, db audit.Querier, fn func(audit.Querier) error) error {
+	b, ok := db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	})
+	if !ok {
+		return fn(db)
+	}
+	return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error { return fn(tx) })
+}
+
+// storedAttempts are one partition's attempts, skipped duplicates aside,
+// newest first: list[0] is the latest, id its audit row and rows what it
+// wrote.
+type storedAttempts struct {
+	count int64 // stored ones and those retention removed
+	list  []attemptJSON
+	id    int64
+	rows  rowsJSON
+}
+
+// attemptsInRange reads the newest limit attempts of each partition of
+// dataset from..to, skipped duplicates aside, newest first: the first is the
+// latest, the one LatestInRange reads (limit must be at least 1). It reads
+// pipeline_audit_partition_idx for the range, and the counts retention
+// left in idem.pruned_attempts, as `idem audit status` does.
+func attemptsInRange(ctx context.Context, db audit.Querier, pipeline, dataset, from, to string, limit int) (map[string]storedAttempts, error) {
+	rows, err := db.Query(ctx, `
+		SELECT a.partition_key, a.id, a.run_id, a.attempt, a.status, a.force, a.error, a.error_kind, a.triggered_by, a.stream_seq,
+		       a.started_at, a.finished_at, coalesce(a.rows_inserted, 0), coalesce(a.rows_updated, 0), a.rows_deleted,
+		       a.n + coalesce(p.attempts, 0)
+		  FROM (SELECT partition_key, id, run_id, attempt, status, force, error, error_kind, triggered_by, stream_seq,
+		               started_at, finished_at, rows_inserted, rows_updated, rows_deleted,
+		               count(*) OVER w AS n, row_number() OVER (w ORDER BY id DESC) AS rn
+		          FROM idem.pipeline_audit
+		         WHERE dag_id = $1 AND task_id = $2 AND partition_key >= $3 AND partition_key <= $4 AND status <> 'skipped'
+		        WINDOW w AS (PARTITION BY partition_key)) a
+		  LEFT JOIN idem.pruned_attempts p ON p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = a.partition_key
+		 WHERE a.rn <= $5
+		 ORDER BY a.partition_key, a.id DESC`,
+		pipeline, dataset, from, to, limit)
+	if err != nil {
+		return nil, fmt.Errorf("api: attempts of %s: %w", dataset, err)
+	}
+	out := map[string]storedAttempts{}
+	var (
+		key   string
+		id, n int64
+		a     attemptJSON
+		r     rowsJSON
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &id, &a.RunID, &a.Attempt, &a.Status, &a.Force, &a.Error, &a.ErrorKind, &a.TriggeredBy,
+		&a.StreamSeq, &a.StartedAt, &a.FinishedAt, &r.Inserted, &r.Updated, &r.Deleted, &n}, func() error {
+		a.StartedAt = a.StartedAt.UTC()
+		if a.FinishedAt != nil {
+			f := a.FinishedAt.UTC()
+			a.FinishedAt = &f
+		}
+		s, ok := out[key]
+		if !ok {
+			s = storedAttempts{count: n, id: id, rows: r}
+		}
+		s.list = append(s.list, a)
+		out[key] = s
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: attempts of %s: %w", dataset, err)
+	}
+	return out, nil
+}
+
+// checksOf reads the check outcomes of attempts ids, in the order they
+// were recorded.
+func checksOf(ctx context.Context, db audit.Querier, ids []int64) (map[int64][]checkJSON, error) {
+	out := map[int64][]checkJSON{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT audit_id, name, kind, severity, status, failing, checked, threshold, note, samples::text, checked_at
+		  FROM idem.check_results WHERE audit_id = ANY($1) ORDER BY audit_id, id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("api: checks: %w", err)
+	}
+	var (
+		id      int64
+		c       checkJSON
+		samples *string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &c.Name, &c.Kind, &c.Severity, &c.Status, &c.Failing, &c.Checked, &c.Threshold, &c.Note,
+		&samples, &c.CheckedAt}, func() error {
+		c.CheckedAt = c.CheckedAt.UTC()
+		c.Samples = nil
+		if samples != nil {
+			c.Samples = json.RawMessage(*samples)
+		}
+		out[id] = append(out[id], c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: checks: %w", err)
+	}
+	return out, nil
+}
