@@ -45,22 +45,37 @@ func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
 // QueueEnqueueResult queues on b, inside the caller's transaction, the
 // result of attempt auditID (body: its JSON, package results) for the
 // relay to publish on the results stream. A second result of the same
-// attempt is left alone.
-func QueueEnqueueResult(b *pgx.Batch, k RunKey, auditID int64, body []byte) {
-	b.Queue(`
+// attempt is left alone. For a skip (loadedBy), the body gains the rows
+// and the audit id of the run's load, from the ledger: what a scheduler
+// that asked again wants to know.
+func QueueEnqueueResult(b *pgx.Batch, k RunKey, auditID int64, body []byte, loadedBy bool) {
+	sql, args := enqueueResultSQL(k, auditID, body, loadedBy)
+	b.Queue(sql, args...)
+}
+
+func enqueueResultSQL(k RunKey, auditID int64, body []byte, loadedBy bool) (string, []any) {
+	args := []any{k.Dataset, k.Partition, k.RunID, auditID, string(body)}
+	merge := "'{}'::jsonb"
+	if loadedBy {
+		args = append(args, k.Pipeline)
+		merge = `coalesce((
+			SELECT jsonb_build_object('loaded_by_audit_id', a.id, 'rows', jsonb_build_object(
+			       'inserted', coalesce(a.rows_inserted, a.row_count, 0), 'updated', coalesce(a.rows_updated, 0),
+			       'deleted', coalesce(a.rows_deleted, -1)))
+			  FROM idem.run_ledger l JOIN idem.pipeline_audit a ON a.id = l.audit_id
+			 WHERE l.dag_id = $6 AND l.task_id = $1 AND l.partition_key = $2 AND l.run_id = $3), '{}'::jsonb)`
+	}
+	return `
 		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`,
-		k.Dataset, k.Partition, k.RunID, auditID, string(body))
+		SELECT $1, $2, $3, $4, $5::jsonb || ` + merge + `
+		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`, args
 }
 
 // EnqueueResult is QueueEnqueueResult as a statement of its own, committed
 // at once: for an attempt whose transaction already ended (a skip).
-func EnqueueResult(ctx context.Context, db Querier, k RunKey, auditID int64, body []byte) error {
-	b := &pgx.Batch{}
-	QueueEnqueueResult(b, k, auditID, body)
-	q := b.QueuedQueries[0]
-	if _, err := db.Exec(ctx, q.SQL, q.Arguments...); err != nil {
+func EnqueueResult(ctx context.Context, db Querier, k RunKey, auditID int64, body []byte, loadedBy bool) error {
+	sql, args := enqueueResultSQL(k, auditID, body, loadedBy)
+	if _, err := db.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("audit: outbox result: %w", err)
 	}
 	return nil

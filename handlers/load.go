@@ -258,7 +258,7 @@ func (l *loading) result(status string, id int64, rows *results.Rows) []byte {
 // when the handler publishes results.
 func (l *loading) queueResult(b *pgx.Batch, status string, id int64, rows *results.Rows) {
 	if l.h.Results && l.m.StreamSeq > 0 {
-		audit.QueueEnqueueResult(b, l.a.RunKey, id, l.result(status, id, rows))
+		audit.QueueEnqueueResult(b, l.a.RunKey, id, l.result(status, id, rows), status == results.StatusSkipped)
 	}
 }
 
@@ -271,7 +271,7 @@ func (l *loading) skipped(ctx context.Context, id int64) {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := audit.EnqueueResult(fctx, l.h.DB, l.a.RunKey, id, l.result(results.StatusSkipped, id, nil)); err != nil {
+	if err := audit.EnqueueResult(fctx, l.h.DB, l.a.RunKey, id, l.result(results.StatusSkipped, id, nil), true); err != nil {
 		l.log.Error().Err(err).Msg("could not write the skip's result: a waiting publisher times out and waits again")
 		return
 	}

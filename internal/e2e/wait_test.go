@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,6 +103,8 @@ func TestPublishWait(t *testing.T) {
 		require.Equal(t, 0, o.code, o.stderr)
 		require.Equal(t, "skipped", o.last["status"])
 		require.Contains(t, o.stderr, "had already loaded")
+		require.EqualValues(t, 10, o.last["rows"].(map[string]any)["inserted"], "the rows of the run's load")
+		require.NotZero(t, o.last["loaded_by_audit_id"])
 	})
 
 	t.Run("fatal", func(t *testing.T) {
@@ -196,4 +199,68 @@ func TestPublishWaitUnreachable(t *testing.T) {
 	o = publishWait(t, w, "orders", "2026-11-01", "--run-id", "r", "--wait", "--timeout", "5s")
 	require.Equal(t, 4, o.code, o.stderr)
 	require.Contains(t, o.stderr, "nats")
+}
+
+// TestPublishWaitRollingRestart: eight schedulers wait on their events
+// while one of the two replicas is killed mid-load (kill -9), the other
+// dies between a commit and its ack, and both are restarted in turn. Every
+// waiter gets exactly one final answer, the right one, and every run loads
+// once.
+func TestPublishWaitRollingRestart(t *testing.T) {
+	w := newWorld(t, opts{ackWait: "2s", inFlight: 2})
+	w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (700)")
+	p1 := w.serve("IDEM_TEST_CRASH=after_commit:roll_3")
+	p2 := w.serve()
+	const n = 8
+	outs := make(chan waitOut, n)
+	parts := make([]string, n)
+	for i := range n {
+		parts[i] = time.Date(2026, 11, 10+i, 0, 0, 0, 0, time.UTC).Format(time.DateOnly)
+		go func() {
+			outs <- publishWait(t, w, "orders", parts[i], "--run-id", "roll_"+strconv.Itoa(i), "--wait", "--timeout", "120s")
+		}()
+	}
+	w.waitSleeping()
+	p2.signal(syscall.SIGKILL) // whatever it was loading rolls back
+	p2.exit(t, 10*time.Second)
+	p2 = w.serve()
+	require.Eventually(t, func() bool {
+		return w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success' AND run_id <> 'roll_3'") > 0
+	}, 60*time.Second, 50*time.Millisecond, "a load after the kill")
+	p1.signal(syscall.SIGTERM) // or it already died after roll_3's commit
+	p1.exit(t, 30*time.Second)
+	p1 = w.serve()
+	w.db.Exec(t, "DELETE FROM staging.gate_on")
+
+	seen := map[string]bool{}
+	for range n {
+		o := <-outs
+		require.Equal(t, 0, o.code, o.stderr)
+		// roll_3's first delivery committed and died before its ack: its
+		// redelivery may be answered first, skipped, with the load's rows.
+		require.Contains(t, []any{"loaded", "skipped"}, o.last["status"], o.stderr)
+		require.EqualValues(t, 10, o.last["rows"].(map[string]any)["inserted"], o.stderr)
+		run := o.last["run_id"].(string)
+		require.False(t, seen[run], "one answer per waiter")
+		seen[run] = true
+		i, _ := strconv.Atoi(strings.TrimPrefix(run, "roll_"))
+		require.Equal(t, parts[i], o.last["partition"])
+	}
+	require.EqualValues(t, n, w.count("SELECT count(DISTINCT run_id) FROM idem.pipeline_audit WHERE run_id LIKE 'roll_%' AND status = 'success'"))
+	require.EqualValues(t, n, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id LIKE 'roll_%' AND status = 'success'"), "every run loads once")
+	require.Equal(t, w.expected(parts...), w.target())
+	w.waitCount(0, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL")
+	loaded := map[string]int{}
+	for _, r := range resultsOf(t, w) {
+		if r.Status == results.StatusLoaded {
+			loaded[r.RunID]++
+		}
+	}
+	for i := range n {
+		require.Equal(t, 1, loaded["roll_"+strconv.Itoa(i)], "one loaded result per committed load")
+	}
+	for _, p := range []*proc{p1, p2} {
+		p.signal(syscall.SIGTERM)
+		require.Equal(t, 0, p.exit(t, 30*time.Second))
+	}
 }

@@ -52,7 +52,7 @@ type Result struct {
 	Partition string `json:"partition"`
 	RunID     string `json:"run_id"`
 	Status    string `json:"status"`
-	// Rows is what the load wrote (loaded only).
+	// Rows is what the load wrote (loaded; for skipped, the run's load).
 	Rows *Rows `json:"rows,omitempty"`
 	// Attempts is the number of loads this event ran (0 when none ran: an
 	// invalid event, or a skip decided before a load).
@@ -68,6 +68,9 @@ type Result struct {
 	MsgID     string `json:"msg_id,omitempty"`
 	// AuditID is the attempt's row in idem.pipeline_audit (loaded, skipped).
 	AuditID int64 `json:"audit_id,omitempty"`
+	// LoadedBy, for a skip, is the attempt that loaded the run (its Rows
+	// are that load's).
+	LoadedBy int64 `json:"loaded_by_audit_id,omitempty"`
 	// DeadLetterSeq is the dead letter's sequence in its stream.
 	DeadLetterSeq uint64 `json:"dead_letter_seq,omitempty"`
 	// PublishedAt is when the events stream stored the event; FinishedAt
