@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/internal/results"
 )
 
@@ -263,4 +264,33 @@ func TestPublishWaitRollingRestart(t *testing.T) {
 		p.signal(syscall.SIGTERM)
 		require.Equal(t, 0, p.exit(t, 30*time.Second))
 	}
+}
+
+// TestPublishWaitThroughAWarehouseOutage: the waiting publisher needs no
+// warehouse; PostgreSQL stopped while it waits delays the answer, which is
+// "loaded" once it is back.
+func TestPublishWaitThroughAWarehouseOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := localpg.Start(ctx, localpg.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	w := newWorld(t, opts{ackWait: "2s", pgAdmin: srv.URL("")})
+	p := w.serve()
+	require.NoError(t, srv.Stop(ctx, "fast"))
+	done := make(chan waitOut, 1)
+	go func() { done <- publishWait(t, w, "orders", "2026-11-07", "--run-id", "through", "--wait", "--timeout", "90s") }()
+	time.Sleep(5 * time.Second)
+	select {
+	case o := <-done:
+		t.Fatalf("answered during the outage: %d %v\n%s", o.code, o.last, o.stderr)
+	default:
+	}
+	require.NoError(t, srv.Restart(ctx, ""))
+	o := <-done
+	require.Equal(t, 0, o.code, o.stderr)
+	require.Equal(t, "loaded", o.last["status"])
+	require.Empty(t, w.deadLetters())
+	p.signal(syscall.SIGTERM)
+	require.Equal(t, 0, p.exit(t, 30*time.Second))
 }
