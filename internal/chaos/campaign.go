@@ -161,6 +161,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := checkStored(cctx, c.js, h, r); err != nil {
 		return r, err
 	}
+	if err := checkResults(cctx, c.db, c.js, h, r); err != nil {
+		return r, err
+	}
 	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
 		r.Messages.StoredInStream = info.State.LastSeq
 	}

@@ -194,6 +194,9 @@ func requireLongFaults(t *testing.T, r *Report) {
 	if r == nil || r.NoFaults {
 		return
 	}
+	if r.Check.Results.Loaded == 0 {
+		t.Errorf("the results stream held no loaded result: the results check saw nothing")
+	}
 	if r.Faults.Total < 10 {
 		t.Errorf("only %d faults injected: the schedule is too thin to mean anything", r.Faults.Total)
 	}

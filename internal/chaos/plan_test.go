@@ -258,3 +258,73 @@ func TestShortScheduleHasOneFailover(t *testing.T) {
 		require.NotEqual(t, FaultFailover, f.Kind, "the short cluster campaign has no long faults")
 	}
 }
+
+// checkResults must see a committed load without its result, one with two,
+// a result announcing a load the warehouse does not hold (excused only
+// after a failover) and a dead letter with two results.
+func TestCheckResultsSeesMissingDoubledAndOrphanResults(t *testing.T) {
+	ctx := context.Background()
+	db := checkerDB(t)
+	nb, err := startNATS(filepath.Join(t.TempDir(), "js"))
+	require.NoError(t, err)
+	t.Cleanup(nb.down)
+	nc, err := nats.Connect(nb.url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for name, subj := range map[string]string{resultsStream: "idem.result.>", dlqStream: "idem.dlq.>"} {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}})
+		require.NoError(t, err)
+	}
+	var ids []int64
+	rows, err := db.Query(ctx, `INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, stream_seq, finished_at)
+		VALUES ('chaos', 'replace', '2026-01-01', 'ok', 'success', 1, 1, now()),
+		       ('chaos', 'replace', '2026-01-02', 'none', 'success', 1, 2, now()),
+		       ('chaos', 'replace', '2026-01-03', 'twice', 'success', 1, 3, now())
+		RETURNING id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	pub := func(subject string, hdr map[string]string, body string) {
+		m := nats.NewMsg(subject)
+		for k, v := range hdr {
+			m.Header.Set(k, v)
+		}
+		m.Data = []byte(body)
+		_, err := js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+	}
+	res := func(part, run, status string, seq, id int64) {
+		pub("idem.result.replace", map[string]string{"Idem-Status": status, "Idem-Event-Seq": fmt.Sprint(seq), "Idem-Event-Stream": eventsStream},
+			fmt.Sprintf(`{"dataset":"replace","partition":%q,"run_id":%q,"status":%q,"stream":%q,"stream_seq":%d,"audit_id":%d}`, part, run, status, eventsStream, seq, id))
+	}
+	res("2026-01-01", "ok", "loaded", 1, ids[0])
+	res("2026-01-03", "twice", "loaded", 3, ids[2])
+	res("2026-01-03", "twice", "loaded", 3, ids[2])
+	res("2026-01-04", "rolled-back", "loaded", 4, 999)
+	pub("idem.dlq.replace", map[string]string{"Idem-Original-Seq": "5", "Idem-Error-Kind": "fatal"}, "")
+	res("2026-01-05", "bad", "dead_lettered", 5, 0)
+	res("2026-01-05", "bad", "dead_lettered", 5, 0)
+
+	r := &Report{}
+	require.NoError(t, checkResults(ctx, db, js, history{}, r))
+	f := r.Check.Results
+	require.Equal(t, 4, f.Loaded)
+	require.Equal(t, 1, f.Missing, "none")
+	require.Equal(t, 1, f.Doubled, "twice")
+	require.Equal(t, 1, f.Orphans, "rolled-back")
+	require.Zero(t, f.OrphansLost)
+	require.Equal(t, 1, f.DLQDoubled)
+	require.Len(t, r.Violations, 4, "%q", r.Violations)
+
+	// After a failover the orphan is excused, noted.
+	r = &Report{}
+	require.NoError(t, checkResults(ctx, db, js, history{faults: []*fault{{Kind: FaultFailover}}}, r))
+	require.Equal(t, 1, r.Check.Results.OrphansLost)
+	require.Len(t, r.Violations, 3, "%q", r.Violations)
+}

@@ -182,6 +182,9 @@ type CheckFigures struct {
 	StoredTwice  int `json:"stored_twice_with_msg_id"`
 	MissingMsgID int `json:"stored_without_planned_msg_id"`
 
+	// Results counts the results stream against the audit.
+	Results ResultFigures `json:"results"`
+
 	Panics     int  `json:"panics"`
 	Drained    bool `json:"drained_within_bound"`
 	CleanStops bool `json:"clean_final_stops"`

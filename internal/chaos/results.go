@@ -1,0 +1,223 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// resultsStream is where idem publishes each event's terminal outcome.
+const resultsStream = "IDEM_RESULTS"
+
+// ResultFigures count the results stream against the audit and the
+// dead-letter stream.
+type ResultFigures struct {
+	Loaded       int `json:"loaded"`        // "loaded" results read
+	Skipped      int `json:"skipped"`       // "skipped" results read
+	DeadLettered int `json:"dead_lettered"` // "dead_lettered" or "rejected" results read
+	Missing      int `json:"missing"`       // committed loads without their result
+	Doubled      int `json:"doubled"`       // an attempt's result stored more than once
+	Orphans      int `json:"orphans"`       // results of loads the warehouse does not hold
+	OrphansLost  int `json:"orphans_lost"`  // of which excused: a failover lost commits
+	DLQMissing   int `json:"dlq_missing"`   // dead letters without a result (allowed: counted)
+	DLQDoubled   int `json:"dlq_doubled"`   // a dead letter's result stored twice
+	SkipsMissing int `json:"skips_missing"` // skipped attempts without a result (a crash right after the skip)
+	BadHeaders   int `json:"bad_headers"`   // a result whose headers do not match its body
+}
+
+// result is what the checker reads of a result message: spelled out here,
+// not imported, so a renamed field fails the campaign.
+type result struct {
+	Dataset   string `json:"dataset"`
+	Partition string `json:"partition"`
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"`
+	Stream    string `json:"stream"`
+	StreamSeq uint64 `json:"stream_seq"`
+	AuditID   int64  `json:"audit_id"`
+	DLQSeq    uint64 `json:"dead_letter_seq"`
+}
+
+// attemptKey names one attempt: audit ids alone may be reused by a
+// promoted standby that lost the last ones.
+type attemptKey struct {
+	id            int64
+	dataset, part string
+	run           string
+	seq           uint64
+}
+
+// readResults reads every message of the results stream.
+func readResults(ctx context.Context, js jetstream.JetStream, r *Report) ([]result, error) {
+	s, err := js.Stream(ctx, resultsStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []result
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chaos: read result %d: %w", seq, err)
+		}
+		var res result
+		if err := json.Unmarshal(m.Data, &res); err != nil {
+			r.violate("result %d is not JSON: %v", seq, err)
+			continue
+		}
+		if m.Header.Get("Idem-Status") != res.Status || m.Header.Get("Idem-Event-Seq") != strconv.FormatUint(res.StreamSeq, 10) ||
+			m.Header.Get("Idem-Event-Stream") != res.Stream {
+			r.Check.Results.BadHeaders++
+			r.violate("result %d: headers %v do not match its body %+v", seq, m.Header, res)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// checkResults: every committed load has exactly one "loaded" result; no
+// result names a load the warehouse does not hold, unless a failover lost
+// it; a dead letter has at most one result, and every result of one names
+// a dead letter. It waits for the outbox to drain first (the relays publish
+// results after their commit).
+func checkResults(ctx context.Context, db querier, js jetstream.JetStream, h history, r *Report) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var pending int
+		if err := db.QueryRow(ctx, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL AND result IS NOT NULL").Scan(&pending); err != nil {
+			return fmt.Errorf("chaos: read outbox: %w", err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.violate("%d results still unpublished in the outbox a minute after the drain", pending)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	rs, err := readResults(ctx, js, r)
+	if err != nil {
+		return err
+	}
+	f := &r.Check.Results
+	lossy := slices.ContainsFunc(h.faults, func(x *fault) bool { return x.Kind == FaultFailover })
+
+	loaded := map[attemptKey]int{}
+	skipped := map[attemptKey]int{}
+	dlq := map[uint64]int{}
+	for _, res := range rs {
+		k := attemptKey{res.AuditID, res.Dataset, res.Partition, res.RunID, res.StreamSeq}
+		switch res.Status {
+		case "loaded":
+			f.Loaded++
+			loaded[k]++
+		case "skipped":
+			f.Skipped++
+			skipped[k]++
+		case "dead_lettered", "rejected":
+			f.DeadLettered++
+			dlq[res.StreamSeq]++
+		default:
+			r.violate("result with an unknown status %q: %+v", res.Status, res)
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT id, task_id, partition_key, run_id, stream_seq, status FROM idem.pipeline_audit
+		WHERE dag_id = $1 AND status IN ('success', 'skipped') AND stream_seq IS NOT NULL`, pipeline)
+	if err != nil {
+		return fmt.Errorf("chaos: read audit: %w", err)
+	}
+	committed := map[attemptKey]bool{}
+	for rows.Next() {
+		var k attemptKey
+		var seq int64
+		var status string
+		if err := rows.Scan(&k.id, &k.dataset, &k.part, &k.run, &seq, &status); err != nil {
+			return err
+		}
+		k.seq = uint64(seq)
+		if status == "skipped" {
+			if skipped[k] == 0 {
+				f.SkipsMissing++
+			}
+			continue
+		}
+		committed[k] = true
+		switch n := loaded[k]; {
+		case n == 0:
+			f.Missing++
+			if f.Missing <= 5 {
+				r.violate("the load of %s %s run %s (audit %d, event %d) committed and has no result", k.dataset, k.part, k.run, k.id, k.seq)
+			}
+		case n > 1:
+			f.Doubled++
+			r.violate("the load of %s %s run %s (audit %d) has %d results", k.dataset, k.part, k.run, k.id, n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for k := range loaded {
+		if committed[k] {
+			continue
+		}
+		f.Orphans++
+		if lossy {
+			f.OrphansLost++
+			continue
+		}
+		if f.Orphans <= 5 {
+			r.violate("a result says %s %s run %s loaded (audit %d, event %d), and the warehouse holds no such load: a rolled-back load was announced",
+				k.dataset, k.part, k.run, k.id, k.seq)
+		}
+	}
+	if f.Missing > 5 {
+		r.violate("... %d committed loads without a result in all", f.Missing)
+	}
+	if f.OrphansLost > 0 {
+		r.note("%d loaded results name loads a failover lost (loaded again by the re-verification, with results of their own)", f.OrphansLost)
+	}
+	dls, err := readDeadLetters(ctx, js)
+	if err != nil {
+		return err
+	}
+	letters := map[uint64]bool{}
+	for _, dl := range dls {
+		seq, _ := strconv.ParseUint(dl.origSeq, 10, 64)
+		letters[seq] = true
+		switch n := dlq[seq]; {
+		case n == 0:
+			f.DLQMissing++
+		case n > 1:
+			f.DLQDoubled++
+			r.violate("dead letter of event %d has %d results", seq, n)
+		}
+	}
+	for seq := range dlq {
+		if !letters[seq] {
+			r.violate("a dead-lettered result names event %d, which has no dead letter", seq)
+		}
+	}
+	if f.DLQMissing > 0 {
+		r.note("%d dead letters without a result (published after the dead letter's PubAck, given up under a NATS fault; a waiter reads the dead-letter stream too)", f.DLQMissing)
+	}
+	if f.SkipsMissing > 0 {
+		r.note("%d skipped attempts without a result (the process died between the skip and its result; the redelivery was skipped with one)", f.SkipsMissing)
+	}
+	return nil
+}
