@@ -11,6 +11,7 @@ import (
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/internal/results"
 )
 
 // poll is how often Wait reads the audit table.
@@ -70,6 +71,102 @@ func (w *DeadLetters) Stop() {
 	}
 }
 
+// Results collects the results of a backfill's published events from the
+// results stream (package results): the final outcome of each, the same
+// mechanism as `idem publish --wait`.
+type Results struct {
+	mu     sync.Mutex
+	bySeq  map[uint64]results.Result
+	cancel context.CancelFunc
+	err    error
+}
+
+// FollowResults follows the results of every event res published (their
+// stream sequences; a duplicate's is the original's), from when the first
+// was stored. Stop it once the wait is over; a nil follower follows nothing.
+func FollowResults(ctx context.Context, f *results.Follower, res *Result) *Results {
+	rs := &Results{bySeq: map[uint64]results.Result{}}
+	if f == nil {
+		return rs
+	}
+	var seqs []uint64
+	first := uint64(0)
+	for _, p := range res.Partitions {
+		if p.Action == ActionPublish && p.Seq > 0 {
+			seqs = append(seqs, p.Seq)
+			if first == 0 || p.Seq < first {
+				first = p.Seq
+			}
+		}
+	}
+	if len(seqs) == 0 {
+		return rs
+	}
+	since, ok, err := f.Published(ctx, first)
+	if err != nil || !ok {
+		since = time.Time{}
+	}
+	ctx, rs.cancel = context.WithCancel(ctx)
+	go func() {
+		err := f.Follow(ctx, res.Dataset, seqs, since, func(r results.Result) {
+			rs.mu.Lock()
+			rs.bySeq[r.StreamSeq] = r
+			rs.mu.Unlock()
+		})
+		if err != nil && ctx.Err() == nil {
+			rs.mu.Lock()
+			rs.err = err
+			rs.mu.Unlock()
+		}
+	}()
+	return rs
+}
+
+func (rs *Results) get(seq uint64) (results.Result, bool) {
+	if rs == nil || seq == 0 {
+		return results.Result{}, false
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r, ok := rs.bySeq[seq]
+	return r, ok
+}
+
+// Err is why the results could not be followed (nil while they can).
+func (rs *Results) Err() error {
+	if rs == nil {
+		return nil
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.err
+}
+
+// Stop ends the follow; a nil one is fine.
+func (rs *Results) Stop() {
+	if rs != nil && rs.cancel != nil {
+		rs.cancel()
+	}
+}
+
+// fromResult is the final outcome a result says.
+func fromResult(r results.Result) Outcome {
+	o := Outcome{Attempts: r.Attempts, Final: true}
+	if r.Rows != nil {
+		n := r.Rows.Inserted + r.Rows.Updated
+		o.Rows = &n
+	}
+	if r.Done() {
+		o.Status = audit.StatusSuccess
+		return o
+	}
+	o.Status, o.DLQ, o.Error = audit.StatusFailed, r.ErrorKind, r.Error
+	if r.Status == results.StatusRejected {
+		o.DLQ = string(consumer.KindFatal)
+	}
+	return o
+}
+
 // Counts are the published partitions' outcomes so far, for a progress line.
 type Counts struct{ Loaded, Failed, Retrying int }
 
@@ -78,7 +175,7 @@ type Counts struct{ Loaded, Failed, Retrying int }
 // tells the crashes. It records each partition's Outcome and the summary in
 // res.Wait; a timeout or an ended ctx is said there, not returned. progress
 // is called after each poll, final once nothing is pending.
-func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result, dlq *DeadLetters, timeout time.Duration, progress func(c Counts, final bool)) error {
+func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result, dlq *DeadLetters, rs *Results, timeout time.Duration, progress func(c Counts, final bool)) error {
 	maxDeliveries := cfg.Datasets[res.Dataset].MaxAttempts()
 	pending := map[string]*Partition{}
 	var keys []string
@@ -111,6 +208,11 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 				p := pending[a.Partition]
 				dl, dead := dlq.get(a.Partition)
 				o := outcome(a, dl, dead, maxDeliveries)
+				if r, ok := rs.get(p.Seq); ok {
+					// The results stream says how the event ended; the
+					// audit above only tells how far a pending one got.
+					o = fromResult(r)
+				}
 				p.Outcome = &o
 				if !o.Final {
 					keys = append(keys, a.Partition)

@@ -83,13 +83,14 @@ Events are validated as the consumer validates them, carry Nats-Msg-Id
 <dataset>:<partition>:<run_id>, and each is confirmed by JetStream (PubAck)
 before it counts as published; a bounded window of publishes is in flight.
 
---wait then follows the audit table until every published partition has an
-outcome: success, or failed (a fatal error, the last allowed delivery, or a
-dead letter of this run, for a crash). A progress bar goes to stderr on a
+--wait then follows every published event to its outcome on the results
+stream, as 'idem publish --wait' does (the audit table says how far the
+pending ones got): success, or failed (dead-lettered: fatal, out of retries,
+crashed, or rejected by its checks). A progress bar goes to stderr on a
 terminal, a line every 10s otherwise; then a table of what did not load.
 
-Exit code: 0 ok; 1 if a partition failed, the wait timed out, or a publish
-failed; 2 usage.`,
+Exit code: 0 ok; 1 if a partition failed or a publish failed; 2 usage;
+3 (with --wait) not every partition finished within --timeout.`,
 		Example: `  idem backfill orders --from 2026-01-01 --to 2026-12-31 --dry-run
   idem backfill orders --from 2026-01-01 --to 2026-12-31 --wait
   idem backfill orders --from 2026-03-01 --to 2026-03-31 --reprocess all --rate 20/s --wait --timeout 30m
@@ -253,8 +254,13 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		}
 		return nil
 	}
-	if err := waitBackfill(ctx, e, pool, cfg, res, dlq, t1, f.timeout); err != nil {
+	rs := backfill.FollowResults(ctx, follower(js, cfg), res)
+	defer rs.Stop()
+	if err := waitBackfill(ctx, e, pool, cfg, res, dlq, rs, t1, f.timeout); err != nil {
 		return err
+	}
+	if err := rs.Err(); err != nil {
+		fmt.Fprintf(e.errOut, "idem: the results stream could not be followed (%v): outcomes came from the audit table\n", err)
 	}
 	return reportBackfill(e, res, f.asJSON)
 }
@@ -394,10 +400,10 @@ func planSummary(res *backfill.Result) string {
 // waitBackfill follows the loads with a progress line on stderr. loadStart
 // is when the first event went out: loads began then, so the ETA
 // extrapolates from it.
-func waitBackfill(ctx context.Context, e *env, db audit.Querier, cfg *config.Config, res *backfill.Result, dlq *backfill.DeadLetters, loadStart time.Time, timeout time.Duration) error {
+func waitBackfill(ctx context.Context, e *env, db audit.Querier, cfg *config.Config, res *backfill.Result, dlq *backfill.DeadLetters, rs *backfill.Results, loadStart time.Time, timeout time.Duration) error {
 	prog := newBFProgress(e.errOut)
 	defer prog.end()
-	return backfill.Wait(ctx, db, cfg, res, dlq, timeout, func(c backfill.Counts, final bool) {
+	return backfill.Wait(ctx, db, cfg, res, dlq, rs, timeout, func(c backfill.Counts, final bool) {
 		prog.show(time.Now(), final, func(tty bool) string {
 			return bfProgressLine(tty, "loaded", c.Loaded+c.Failed, res.ToPublish, &c, loadStart, time.Now())
 		})
@@ -438,7 +444,12 @@ func reportBackfill(e *env, res *backfill.Result, asJSON bool) error {
 		}
 		fmt.Fprintln(e.out, line)
 	}
-	if sum.Failed > 0 || sum.Pending > 0 {
+	switch {
+	case sum.Failed > 0:
+		return ErrReported
+	case sum.Pending > 0 && sum.TimedOut:
+		return &ExitError{Code: 3}
+	case sum.Pending > 0:
 		return ErrReported
 	}
 	return nil

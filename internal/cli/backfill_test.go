@@ -292,11 +292,14 @@ func TestBackfillWaitReportsFailures(t *testing.T) {
 	require.EqualValues(t, 10, *res.Partitions[2].Outcome.Rows)
 }
 
-// --timeout ends the wait with exit 1, listing what is still pending.
+// --timeout ends the wait with exit 3 (as publish --wait), listing what is
+// still pending.
 func TestBackfillWaitTimeout(t *testing.T) {
 	w := newCLIWorld(t) // no consumer: nothing will load
 	r := w.run("backfill", "orders", "--from", "2026-02-01", "--to", "2026-02-02", "--wait", "--timeout", "300ms")
-	require.ErrorIs(t, r.e, ErrReported)
+	var exit *ExitError
+	require.ErrorAs(t, r.e, &exit)
+	require.Equal(t, 3, exit.Code)
 	require.Regexp(t, `(?m)^2026-02-01\s+queued\s+-\s+-\s+-$`, r.out)
 	require.Regexp(t, `(?m)^2026-02-02\s+queued\s+-\s+-\s+-$`, r.out)
 	require.Regexp(t, `(?m)^backfill__\S+: 2 published, 0 loaded, 0 failed, 2 pending, after \S+: timed out; the pending partitions are still queued or loading$`, r.out)

@@ -153,6 +153,32 @@ func TestPublishWait(t *testing.T) {
 		require.EqualValues(t, 2, o.last["attempts"])
 	})
 
+	t.Run("backfill --wait", func(t *testing.T) {
+		code, stdout, stderr := rbExec(t, w, []string{"backfill", "orders", "--from", "2026-11-20", "--to", "2026-11-21", "--wait", "--timeout", "60s"})
+		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+		require.Contains(t, stdout, "2 loaded, 0 failed, 0 pending")
+		// Refused by their checks: failed for good, from the results stream
+		// (the audit alone says only "failed, check").
+		code, stdout, stderr = rbExec(t, w, []string{"backfill", "strict", "--from", "2026-11-20", "--to", "2026-11-21", "--wait", "--timeout", "60s", "--json"})
+		require.Equal(t, 1, code, "%s\n%s", stdout, stderr)
+		var res struct {
+			Partitions []struct {
+				Partition string `json:"partition"`
+				Outcome   struct {
+					Status, DLQ, Error string
+					Final              bool
+				} `json:"outcome"`
+			} `json:"partitions"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+		require.Len(t, res.Partitions, 2)
+		for _, p := range res.Partitions {
+			require.Equal(t, "failed", p.Outcome.Status, p.Partition)
+			require.True(t, p.Outcome.Final)
+			require.Contains(t, p.Outcome.Error, "check_failed: row_count")
+		}
+	})
+
 	t.Run("bad timeout is usage", func(t *testing.T) {
 		for _, bad := range []string{"0", "soon", "-1s"} {
 			code, _, stderr := rbExec(t, w, []string{"publish", "orders", "2026-11-06", "--wait", "--timeout", bad})
@@ -177,6 +203,7 @@ func TestPublishWait(t *testing.T) {
 	require.Equal(t, []string{"rejected"}, byRun["sched__c"])
 	require.Equal(t, []string{"loaded"}, byRun["sched__4"])
 	require.Equal(t, []string{"loaded"}, byRun["sched__5"], "no result for the attempt that failed and was retried")
+	require.Len(t, rs, 11, "one result per outcome: %v", byRun)
 }
 
 // TestPublishWaitUnreachable: a results stream that is missing, and NATS
