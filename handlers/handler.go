@@ -221,7 +221,10 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	case b.Skipped:
 		log.Info().Msg("run already succeeded: skipped")
 		l.close(ctx)
-		l.skipped(ctx, b.ID)
+		if err := l.skipped(ctx, b.ID); err != nil {
+			log.Warn().Err(err).Msg("skip's result not written")
+			return Outcome{}, beforeLoad(err)
+		}
 		return Outcome{Status: audit.StatusSkipped, AuditID: b.ID}, nil
 	}
 	l.a.Attempt = b.Attempt

@@ -230,8 +230,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		if err := audit.Skip(fctx, l.h.DB, id); err != nil {
 			return Outcome{Status: audit.StatusSkipped, AuditID: id}, err
 		}
-		l.skipped(fctx, id)
-		return Outcome{Status: audit.StatusSkipped, AuditID: id}, nil
+		return Outcome{Status: audit.StatusSkipped, AuditID: id}, l.skipped(fctx, id)
 	}
 	if err == nil && (len(l.ds.Then) > 0 || l.h.Results) && l.h.Enqueued != nil {
 		l.h.Enqueued()
@@ -263,21 +262,22 @@ func (l *loading) queueResult(b *pgx.Batch, status string, id int64, rows *resul
 }
 
 // skipped writes the result of a skip that already committed, in a
-// statement of its own. If the process dies before it, the message is
-// redelivered and skipped again, with its result.
-func (l *loading) skipped(ctx context.Context, id int64) {
+// statement of its own. When it cannot, the error comes back so that the
+// message is redelivered: skipped again, with its result, rather than
+// acknowledged without one (a waiting publisher would never hear of it).
+func (l *loading) skipped(ctx context.Context, id int64) error {
 	if !l.h.Results || l.m.StreamSeq == 0 {
-		return
+		return nil
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := audit.EnqueueResult(fctx, l.h.DB, l.a.RunKey, id, l.result(results.StatusSkipped, id, nil), true); err != nil {
-		l.log.Error().Err(err).Msg("could not write the skip's result: a waiting publisher times out and waits again")
-		return
+		return fmt.Errorf("the skip is recorded, its result is not (the message is delivered again): %w", err)
 	}
 	if l.h.Enqueued != nil {
 		l.h.Enqueued()
 	}
+	return nil
 }
 
 // recordChecks writes the outcomes of this attempt's checks, after its

@@ -29,6 +29,7 @@ type ResultFigures struct {
 	DLQDoubled   int `json:"dlq_doubled"`   // a dead letter's result stored twice
 	SkipsMissing int `json:"skips_missing"` // skipped attempts without a result (a crash right after the skip)
 	BadHeaders   int `json:"bad_headers"`   // a result whose headers do not match its body
+	Unanswered   int `json:"unanswered"`    // settled events without any result
 }
 
 // result is what the checker reads of a result message: spelled out here,
@@ -121,7 +122,9 @@ func checkResults(ctx context.Context, db querier, js jetstream.JetStream, h his
 	loaded := map[attemptKey]int{}
 	skipped := map[attemptKey]int{}
 	dlq := map[uint64]int{}
+	answered := map[uint64]bool{} // event sequences with at least one result
 	for _, res := range rs {
+		answered[res.StreamSeq] = true
 		k := attemptKey{res.AuditID, res.Dataset, res.Partition, res.RunID, res.StreamSeq}
 		switch res.Status {
 		case "loaded":
@@ -154,6 +157,11 @@ func checkResults(ctx context.Context, db querier, js jetstream.JetStream, h his
 		if status == "skipped" {
 			if skipped[k] == 0 {
 				f.SkipsMissing++
+				if !answered[k.seq] {
+					// What a waiter follows: the event, whichever attempt answers.
+					f.Unanswered++
+					r.violate("event %d (%s %s run %s) was skipped and has no result at all: its waiter would never hear", k.seq, k.dataset, k.part, k.run)
+				}
 			}
 			continue
 		}
@@ -217,7 +225,7 @@ func checkResults(ctx context.Context, db querier, js jetstream.JetStream, h his
 		r.note("%d dead letters without a result (published after the dead letter's PubAck, given up under a NATS fault; a waiter reads the dead-letter stream too)", f.DLQMissing)
 	}
 	if f.SkipsMissing > 0 {
-		r.note("%d skipped attempts without a result (the process died between the skip and its result; the redelivery was skipped with one)", f.SkipsMissing)
+		r.note("%d skipped attempts without a result (the skip commits before its result is written: a crash, an outage or a failover in between leaves the message unacked, and its redelivery is skipped with a result)", f.SkipsMissing)
 	}
 	return nil
 }
