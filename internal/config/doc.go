@@ -78,9 +78,13 @@
 //	tls.ca                                       CA bundle verifying the server
 //	tls.cert, tls.key                            client certificate and key (both or neither)
 //	tls.insecure_skip_verify   false             tests only
+//	results.stream       IDEM_RESULTS            every event's terminal outcome (idem publish --wait reads it)
+//	results.subject_prefix idem.result           results go to <prefix>.<dataset>
+//	results.max_age      7d                      how long a result is kept (at least 1m)
+//	results.max_bytes    1073741824              the stream's size; the oldest results go first (at least 1 MiB)
 //
 // Stream and consumer names may not hold white space, ".", "*", ">", "/" or
-// "\" (NATS rejects them), and the two subject prefixes must not overlap. Use
+// "\" (NATS rejects them), and the three subject prefixes must not overlap. Use
 // at most one of creds, nkey, user/password and token.
 //
 // ack_wait must be shorter than duplicates, and duplicates longer than 30s:
@@ -104,6 +108,7 @@
 //	addr         127.0.0.1:9464   host:port of the status page, /metrics, /healthz and /readyz
 //	token        none             enables the status page's actions (replay, backfill); 16+ characters
 //	token_file                    file holding the token
+//	token_for_reads  false        the JSON API (/api/v1/) also needs the token, as Authorization: Bearer; needs token
 //
 // # audit
 //
