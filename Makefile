@@ -5,7 +5,7 @@ PKGS  ?= ./...
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres chromium test test-short tidy-check alerts-test vet lint fuzz demo clean
+.PHONY: help build postgres chromium recipe-tools test test-short tidy-check alerts-test vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,10 +19,13 @@ postgres: ## install PostgreSQL server binaries when missing (tests start their 
 chromium: ## install Debian's chromium when missing (the status page's browser tests)
 	@bash scripts/ensure-chromium.sh
 
+recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler recipes' commands, run by the e2e tests)
+	@bash scripts/ensure-recipe-tools.sh
+
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres chromium vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+test: postgres chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 test-short: postgres ## the quick tests only (-short: no chaos campaign, no race detector)
