@@ -51,6 +51,8 @@ func handlerFor(db handlers.DB, d dataset) (*handlers.Handler, error) {
 	}
 	return &handlers.Handler{
 		DB: db, Pipeline: cfg.Pipeline, Datasets: dss,
+		// As idem serve: every load writes its event's result.
+		Results: true,
 		// idem serve logs at info; formatting is part of its cost.
 		Log: zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
 	}, nil

@@ -67,7 +67,7 @@ func handle(ctx context.Context, h *handlers.Handler, ev event, seq uint64) (han
 	if err != nil {
 		return handlers.Outcome{}, err
 	}
-	return h.HandleMessage(ctx, subjectPre+"."+ev.dataset, body, handlers.Meta{StreamSeq: seq})
+	return h.HandleMessage(ctx, subjectPre+"."+ev.dataset, body, handlers.Meta{StreamSeq: seq, Stream: "IDEM_EVENTS"})
 }
 
 // capture records the round trips of one load and of one skipped duplicate.
