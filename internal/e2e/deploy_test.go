@@ -28,6 +28,7 @@ import (
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/embeddednats"
+	"github.com/idem-data/idem/internal/service"
 )
 
 // strictJSON decodes a file into v, refusing unknown fields (a typo in a
@@ -71,21 +72,13 @@ func deployConsumers(t *testing.T) map[string]jetstream.ConsumerConfig {
 }
 
 // deployStreamsConfig is what idem derives from deploy/idem.yaml for
-// EnsureStreams, as `idem serve` and `idem streams` do.
+// EnsureStreams, by the function `idem serve` and `idem streams` use.
 func deployStreamsConfig(t *testing.T) consumer.StreamsConfig {
 	t.Helper()
 	cfg, err := config.Load(repoPath(t, "deploy/idem.yaml"), nil)
 	require.NoError(t, err)
 	require.NoError(t, cfg.Validate())
-	ds := map[string]consumer.Dataset{}
-	for name, d := range cfg.Datasets {
-		ds[name] = consumer.Dataset{Retry: consumer.Retry{MaxAttempts: d.MaxAttempts()}}
-	}
-	return consumer.Config{
-		Stream: cfg.NATS.Stream, DLQStream: cfg.NATS.DLQStream, Consumer: cfg.NATS.Consumer,
-		SubjectPrefix: cfg.NATS.SubjectPrefix, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
-		AckWait: cfg.NATS.AckWait.Std(), MaxInFlight: cfg.NATS.MaxInFlight, Datasets: ds,
-	}.Streams()
+	return service.StreamsConfig(cfg)
 }
 
 func startPlainNATS(t *testing.T) (*embeddednats.Server, jetstream.JetStream) {
@@ -103,7 +96,8 @@ func startPlainNATS(t *testing.T) (*embeddednats.Server, jetstream.JetStream) {
 
 // TestDeployStreamsAreWhatIdemCreates: on an empty server EnsureStreams
 // creates streams with the deployed names, subjects, storage, retention and
-// duplicate window, and consumers with the deployed settings.
+// duplicate window (and, for the results stream, the limits idem sets
+// itself), and consumers with the deployed settings.
 func TestDeployStreamsAreWhatIdemCreates(t *testing.T) {
 	t.Parallel()
 	streams, consumers := deployStreams(t), deployConsumers(t)
@@ -112,7 +106,7 @@ func TestDeployStreamsAreWhatIdemCreates(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, consumer.EnsureStreams(ctx, js, sc))
 
-	require.ElementsMatch(t, []string{sc.Stream, sc.DLQStream, sc.AdvisoryStream}, keys(streams))
+	require.ElementsMatch(t, []string{sc.Stream, sc.DLQStream, sc.AdvisoryStream, sc.ResultsStream}, keys(streams))
 	for name, want := range streams {
 		s, err := js.Stream(ctx, name)
 		require.NoError(t, err, name)
@@ -121,6 +115,12 @@ func TestDeployStreamsAreWhatIdemCreates(t *testing.T) {
 		require.Equal(t, want.Storage, got.Storage, name)
 		require.Equal(t, want.Retention, got.Retention, name)
 		require.Equal(t, want.Duplicates, got.Duplicates, name)
+		require.Equal(t, want.Description, got.Description, name)
+		if name == sc.ResultsStream {
+			require.Equal(t, want.Discard, got.Discard, name)
+			require.Equal(t, want.MaxAge, got.MaxAge, name)
+			require.Equal(t, want.MaxBytes, got.MaxBytes, name)
+		}
 		require.Equal(t, jetstream.FileStorage, want.Storage, "%s: acknowledged messages must survive a restart", name)
 		require.Equal(t, 3, want.Replicas, "%s: production runs three replicas", name)
 	}
@@ -209,7 +209,36 @@ func TestDeployNATSServerConfig(t *testing.T) {
 	require.NotNil(t, perms)
 	require.Contains(t, perms.Publish.Deny, "$JS.API.STREAM.CREATE.>")
 	require.Contains(t, perms.Publish.Allow, "idem.dlq.>")
+	require.Contains(t, perms.Publish.Allow, "idem.result.>")
+	for name := range deployStreams(t) {
+		require.Contains(t, perms.Publish.Allow, "$JS.API.STREAM.INFO."+name, "idem serve checks every stream at start")
+	}
 	require.Equal(t, []string{"_INBOX.>"}, perms.Subscribe.Allow)
+
+	// The publisher (waiting or not) reads, and publishes only events: no
+	// allow of its may reach what changes a stream, touches a durable
+	// consumer, or writes a dead letter or a result.
+	require.Contains(t, users, "publisher")
+	pub := users["publisher"].Permissions
+	require.NotNil(t, pub)
+	require.Equal(t, []string{"_INBOX.>"}, pub.Subscribe.Allow)
+	forbidden := []string{"idem.dlq.>", "idem.result.>", "$JS.ACK.>", "$KV.>"}
+	for name := range deployStreams(t) {
+		for _, op := range []string{"CREATE", "UPDATE", "DELETE", "PURGE", "MSG.DELETE"} {
+			forbidden = append(forbidden, "$JS.API.STREAM."+op+"."+name)
+		}
+	}
+	for file := range deployConsumers(t) {
+		stream, durable, _ := strings.Cut(file, ".")
+		for _, op := range []string{"CREATE", "DURABLE.CREATE", "DELETE", "MSG.NEXT"} {
+			forbidden = append(forbidden, "$JS.API.CONSUMER."+op+"."+stream+"."+durable, "$JS.API.CONSUMER."+op+"."+stream+"."+durable+".>")
+		}
+	}
+	for _, allow := range pub.Publish.Allow {
+		for _, f := range forbidden {
+			require.False(t, server.SubjectsCollide(allow, f), "the publisher's %q allows %q", allow, f)
+		}
+	}
 }
 
 // yamlDocs decodes every document of a YAML file.
@@ -250,6 +279,23 @@ func at(t *testing.T, v any, path ...any) any {
 		}
 	}
 	return v
+}
+
+// streamLoop is the list of a script's `for s in A B C; do` (the streams
+// it creates from deploy/nats/streams), which must name every stream.
+func streamLoop(t *testing.T, script string) []string {
+	t.Helper()
+	m := regexp.MustCompile(`for s in ([^;]+); do`).FindAllStringSubmatch(script, -1)
+	require.Len(t, m, 1, "one loop over the streams in:\n%s", script)
+	return strings.Fields(m[0][1])
+}
+
+// TestDeployREADMEStreams: the order of operations creates every stream.
+func TestDeployREADMEStreams(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(repoPath(t, "deploy/README.md"))
+	require.NoError(t, err)
+	require.ElementsMatch(t, keys(deployStreams(t)), streamLoop(t, string(b)))
 }
 
 func keys[V any](m map[string]V) []string {
@@ -305,6 +351,12 @@ func TestDeployKubernetes(t *testing.T) {
 		require.Equal(t, read("deploy/nats/streams/"+name+".json"), at(t, setup, "data", name+".json"), name)
 	}
 	require.Equal(t, read("deploy/postgres/grants.sql"), at(t, setup, "data", "grants.sql"))
+	// The setup Job creates every one of those streams.
+	job := byKind["Job/idem-setup"]
+	require.NotNil(t, job)
+	step := at(t, job, "spec", "template", "spec", "initContainers", 0)
+	require.Equal(t, "streams", at(t, step, "name"))
+	require.ElementsMatch(t, keys(deployStreams(t)), streamLoop(t, at(t, step, "args", 0).(string)))
 
 	dep := byKind["Deployment/idem"]
 	require.NotNil(t, dep)

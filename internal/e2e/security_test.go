@@ -3,10 +3,13 @@ package e2e
 // Security against real servers: `idem serve` authenticating to nats-server
 // with each method idem supports (user/password under the least-privilege
 // permissions of deploy/nats, token, nkey, creds, mutual TLS), and refusing to
-// run, with a clear message, when the secret is wrong.
+// run, with a clear message, when the secret is wrong; a waiting publisher
+// under the publisher's permissions of deploy/nats.
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -257,6 +261,209 @@ func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	require.Equal(t, 0, p.exit(t, 30*time.Second), p.output())
 	require.NotRegexp(t, `(?i)permissions violation|observer: not read`, p.output())
+}
+
+// serverViolations collects the permission violations a nats-server logs,
+// whichever client caused them (a one-shot idem command logs none itself).
+type serverViolations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *serverViolations) Errorf(format string, a ...any) {
+	if s := fmt.Sprintf(format, a...); strings.Contains(s, "Violation") {
+		v.mu.Lock()
+		v.lines = append(v.lines, s)
+		v.mu.Unlock()
+	}
+}
+func (v *serverViolations) Noticef(string, ...any) {}
+func (v *serverViolations) Warnf(string, ...any)   {}
+func (v *serverViolations) Fatalf(string, ...any)  {}
+func (v *serverViolations) Debugf(string, ...any)  {}
+func (v *serverViolations) Tracef(string, ...any)  {}
+
+// take returns the violations logged since the last take.
+func (v *serverViolations) take() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := v.lines
+	v.lines = nil
+	return out
+}
+
+// waitRun is one idem command's exit code, stdout's last line decoded
+// (nil when stdout is empty), and stderr.
+type waitRun struct {
+	code   int
+	last   map[string]any
+	stderr string
+}
+
+// runIdemWaiting runs one idem command with env added and its stdout and
+// stderr apart.
+func runIdemWaiting(t *testing.T, env []string, args ...string) waitRun {
+	t.Helper()
+	return startIdemWaiting(t, env, args...)()
+}
+
+// startIdemWaiting starts what runIdemWaiting runs and returns the wait
+// for its end, to be called on the test's goroutine.
+func startIdemWaiting(t *testing.T, env []string, args ...string) func() waitRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	cmd := exec.CommandContext(ctx, idemBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	return func() waitRun {
+		t.Helper()
+		defer cancel()
+		err := cmd.Wait()
+		require.NoError(t, ctx.Err(), "idem %v did not exit:\n%s", args, stderr.String())
+		r := waitRun{stderr: stderr.String()}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			r.code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
+		if last := lines[len(lines)-1]; strings.HasPrefix(last, "{") {
+			require.NoError(t, json.Unmarshal([]byte(last), &r.last), "stdout: %s\nstderr: %s", stdout.String(), r.stderr)
+		}
+		return r
+	}
+}
+
+// consumerNames are the consumers on stream.
+func consumerNames(t *testing.T, js jetstream.JetStream, stream string) []string {
+	t.Helper()
+	s, err := js.Stream(t.Context(), stream)
+	require.NoError(t, err)
+	names := s.ConsumerNames(t.Context())
+	var out []string
+	for n := range names.Name() {
+		out = append(out, n)
+	}
+	require.NoError(t, names.Err())
+	return out
+}
+
+// eventsLastSeq is the events stream's last sequence.
+func eventsLastSeq(t *testing.T, w *world) uint64 {
+	t.Helper()
+	s, err := w.js.Stream(t.Context(), "IDEM_EVENTS")
+	require.NoError(t, err)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	return info.State.LastSeq
+}
+
+// TestNATSDeployConfigWaitingPublisher: under IDEM_PUBLISH_PERMISSIONS a
+// scheduler follows its events to their outcome (`idem publish --wait`,
+// loaded and dead-lettered, and `idem backfill --wait`) with no violation on
+// the server, even when its readers are deleted under it or the events
+// stream serves direct gets, while `idem serve` publishes the results under
+// IDEM_SERVE_PERMISSIONS. A publisher allowed only to publish events, as
+// is enough without --wait, is told before anything is published.
+func TestNATSDeployConfigWaitingPublisher(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pw := map[string]string{
+		"IDEM_SERVE_PASSWORD": "serve-pw-91d4", "IDEM_PUBLISH_PASSWORD": "publish-pw-3e07",
+		"IDEM_ADMIN_PASSWORD": "admin-pw-c25b", "NATS_SYS_PASSWORD": "sys-pw-6fa8",
+	}
+	conf := deployNATSConf(t, dir, pw)
+	// A user of this test only, with the publisher's rights before --wait.
+	const publisher = "permissions: $IDEM_PUBLISH_PERMISSIONS }"
+	require.Contains(t, conf, publisher)
+	conf = strings.Replace(conf, publisher, publisher+`
+      { user: plain, password: "plain-pw-58b2", permissions: { publish = { allow = ["idem.ready.>"] }, subscribe = { allow = ["_INBOX.>"] } } }`, 1)
+	ns := startNATSConf(t, dir, conf)
+	violations := &serverViolations{}
+	ns.SetLogger(violations, false, false)
+	w := securedWorld(t, ns, []nats.Option{nats.UserInfo("admin", pw["IDEM_ADMIN_PASSWORD"])}, "", nil, "")
+	as := func(user, pass string) []string {
+		return []string{"IDEM_NATS_USER=" + user, "IDEM_NATS_PASSWORD=" + pass}
+	}
+	code, out := runIdem(t, as("admin", pw["IDEM_ADMIN_PASSWORD"]), "streams", "--config", w.cfg)
+	require.Equal(t, 0, code, out)
+	p := w.serve(as("idem", pw["IDEM_SERVE_PASSWORD"])...)
+	waiter := as("publisher", pw["IDEM_PUBLISH_PASSWORD"])
+	startWait := func(env []string, partition, runID string) func() waitRun {
+		t.Helper()
+		return startIdemWaiting(t, env, "publish", "--config", w.cfg, "orders", partition, "--run-id", runID, "--wait", "--timeout", "60s")
+	}
+	wait := func(env []string, partition, runID string) waitRun {
+		t.Helper()
+		return startWait(env, partition, runID)()
+	}
+
+	// A load longer than the 10 s between progress lines, which read where
+	// the durable consumer is. Meanwhile the waiter's ordered consumers are
+	// deleted under it: it replaces them (deleting the old one, as after any
+	// gap) and still gets its result.
+	w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (12000)")
+	done := startWait(waiter, "2026-11-04", "w1")
+	var followers []string
+	require.Eventually(t, func() bool {
+		followers = append(consumerNames(t, w.js, "IDEM_RESULTS"), consumerNames(t, w.js, "IDEM_DLQ")...)
+		return len(followers) == 2
+	}, 10*time.Second, 50*time.Millisecond, "the waiter follows the results and the dead letters")
+	for _, stream := range []string{"IDEM_RESULTS", "IDEM_DLQ"} {
+		for _, name := range consumerNames(t, w.js, stream) {
+			require.NoError(t, w.js.DeleteConsumer(t.Context(), stream, name))
+		}
+	}
+	r := done()
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "loaded", r.last["status"], r.stderr)
+	require.Contains(t, r.stderr, "delivered: loading", "the progress line read the consumer")
+	w.db.Exec(t, "DELETE FROM staging.gate_on")
+	require.Empty(t, violations.take())
+
+	// A dead letter's result, published by idem serve, read by the waiter.
+	r = wait(waiter, "2030-01-01", "w-empty")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Equal(t, "dead_lettered", r.last["status"], r.stderr)
+
+	r = runIdemWaiting(t, waiter, "backfill", "--config", w.cfg, "orders", "--from", "2026-11-05", "--to", "2026-11-06", "--wait", "--timeout", "60s")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, r.stderr, "cannot follow")
+	require.NotContains(t, r.stderr, "could not be followed")
+	require.Equal(t, int64(2), w.count("SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success' AND partition_key IN ('2026-11-05', '2026-11-06')"))
+	require.Empty(t, violations.take(), "IDEM_PUBLISH_PERMISSIONS are all a waiting publisher uses")
+
+	// With direct gets allowed on the events stream, the client reads the
+	// event's time through them.
+	events, err := w.js.Stream(t.Context(), "IDEM_EVENTS")
+	require.NoError(t, err)
+	sc := events.CachedInfo().Config
+	sc.AllowDirect = true
+	_, err = w.js.UpdateStream(t.Context(), sc)
+	require.NoError(t, err)
+	r = wait(waiter, "2026-11-08", "w-direct")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "loaded", r.last["status"], r.stderr)
+	require.Empty(t, violations.take())
+
+	// Without the right to read the results stream the wait exits 4 naming
+	// it, and the event is not sent: nobody could follow it.
+	before := eventsLastSeq(t, w)
+	r = wait(as("plain", "plain-pw-58b2"), "2026-11-07", "w-plain")
+	require.Equal(t, 4, r.code, r.stderr)
+	require.Contains(t, r.stderr, "results stream IDEM_RESULTS")
+	require.Equal(t, before, eventsLastSeq(t, w), "nothing published")
+	require.Contains(t, strings.Join(violations.take(), "\n"), "$JS.API.STREAM.INFO.IDEM_RESULTS")
+
+	p.signal(syscall.SIGTERM)
+	require.Equal(t, 0, p.exit(t, 30*time.Second), p.output())
+	require.NotRegexp(t, `(?i)permissions violation`, p.output())
 }
 
 // httpGet returns the body of a 200 answer.
