@@ -77,19 +77,19 @@ type Unreachable struct{ Err error }
 func (e *Unreachable) Error() string { return e.Err.Error() }
 func (e *Unreachable) Unwrap() error { return e.Err }
 
-// Check says whether the results and dead-letter streams can be read: a
-// missing stream, or one this user may not read, is an *Unreachable that
-// names it.
+// Check says whether the events, results and dead-letter streams can be
+// read: a missing stream, or one this user may not read, is an
+// *Unreachable that names it. It runs before anything is published.
 func (f *Follower) Check(ctx context.Context) error {
-	for _, s := range []struct{ name, what string }{{f.Stream, "results"}, {f.DLQStream, "dead-letter"}} {
+	for _, s := range []struct{ name, what string }{{f.Events, "events"}, {f.Stream, "results"}, {f.DLQStream, "dead-letter"}} {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := f.JS.Stream(ctx, s.name)
 		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
-			return &Unreachable{fmt.Errorf("the %s stream %s does not exist: run `idem streams` (idem serve creates it at start), or set nats.results.stream: %w", s.what, s.name, err)}
+			return &Unreachable{fmt.Errorf("the %s stream %s does not exist: run `idem streams` (idem serve creates it at start): %w", s.what, s.name, err)}
 		case err != nil:
-			return &Unreachable{fmt.Errorf("cannot read the %s stream %s (is this NATS user allowed $JS.API.STREAM.INFO.%s and to create consumers on it?): %w", s.what, s.name, s.name, err)}
+			return &Unreachable{fmt.Errorf("cannot read the %s stream %s (a waiting publisher needs the permissions of docs/SECURITY.md: stream info, reading a message, ordered consumers): %w", s.what, s.name, err)}
 		}
 	}
 	return nil
