@@ -81,7 +81,7 @@ func (e *Unreachable) Unwrap() error { return e.Err }
 // read: a missing stream, or one this user may not read, is an
 // *Unreachable that names it. It runs before anything is published.
 func (f *Follower) Check(ctx context.Context) error {
-	for _, s := range []struct{ name, what string }{{f.Events, "events"}, {f.Stream, "results"}, {f.DLQStream, "dead-letter"}} {
+	for _, s := range []struct{ name, what string }{{f.Stream, "results"}, {f.DLQStream, "dead-letter"}, {f.Events, "events"}} {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := f.JS.Stream(ctx, s.name)
 		cancel()
