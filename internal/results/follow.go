@@ -89,7 +89,7 @@ func (f *Follower) Check(ctx context.Context) error {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			return &Unreachable{fmt.Errorf("the %s stream %s does not exist: run `idem streams` (idem serve creates it at start): %w", s.what, s.name, err)}
 		case err != nil:
-			return &Unreachable{fmt.Errorf("cannot read the %s stream %s (a waiting publisher needs the permissions of docs/SECURITY.md: stream info, reading a message, ordered consumers): %w", s.what, s.name, err)}
+			return &Unreachable{fmt.Errorf("cannot read the %s stream %s (is this NATS user allowed $JS.API.STREAM.INFO.%s? a waiting publisher needs the permissions of docs/SECURITY.md: stream info, reading a message, ordered consumers): %w", s.what, s.name, s.name, err)}
 		}
 	}
 	return nil
