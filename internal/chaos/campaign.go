@@ -129,7 +129,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if drainErr != nil {
 		r.violate("backlog not drained within %s of the last fault: %v", o.DrainBound, drainErr)
 	}
-	o.Logf("chaos: drained in %.1fs; stopping replicas", r.DrainSeconds)
+	o.Logf("chaos: drained in %.1fs", r.DrainSeconds)
+	// The outbox too, before the relays stop: a row whose publish failed
+	// during a fault waits for its own backoff (up to 1 min and jitter).
+	if left, waited := c.waitOutbox(ctx, 150*time.Second); left > 0 {
+		r.violate("%d outbox rows (results, downstream events) still unpublished %s after the drain", left, waited.Round(time.Second))
+	} else {
+		o.Logf("chaos: outbox published %.1fs after the drain", waited.Seconds())
+	}
+	o.Logf("chaos: stopping replicas")
 	for _, rep := range c.replicas {
 		rep.stop(40 * time.Second)
 	}
@@ -553,4 +561,18 @@ func (c *campaign) close() {
 			c.o.Logf("chaos: PostgreSQL not handed back as it was found: %v", err)
 		}
 	}
+}
+
+// waitOutbox waits until the relays published every outbox row, for at
+// most bound, and returns how many are left and how long it waited.
+func (c *campaign) waitOutbox(ctx context.Context, bound time.Duration) (int, time.Duration) {
+	start := time.Now()
+	left := -1
+	for time.Since(start) < bound && ctx.Err() == nil {
+		if err := c.db.QueryRow(ctx, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL").Scan(&left); err == nil && left == 0 {
+			return 0, time.Since(start)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return left, time.Since(start)
 }

@@ -107,7 +107,7 @@ func checkResults(ctx context.Context, db querier, js jetstream.JetStream, h his
 			break
 		}
 		if time.Now().After(deadline) {
-			r.violate("%d results still unpublished in the outbox 150 s after the drain", pending)
+			r.violate("%d results unpublished in the outbox after the relays stopped", pending)
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
