@@ -1,0 +1,107 @@
+package lineage
+
+import (
+	"time"
+
+	"github.com/idem-data/idem/schemas"
+)
+
+// Attempt is one load attempt as lineage sees it: everything its events
+// share. Build it from the audit row and the dataset's config; its methods
+// make the events.
+type Attempt struct {
+	// Namespace is the job namespace (the config's lineage namespace).
+	Namespace string
+	// Producer is the URI the events name as their producer; empty means
+	// DefaultProducer.
+	Producer string
+	// Pipeline and Dataset are the audit row's dag_id and task_id.
+	Pipeline, Dataset string
+	// AuditID and Number are the audit row's id and attempt.
+	AuditID int64
+	Number  int
+	// Partition is the partition loaded; a date or an hour gives the run
+	// its nominal time.
+	Partition schemas.Partition
+	// EventRunID is the event's run_id.
+	EventRunID string
+	// Parent is the scheduler's run, from ParentFromAttributes; nil for none.
+	Parent *Parent
+	// Inputs are the tables the source reads; Output is the target.
+	Inputs []InputDataset
+	Output Dataset
+}
+
+// RunID is the attempt's run id (see RunID).
+func (a Attempt) RunID() string { return RunID(a.Namespace, a.Pipeline, a.AuditID, a.Number) }
+
+// Start is the event of the attempt beginning at t.
+func (a Attempt) Start(t time.Time) RunEvent {
+	return a.event(Start, t, a.outputs(nil, nil))
+}
+
+// Complete is the event of the attempt's commit at t, having written rows
+// rows, with its checks' outcomes (none for a dataset without checks).
+func (a Attempt) Complete(t time.Time, rows int64, checks []Assertion) RunEvent {
+	return a.event(Complete, t, a.outputs(OutputStatistics(a.producer(), rows), checks))
+}
+
+// Fail is the event of the attempt failing at t with message; checks are
+// the outcomes of the checks that refused the load, if that was why.
+func (a Attempt) Fail(t time.Time, message string, checks []Assertion) RunEvent {
+	e := a.event(Fail, t, a.outputs(nil, checks))
+	e.Run.Facets.ErrorMessage = ErrorMessage(a.producer(), message)
+	return e
+}
+
+// Abort is the event of an attempt found dead at t: its process stopped
+// before it could say how the load ended, and nothing it did committed.
+func (a Attempt) Abort(t time.Time) RunEvent {
+	return a.event(Abort, t, a.outputs(nil, nil))
+}
+
+func (a Attempt) producer() string {
+	if a.Producer == "" {
+		return DefaultProducer
+	}
+	return a.Producer
+}
+
+func (a Attempt) outputs(stats *OutputStatisticsOutputDatasetFacet, checks []Assertion) []OutputDataset {
+	return []OutputDataset{{
+		Dataset:      a.Output,
+		Facets:       DatasetFacets{DataQualityAssertions: DataQualityAssertions(a.producer(), checks)},
+		OutputFacets: OutputDatasetFacets{OutputStatistics: stats},
+	}}
+}
+
+func (a Attempt) event(typ EventType, t time.Time, outputs []OutputDataset) RunEvent {
+	p := a.producer()
+	return RunEvent{
+		EventType: typ,
+		EventTime: t.UTC(),
+		Producer:  p,
+		SchemaURL: RunEventSchemaURL,
+		Run: Run{
+			RunID: a.RunID(),
+			Facets: RunFacets{
+				Parent:      a.Parent.Facet(p),
+				NominalTime: NominalTime(p, a.Partition),
+				Idem: &IdemRunFacet{
+					BaseFacet: BaseFacet{p, IdemRunFacetSchemaURL},
+					Partition: a.Partition.Key,
+					RunID:     a.EventRunID,
+					AuditID:   a.AuditID,
+					Attempt:   a.Number,
+				},
+			},
+		},
+		Job: Job{
+			Namespace: a.Namespace,
+			Name:      JobName(a.Pipeline, a.Dataset),
+			Facets:    JobFacets{JobType: LoadJobType(p)},
+		},
+		Inputs:  a.Inputs,
+		Outputs: outputs,
+	}
+}
