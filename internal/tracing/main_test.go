@@ -1,0 +1,10 @@
+package tracing
+
+import (
+	"testing"
+
+	"github.com/idem-data/idem/internal/pgtest"
+)
+
+// The provider starts goroutines: none may outlive its Shutdown.
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
