@@ -107,6 +107,10 @@ type Config struct {
 	HTTP HTTP `yaml:"http"`
 	// Audit says how long the audit table keeps attempts.
 	Audit Audit `yaml:"audit,omitempty"`
+	// Lineage says where OpenLineage run events go; absent, none are sent.
+	Lineage Lineage `yaml:"lineage,omitempty"`
+	// Tracing says where OpenTelemetry spans go; absent, none are exported.
+	Tracing Tracing `yaml:"tracing,omitempty"`
 	// Datasets maps a dataset name (the last subject token) to how it loads.
 	Datasets map[string]*Dataset `yaml:"datasets"`
 }
@@ -411,6 +415,7 @@ func (c *Config) WithDefaults() {
 		r := DefaultAuditRetention
 		c.Audit.Retention = &r
 	}
+	c.observabilityDefaults()
 	for name, d := range c.Datasets {
 		if d == nil {
 			d = &Dataset{}

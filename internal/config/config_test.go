@@ -450,3 +450,88 @@ func TestLookup(t *testing.T) {
 	_, ok := lookup("nope")
 	require.False(t, ok)
 }
+
+const observabilityYAML = `
+lineage:
+  openlineage:
+    url: http://marquez:5000
+    api_key: Ol-Key-5ecret
+tracing:
+  otlp:
+    endpoint: otel-collector:4317
+    protocol: grpc
+    insecure: true
+    headers:
+      x-tenant: shop
+`
+
+func TestParseLineageAndTracing(t *testing.T) {
+	t.Parallel()
+	c, err := Parse([]byte(specYAML+observabilityYAML), nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, &OpenLineage{
+		URL: "http://marquez:5000", Endpoint: DefaultOpenLineageEndpoint, Namespace: "shop",
+		APIKey: "Ol-Key-5ecret", Timeout: Duration(DefaultOpenLineageTimeout),
+	}, c.Lineage.OpenLineage, "the namespace defaults to the pipeline")
+	require.Equal(t, &OTLP{Endpoint: "otel-collector:4317", Protocol: "grpc", Insecure: true, Headers: map[string]string{"x-tenant": "shop"}}, c.Tracing.OTLP)
+	require.Equal(t, DefaultSampleRatio, c.Tracing.Ratio())
+
+	before, beforeOTLP := *c.Lineage.OpenLineage, *c.Tracing.OTLP
+	c.WithDefaults()
+	require.Equal(t, before, *c.Lineage.OpenLineage, "WithDefaults is idempotent")
+	require.Equal(t, beforeOTLP, *c.Tracing.OTLP)
+
+	out := c.Redacted()
+	require.NotContains(t, out, "Ol-Key-5ecret")
+	require.Equal(t, "Ol-Key-5ecret", c.Lineage.OpenLineage.APIKey, "Redacted does not change the config")
+	require.Equal(t, "shop", c.Tracing.OTLP.Headers["x-tenant"])
+	back, err := Parse([]byte(out), nil)
+	require.NoError(t, err)
+	require.Equal(t, "REDACTED", back.Lineage.OpenLineage.APIKey)
+}
+
+func TestLineageAndTracingOffWhenAbsent(t *testing.T) {
+	t.Parallel()
+	c := parseSpec(t)
+	require.Nil(t, c.Lineage.OpenLineage)
+	require.Nil(t, c.Tracing.OTLP)
+	require.Nil(t, c.Tracing.SampleRatio)
+	require.NotContains(t, c.Redacted(), "lineage")
+	require.NotContains(t, c.Redacted(), "tracing")
+}
+
+func TestLineageDefaultsAndFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ol-key"), []byte("Key-From-File\n"), 0o600))
+	cfg := filepath.Join(dir, "idem.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(specYAML+`
+lineage:
+  openlineage:
+    url: https://lineage.example.com/openapi/openlineage
+    namespace: shop-prod
+    api_key_file: ol-key
+    timeout: 3s
+tracing:
+  otlp:
+    endpoint: http://otel-collector:4318
+  sample_ratio: 0
+`), 0o600))
+	c, err := Load(cfg, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	ol := c.Lineage.OpenLineage
+	require.Equal(t, "Key-From-File", ol.APIKey, "read relative to the config's folder")
+	require.Equal(t, "shop-prod", ol.Namespace)
+	require.Equal(t, Duration(3*time.Second), ol.Timeout)
+	require.Equal(t, DefaultOTLPProtocol, c.Tracing.OTLP.Protocol)
+	require.Equal(t, 0.0, c.Tracing.Ratio(), "0 is a ratio, not the default")
+
+	_, err = Parse([]byte("lineage:\n  openlineage:\n    url: http://m\n    api_key: k\n    api_key_file: f\n"), nil)
+	require.ErrorContains(t, err, "lineage.openlineage.api_key_file: set either lineage.openlineage.api_key or lineage.openlineage.api_key_file, not both")
+	_, err = Parse([]byte("lineage:\n  openlineage:\n    url: http://m\n    namesapce: x\n"), nil)
+	require.ErrorContains(t, err, `lineage.openlineage.namesapce: unknown key "namesapce"; did you mean "namespace"?`)
+	_, err = Parse([]byte("tracing:\n  otlp:\n    endpoint: x:1\n  sample_rate: 1\n"), nil)
+	require.ErrorContains(t, err, `did you mean "sample_ratio"?`)
+}

@@ -39,8 +39,8 @@
 // # Secrets
 //
 // A secret can be written inline, come from the environment, or come from a
-// file: nats.password_file, nats.token_file, postgres.url_file and
-// http.token_file are read at
+// file: nats.password_file, nats.token_file, postgres.url_file,
+// http.token_file and lineage.openlineage.api_key_file are read at
 // Load (a relative path is relative to the config file's folder; with Parse,
 // to the working directory), with a trailing line break trimmed. A missing or
 // empty file is an error naming the field, and so is setting both a value and
@@ -53,6 +53,8 @@
 //	nats       see below
 //	postgres   see below
 //	http       see below
+//	lineage    off         OpenLineage run events, see below
+//	tracing    off         OpenTelemetry spans, see below
 //	datasets   required    dataset name -> dataset; at least one
 //
 // # nats
@@ -120,6 +122,32 @@
 // missing`, calendars, backfill plans and the status page answer the same.
 // 90 days keep a quarter of history to investigate and bound the table: an
 // hourly pipeline of 1,000 datasets keeps about 2.2M attempts.
+//
+// # lineage
+//
+// lineage: {openlineage: {url: http://marquez:5000}} makes every attempt
+// emit OpenLineage run events (START, then COMPLETE, FAIL or ABORT),
+// delivered through the outbox. Absent, none are sent.
+//
+//	openlineage.url            required   the backend's base URL, http:// or https://, without user information
+//	openlineage.endpoint       api/v1/lineage   the API's path under url (OpenMetadata: api/v1/openlineage/lineage)
+//	openlineage.namespace      the pipeline     job namespace of idem's runs; at most 512 printable characters
+//	openlineage.api_key                   sent as Authorization: Bearer <key>; a secret
+//	openlineage.api_key_file              file holding the key
+//	openlineage.timeout        10s        bounds one event's POST; at most 5m
+//
+// # tracing
+//
+// tracing: {otlp: {endpoint: http://otel-collector:4318}} exports
+// OpenTelemetry spans (receive, process with a span per statement, settle,
+// publish). Absent, none are exported, though a traceparent that arrives on
+// an event still reaches the events it triggers.
+//
+//	otlp.endpoint    required        host:port, or an http:// or https:// URL (http/protobuf: a URL without a path posts to /v1/traces)
+//	otlp.protocol    http/protobuf   or grpc
+//	otlp.insecure    false           no TLS to a host:port endpoint; a URL's scheme decides for itself
+//	otlp.headers                     sent with every export; the values are secrets, redacted when printed
+//	sample_ratio     1               share of the traces idem starts that are sampled, 0 to 1; needs otlp
 //
 // # datasets
 //

@@ -204,7 +204,7 @@ func wantType(goType, tag, value string) string {
 // knownKeys maps the type names yaml.v3 prints to the keys they accept.
 var knownKeys = func() map[string][]string {
 	out := map[string][]string{}
-	for _, v := range []any{Config{}, NATS{}, TLS{}, Postgres{}, HTTP{}, Audit{}, Dataset{}, Expect{}} {
+	for _, v := range []any{Config{}, NATS{}, TLS{}, Postgres{}, HTTP{}, Audit{}, Dataset{}, Expect{}, Lineage{}, OpenLineage{}, Tracing{}, OTLP{}} {
 		t := reflect.TypeOf(v)
 		var keys []string
 		for i := 0; i < t.NumField(); i++ {
@@ -247,12 +247,16 @@ type secretFile struct {
 }
 
 func (c *Config) secretFiles() []secretFile {
-	return []secretFile{
+	files := []secretFile{
 		{"nats.password", "nats.password_file", &c.NATS.Password, &c.NATS.PasswordFile},
 		{"nats.token", "nats.token_file", &c.NATS.Token, &c.NATS.TokenFile},
 		{"postgres.url", "postgres.url_file", &c.Postgres.URL, &c.Postgres.URLFile},
 		{"http.token", "http.token_file", &c.HTTP.Token, &c.HTTP.TokenFile},
 	}
+	if ol := c.Lineage.OpenLineage; ol != nil {
+		files = append(files, secretFile{"lineage.openlineage.api_key", "lineage.openlineage.api_key_file", &ol.APIKey, &ol.APIKeyFile})
+	}
+	return files
 }
 
 // readSecretFiles reads every *_file field into its value field. Only a

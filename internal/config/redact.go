@@ -13,8 +13,9 @@ const redacted = "REDACTED"
 
 // Redacted returns the config as YAML, safe to print or log: the NATS
 // password and token, passwords inside the NATS and Postgres URLs (and a bare
-// NATS token written as nats://TOKEN@host), and password parameters of a
-// Postgres connection string are replaced by "REDACTED". A URL that cannot be
+// NATS token written as nats://TOKEN@host), password parameters of a
+// Postgres connection string, the OpenLineage API key and the OTLP headers'
+// values are replaced by "REDACTED". A URL that cannot be
 // parsed is replaced whole. Paths of secret files are kept: they are not
 // secrets.
 func (c *Config) Redacted() string {
@@ -23,6 +24,7 @@ func (c *Config) Redacted() string {
 	cp.NATS.Token = redactValue(cp.NATS.Token)
 	cp.NATS.URL = redactNATSURLs(cp.NATS.URL)
 	cp.Postgres.URL = redactPostgres(cp.Postgres.URL)
+	cp.redactObservability()
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

@@ -81,6 +81,18 @@ func TestRedacted(t *testing.T) {
 			secrets: []string{"1234#5678", "5678"},
 		},
 		{
+			name:    "openlineage api key, url and otlp headers",
+			yaml:    "lineage:\n  openlineage:\n    url: http://marquez:5000/?token=Url-Tok3n\n    api_key: Ol-Key-5ecret\ntracing:\n  otlp:\n    endpoint: https://otel:4318\n    headers:\n      authorization: Bearer Otlp-5ecret\n",
+			secrets: []string{"Ol-Key-5ecret", "Otlp-5ecret", "Url-Tok3n"},
+			keep:    []string{"api_key: REDACTED", "authorization: REDACTED", "endpoint: https://otel:4318", "url: http://marquez:5000/?token=REDACTED"},
+		},
+		{
+			name:    "openlineage api key file",
+			yaml:    "lineage:\n  openlineage:\n    url: http://marquez:5000\n    api_key_file: " + filepath.Join(dir, "token") + "\n",
+			secrets: []string{"Tok3n-From-File"},
+			keep:    []string{"api_key: REDACTED", "api_key_file: " + filepath.Join(dir, "token")},
+		},
+		{
 			name:    "escaped password",
 			yaml:    "postgres:\n  url: postgres://u:Esc%40ped-Pa55@db/w\n",
 			secrets: []string{"Esc%40ped-Pa55", "Esc@ped-Pa55", "ped-Pa55"},

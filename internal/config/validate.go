@@ -180,6 +180,7 @@ func (c *Config) validateTop(v *validator) {
 		v.add("http.addr", "%q is not host:port; e.g. %s, or :9464 for every interface", c.HTTP.Addr, DefaultHTTPAddr)
 	}
 	validateAudit(v, c.Audit)
+	c.validateObservability(v)
 	if c.HTTP.TokenForReads && c.HTTP.Token == "" {
 		v.add("http.token_for_reads", "needs http.token (or IDEM_HTTP_TOKEN): the API's readers give that token")
 	}

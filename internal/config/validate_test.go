@@ -55,6 +55,63 @@ func TestValidateProblems(t *testing.T) {
 		{"bad http addr", func(c *Config) { c.HTTP.Addr = "localhost" }, "", "http.addr", []string{"not host:port"}, false},
 		{"bad http port", func(c *Config) { c.HTTP.Addr = "localhost:http" }, "", "http.addr", []string{"not host:port"}, false},
 
+		// lineage: and tracing:.
+		{"openlineage without url", func(c *Config) {
+			c.Lineage.OpenLineage = &OpenLineage{Namespace: "shop", Timeout: Duration(time.Second)}
+		}, "", "lineage.openlineage.url", []string{"required", "http://marquez:5000"}, false},
+		{"openlineage url without scheme", func(c *Config) { c.Lineage.OpenLineage = okLineage("marquez:5000") }, "", "lineage.openlineage.url", []string{"not an http:// or https:// URL"}, false},
+		{"openlineage url with a password", func(c *Config) { c.Lineage.OpenLineage = okLineage("http://u:Secret-Pa55@marquez:5000") }, "", "lineage.openlineage.url", []string{"api_key or api_key_file"}, false},
+		{"openlineage endpoint is a url", func(c *Config) {
+			c.Lineage.OpenLineage = okLineage("http://marquez:5000")
+			c.Lineage.OpenLineage.Endpoint = "http://other/api/v1/lineage"
+		}, "", "lineage.openlineage.endpoint", []string{"not a path", "api/v1/lineage"}, false},
+		{"openlineage empty namespace", func(c *Config) {
+			c.Lineage.OpenLineage = okLineage("http://marquez:5000")
+			c.Lineage.OpenLineage.Namespace = " "
+		}, "", "lineage.openlineage.namespace", []string{"required"}, false},
+		{"openlineage namespace with a newline", func(c *Config) {
+			c.Lineage.OpenLineage = okLineage("http://marquez:5000")
+			c.Lineage.OpenLineage.Namespace = "shop\nprod"
+		}, "", "lineage.openlineage.namespace", []string{"control character"}, false},
+		{"openlineage long namespace", func(c *Config) {
+			c.Lineage.OpenLineage = okLineage("http://marquez:5000")
+			c.Lineage.OpenLineage.Namespace = strings.Repeat("n", 513)
+		}, "", "lineage.openlineage.namespace", []string{"513 characters", "at most 512"}, false},
+		{"openlineage timeout too long", func(c *Config) {
+			c.Lineage.OpenLineage = okLineage("http://marquez:5000")
+			c.Lineage.OpenLineage.Timeout = Duration(time.Hour)
+		}, "", "lineage.openlineage.timeout", []string{"up to 5m"}, false},
+		{"openlineage api key with a line break", func(c *Config) {
+			c.Lineage.OpenLineage = okLineage("http://marquez:5000")
+			c.Lineage.OpenLineage.APIKey = "key\r\nX-Injected: 1"
+		}, "", "lineage.openlineage.api_key", []string{"line break"}, false},
+		{"otlp without endpoint", func(c *Config) { c.Tracing = Tracing{OTLP: &OTLP{Protocol: "grpc"}, SampleRatio: ptr(1.0)} }, "", "tracing.otlp.endpoint", []string{"required", "otel-collector:4317"}, false},
+		{"otlp endpoint neither", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "otel-collector", Protocol: "grpc"}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.endpoint", []string{"neither host:port nor a URL"}, false},
+		{"otlp endpoint bad scheme", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "grpc://otel-collector:4317", Protocol: "grpc"}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.endpoint", []string{"not an http:// or https:// URL"}, false},
+		{"otlp insecure https", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "https://otel-collector:4318", Protocol: "http/protobuf", Insecure: true}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.insecure", []string{"contradicts the https:// endpoint"}, false},
+		{"otlp protocol http", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "otel-collector:4318", Protocol: "http"}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.protocol", []string{"did you mean http/protobuf?"}, false},
+		{"otlp protocol unknown", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "otel-collector:4318", Protocol: "thrift"}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.protocol", []string{"choose http/protobuf or grpc"}, false},
+		{"otlp bad header name", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "otel-collector:4318", Protocol: "grpc", Headers: map[string]string{"api key": "k"}}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.headers", []string{`"api key" is not an HTTP header name`}, false},
+		{"otlp header value with a line break", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "otel-collector:4318", Protocol: "grpc", Headers: map[string]string{"x-key": "a\nb"}}, SampleRatio: ptr(1.0)}
+		}, "", "tracing.otlp.headers", []string{"line break"}, false},
+		{"sample ratio above one", func(c *Config) {
+			c.Tracing = Tracing{OTLP: &OTLP{Endpoint: "otel-collector:4317", Protocol: "grpc"}, SampleRatio: ptr(1.5)}
+		}, "", "tracing.sample_ratio", []string{"1.5: want a share from 0"}, false},
+		{"sample ratio without otlp", func(c *Config) { c.Tracing = Tracing{SampleRatio: ptr(0.5)} }, "", "tracing.sample_ratio", []string{"no effect without tracing.otlp"}, false},
+
 		// Dataset names and strategies.
 		{"dataset name upper case", func(c *Config) { c.Datasets["Orders"] = c.Datasets["orders"]; delete(c.Datasets, "orders") }, "Orders", "name", []string{"not a valid dataset name", `e.g. "orders"`, "idem.ready.<dataset>"}, false},
 		{"dataset name with dash", func(c *Config) { c.Datasets["daily-x"] = c.Datasets["hourly"]; delete(c.Datasets, "hourly") }, "daily-x", "name", []string{"lower-case letters, digits and _"}, false},
@@ -229,4 +286,10 @@ func TestReplicasRange(t *testing.T) {
 			t.Errorf("replicas %d: want a nats.replicas problem, got %v", n, err)
 		}
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func okLineage(url string) *OpenLineage {
+	return &OpenLineage{URL: url, Endpoint: DefaultOpenLineageEndpoint, Namespace: "shop", Timeout: Duration(DefaultOpenLineageTimeout)}
 }
