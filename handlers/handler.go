@@ -76,6 +76,9 @@ type Handler struct {
 	// recent loads were verified, so that nothing loads on a promoted
 	// standby before its lost loads are back (or with ctx's error).
 	Verified func(ctx context.Context) error
+	// MaxGroup bounds how many events of one dataset a group load takes
+	// (HandleGroup); 0 means DefaultMaxGroup, 1 turns grouping off.
+	MaxGroup int
 	// Results makes every load and skip write the event's result (package
 	// results) to the outbox, in the load's transaction, for the relay to
 	// publish on the results stream.
@@ -174,27 +177,9 @@ func (h *Handler) HandleMessage(ctx context.Context, subject string, body []byte
 // attempts are used up; nothing ran), or transient. Every error after the
 // `started` row is an *AttemptError carrying the attempt's number.
 func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome, error) {
-	ds, ok := h.dataset(ev.Dataset)
-	if !ok {
-		return Outcome{}, Fatal(ReasonUnknownDataset, fmt.Errorf("dataset %q is not configured", ev.Dataset))
-	}
-	a := audit.Attempt{
-		RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
-		StreamSeq:   m.StreamSeq,
-		Force:       ev.Force,
-		TriggeredBy: ev.Attributes[TriggeredByAttribute],
-		Attributes:  ev.Attributes,
-	}
-	if d, ok := ev.Key.LogicalDate(); ok {
-		a.LogicalDate = &d
-	}
-	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
-		Uint64("stream_seq", m.StreamSeq).Logger()
-
-	if h.Verified != nil && !m.Reverify {
-		if err := h.Verified(ctx); err != nil {
-			return Outcome{}, beforeLoad(err)
-		}
+	ds, a, log, err := h.attempt(ctx, ev, m)
+	if err != nil {
+		return Outcome{}, err
 	}
 	h.unrecorded.flush(ctx, h.DB, log)
 	c, err := h.DB.Acquire(ctx)
@@ -211,7 +196,41 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if !l.begun {
 		return Outcome{}, beforeLoad(err)
 	}
-	log = log.With().Int("attempt", b.Attempt).Logger()
+	return h.run(ctx, l, b, err)
+}
+
+// attempt finds ev's dataset and builds its attempt and logger; with
+// Handler.Verified, it waits for the warehouse to be verified.
+func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Dataset, audit.Attempt, zerolog.Logger, error) {
+	ds, ok := h.dataset(ev.Dataset)
+	if !ok {
+		return nil, audit.Attempt{}, zerolog.Logger{}, Fatal(ReasonUnknownDataset, fmt.Errorf("dataset %q is not configured", ev.Dataset))
+	}
+	a := audit.Attempt{
+		RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
+		StreamSeq:   m.StreamSeq,
+		Force:       ev.Force,
+		TriggeredBy: ev.Attributes[TriggeredByAttribute],
+		Attributes:  ev.Attributes,
+	}
+	if d, ok := ev.Key.LogicalDate(); ok {
+		a.LogicalDate = &d
+	}
+	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
+		Uint64("stream_seq", m.StreamSeq).Logger()
+	if h.Verified != nil && !m.Reverify {
+		if err := h.Verified(ctx); err != nil {
+			return nil, audit.Attempt{}, log, beforeLoad(err)
+		}
+	}
+	return ds, a, log, nil
+}
+
+// run takes an attempt whose audit statement ran (b) to its end: the load
+// in the transaction l opened (err: what opening it said), the failure
+// recorded, or the skip's result written.
+func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error) (Outcome, error) {
+	log := l.log.With().Int("attempt", b.Attempt).Logger()
 	l.log = log
 	switch {
 	case b.Spent:
@@ -229,47 +248,14 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	}
 	l.a.Attempt = b.Attempt
 	if h.Started != nil {
-		h.Started(ev.Dataset, ev.RunID, b.Attempt)
+		h.Started(l.a.Dataset, l.a.RunID, b.Attempt)
 	}
 	var out Outcome
 	if err == nil {
 		out, err = l.load(ctx, b.ID)
 	}
 	if err != nil {
-		// The connection goes back to the pool before the failure is
-		// recorded on another one.
-		l.close(ctx)
-		err = Classify(err)
-		l.recordChecks(ctx, b.ID, err)
-		kind := audit.KindTransient
-		var refused *checks.Error
-		switch {
-		case errors.As(err, &refused):
-			kind = audit.KindCheck
-		case IsFatal(err):
-			kind = audit.KindFatal
-		case IsUnavailable(err):
-			kind = audit.KindUnavailable
-		case ctx.Err() != nil:
-			// The consumer cancels a handler only when a stop's grace runs
-			// out: idem stopped the load, the load did not fail.
-			kind = audit.KindInterrupted
-		}
-		// The audit row must say what happened even when ctx is being
-		// cancelled. When the warehouse is gone the row cannot be written
-		// now; it is kept and written before the next attempt, so the row
-		// left `started` is not counted as a crash.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		if ferr := audit.Fail(fctx, h.DB, b.ID, err, kind); ferr != nil {
-			if kind == audit.KindTransient || kind == audit.KindFatal {
-				log.Error().Err(ferr).Msg("could not record the failure in the audit table")
-			} else {
-				h.unrecorded.add(failure{id: b.ID, err: err, kind: kind})
-			}
-		}
-		cancel()
-		log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
-		return Outcome{AuditID: b.ID, Checks: l.checked}, &AttemptError{N: b.Attempt, Err: err}
+		return h.failed(ctx, l, b, err)
 	}
 	l.recordChecks(ctx, b.ID, nil)
 	out.Checks = l.checked
@@ -280,6 +266,46 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 			Int64("rows_deleted", out.Rows.Deleted).Str("route", out.Rows.Route).Msg("loaded")
 	}
 	return out, nil
+}
+
+// failed records attempt b's failure err (its transaction rolled back) and
+// returns it classified.
+func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err error) (Outcome, error) {
+	log := l.log
+	// The connection goes back to the pool before the failure is
+	// recorded on another one.
+	l.close(ctx)
+	err = Classify(err)
+	l.recordChecks(ctx, b.ID, err)
+	kind := audit.KindTransient
+	var refused *checks.Error
+	switch {
+	case errors.As(err, &refused):
+		kind = audit.KindCheck
+	case IsFatal(err):
+		kind = audit.KindFatal
+	case IsUnavailable(err):
+		kind = audit.KindUnavailable
+	case ctx.Err() != nil:
+		// The consumer cancels a handler only when a stop's grace runs
+		// out: idem stopped the load, the load did not fail.
+		kind = audit.KindInterrupted
+	}
+	// The audit row must say what happened even when ctx is being
+	// cancelled. When the warehouse is gone the row cannot be written
+	// now; it is kept and written before the next attempt, so the row
+	// left `started` is not counted as a crash.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	if ferr := audit.Fail(fctx, h.DB, b.ID, err, kind); ferr != nil {
+		if kind == audit.KindTransient || kind == audit.KindFatal {
+			log.Error().Err(ferr).Msg("could not record the failure in the audit table")
+		} else {
+			h.unrecorded.add(failure{id: b.ID, err: err, kind: kind})
+		}
+	}
+	cancel()
+	log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
+	return Outcome{AuditID: b.ID, Checks: l.checked}, &AttemptError{N: b.Attempt, Err: err}
 }
 
 // pendingJoin is a join whose readiness round trip 3 asks.

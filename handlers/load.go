@@ -80,23 +80,54 @@ func (l *loading) begin(ctx context.Context, budget int) (audit.Begun, error) {
 			return bg, err
 		}
 	}
-	if !l.locked {
-		// Another load of the partition holds the lock: wait for it, then
-		// check the ledger again, in a snapshot taken after the lock.
-		b := &pgx.Batch{}
-		b.Queue(audit.LockSQL, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition))
-		l.queueCheck(b)
-		if err := l.c.SendBatch(ctx, b).Close(); err != nil {
-			return bg, err
+	return bg, l.waitLock(ctx)
+}
+
+// waitLock waits for the partition's lock when another load held it at
+// the try, then checks the ledger again, in a snapshot taken after it.
+func (l *loading) waitLock(ctx context.Context) error {
+	if l.locked {
+		return nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(audit.LockSQL, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition))
+	l.queueCheck(b)
+	if err := l.c.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	l.locked = true
+	return nil
+}
+
+// open opens the load's transaction for an attempt whose audit row is
+// already committed (a member of a group that fell back to loading alone):
+// the one-time setup if needed, then what begin queues after its COMMIT,
+// and the lock.
+func (l *loading) open(ctx context.Context) error {
+	l.begun = true
+	if !l.ds.prepared.Load() {
+		if err := prepareOn(ctx, l.c, l.ds); err != nil {
+			return err
 		}
 	}
-	return bg, nil
+	b := &pgx.Batch{}
+	l.queueOpen(b)
+	if err := l.c.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	return l.waitLock(ctx)
 }
 
 // queueOpen queues the opening of the load's transaction: settings, the
 // partition lock (tried), the ledger check under it (its own statement, so
 // its snapshot follows the lock), and the strategy's catalog reads.
 func (l *loading) queueOpen(b *pgx.Batch) {
+	l.queueSettings(b)
+	l.queueMember(b)
+}
+
+// queueSettings queues BEGIN and the load's settings.
+func (l *loading) queueSettings(b *pgx.Batch) {
 	b.Queue("BEGIN")
 	// The pool may commit bookkeeping asynchronously; a load never, and
 	// never more weakly than the server's sessions would.
@@ -111,6 +142,11 @@ func (l *loading) queueOpen(b *pgx.Batch) {
 	if l.ds.Timeout > 0 {
 		b.Queue("SELECT set_config('statement_timeout', $1, true)", fmt.Sprint(l.ds.Timeout.Milliseconds()))
 	}
+}
+
+// queueMember queues, inside the open transaction, the partition lock
+// (tried), the ledger check under it and the strategy's catalog reads.
+func (l *loading) queueMember(b *pgx.Batch) {
 	b.Queue(audit.TryLockSQL, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition)).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&l.locked) })
 	l.queueCheck(b)
@@ -313,7 +349,7 @@ func checkResults(outs []checks.Outcome) []audit.CheckResult {
 // on a context that survives cancellation. A connection left in a
 // transaction (the rollback failed) is closed by the pool on release.
 func (l *loading) close(ctx context.Context) {
-	if l.c.PgConn().IsClosed() || l.c.PgConn().TxStatus() == 'I' {
+	if l.c == nil || l.c.PgConn().IsClosed() || l.c.PgConn().TxStatus() == 'I' {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -114,6 +114,17 @@ type Strategy interface {
 	Counts() (produced, replaced bool)
 }
 
+// GroupLoader is a strategy whose loads of several partitions can share one
+// transaction and one round trip (delete_insert).
+type GroupLoader interface {
+	Strategy
+	// Groupable says whether this dataset's loads may be grouped.
+	Groupable() bool
+	// QueueLoad queues on b the load of p that pl describes; finish maps
+	// the batch's error (nil when it went through) to the load's.
+	QueueLoad(ctx context.Context, tx pgx.Tx, pl *Plan, p Params, b *pgx.Batch) (res *Result, finish func(error) error, err error)
+}
+
 // Load describes and runs a load of p inside tx, for callers with nothing to
 // send in the same round trip as the catalog reads.
 func Load(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, error) {

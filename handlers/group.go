@@ -1,0 +1,388 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
+)
+
+// DefaultMaxGroup is how many events of one dataset a group load takes at
+// most when Handler.MaxGroup is 0.
+const DefaultMaxGroup = 8
+
+// GroupSize is how many events of ev's dataset, ev among them, one load
+// may take: 1 when the dataset's loads cannot share a transaction (a
+// strategy other than delete_insert, truncate_partition, checks that run
+// statements, a join downstream) or grouping is off.
+func (h *Handler) GroupSize(ev schemas.Event) int {
+	n := h.MaxGroup
+	if n == 0 {
+		n = DefaultMaxGroup
+	}
+	if n < 2 {
+		return 1
+	}
+	ds, ok := h.dataset(ev.Dataset)
+	if !ok || !h.groupable(ds) {
+		return 1
+	}
+	return n
+}
+
+func (h *Handler) groupable(ds *Dataset) bool {
+	gl, ok := ds.Strategy.(strategies.GroupLoader)
+	if !ok || !gl.Groupable() || !ds.prepared.Load() {
+		return false
+	}
+	if produced, _ := ds.Strategy.Counts(); ds.Checks != nil && (!ds.Checks.CountsOnly() || !produced) {
+		return false
+	}
+	for _, down := range ds.Then {
+		if d, ok := h.dataset(down); ok && len(d.Upstreams) > 1 {
+			return false // a join asks its other upstreams in a round trip of its own
+		}
+	}
+	return true
+}
+
+// member is one event of a group load.
+type member struct {
+	l      *loading
+	b      audit.Begun
+	res    *strategies.Result
+	finish func(error) error
+	out    Outcome
+	err    error
+	// how it ends in the group: loaded, or its result decided alone (a
+	// skip, a spent budget), or left to load alone after the group (its
+	// lock was held, or the group fell back).
+	state memberState
+}
+
+type memberState int
+
+const (
+	memberLoad  memberState = iota // loads in the group
+	memberDone                     // the ledger under the lock says its run loaded: skipped in the group
+	memberOver                     // its outcome is decided (skipped before the load, budget spent, invalid)
+	memberAlone                    // loads alone, after the group
+)
+
+// HandleGroup loads evs, events of one dataset for distinct partitions
+// (the caller's promise), in one transaction: one round trip for their
+// audit statements, their locks (tried, never waited for) and ledger
+// checks, one for their loads, one for their successes, results and
+// downstream events with the COMMIT. Each event keeps its own fate: a
+// skip or a spent budget is its own outcome, an event whose lock another
+// load holds loads alone afterwards, and if anything fails in the group
+// (an empty partition, a constraint, a refused check, a lost connection)
+// the transaction rolls back and every event that was loading loads alone,
+// reusing the `started` row the group committed, so a bad partition fails
+// by itself and its attempt is counted once. outs and errs are evs'.
+func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Meta) (outs []Outcome, errs []error) {
+	outs, errs = make([]Outcome, len(evs)), make([]error, len(evs))
+	if len(evs) == 1 {
+		outs[0], errs[0] = h.Handle(ctx, evs[0], ms[0])
+		return outs, errs
+	}
+	mems := make([]*member, len(evs))
+	var ds *Dataset
+	for i, ev := range evs {
+		d, a, log, err := h.attempt(ctx, ev, ms[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ds = d
+		mems[i] = &member{l: &loading{h: h, ds: d, a: a, m: ms[i], log: log}}
+	}
+	if ds == nil {
+		return outs, errs
+	}
+	h.unrecorded.flush(ctx, h.DB, h.Log)
+	c, err := h.DB.Acquire(ctx)
+	if err != nil {
+		for i, m := range mems {
+			if m != nil {
+				errs[i] = beforeLoad(fmt.Errorf("audit: begin: %w", err))
+			}
+		}
+		return outs, errs
+	}
+	g := &group{h: h, ds: ds, c: c.Conn(), mems: mems}
+	loaded := g.load(ctx)
+	if f := g.first(); f != nil {
+		f.l.close(ctx) // a transaction left open by a failure
+	}
+	c.Release()
+	for _, m := range mems {
+		if m != nil {
+			m.l.c = nil // back in the pool
+		}
+	}
+	if loaded && h.Enqueued != nil {
+		h.Enqueued()
+	}
+	// What the group left: each alone, on a connection of its own, with
+	// the `started` row the group committed.
+	for i, m := range mems {
+		if m == nil {
+			continue
+		}
+		if m.state == memberAlone {
+			m.out, m.err = h.alone(ctx, m)
+		}
+		outs[i], errs[i] = m.out, m.err
+	}
+	return outs, errs
+}
+
+// alone loads m by itself, its audit statement already committed.
+func (h *Handler) alone(ctx context.Context, m *member) (Outcome, error) {
+	c, err := h.DB.Acquire(ctx)
+	if err != nil {
+		// The `started` row is committed: this attempt ran, and failed.
+		l := m.l
+		return h.failed(ctx, l, m.b, fmt.Errorf("audit: begin: %w", err))
+	}
+	defer c.Release()
+	l := &loading{h: h, ds: m.l.ds, a: m.l.a, m: m.l.m, c: c.Conn(), log: m.l.log}
+	defer l.close(ctx)
+	return h.run(ctx, l, m.b, l.open(ctx))
+}
+
+// group is one group load on one connection.
+type group struct {
+	h    *Handler
+	ds   *Dataset
+	c    *pgx.Conn
+	mems []*member
+}
+
+// each calls fn for every member in state s.
+func (g *group) each(s memberState, fn func(m *member)) {
+	for _, m := range g.mems {
+		if m != nil && m.state == s {
+			fn(m)
+		}
+	}
+}
+
+// fallBack rolls the group's transaction back and leaves every member
+// that was loading or skipping in it to load alone.
+func (g *group) fallBack(ctx context.Context, why error) {
+	first := g.first()
+	if first != nil {
+		first.l.close(ctx)
+		first.l.log.Info().Err(why).Msg("group load rolled back: its events load one at a time")
+	}
+	for _, m := range g.mems {
+		if m != nil && (m.state == memberLoad || m.state == memberDone) {
+			m.state = memberAlone
+			m.l.checked, m.l.recorded = nil, false
+		}
+	}
+}
+
+func (g *group) first() *member {
+	for _, m := range g.mems {
+		if m != nil {
+			return m
+		}
+	}
+	return nil
+}
+
+// load runs the group's three round trips and reports whether it
+// committed loads.
+func (g *group) load(ctx context.Context) bool {
+	h := g.h
+	for _, m := range g.mems {
+		if m != nil {
+			m.l.c = g.c
+		}
+	}
+	// Round trip 1: every audit statement, one COMMIT, then the load's
+	// transaction with every lock tried and ledger checked.
+	committed := false
+	b := &pgx.Batch{}
+	for _, m := range g.mems {
+		if m != nil {
+			audit.QueueBegin(b, m.l.a, m.l.m.MaxAttempts, &m.b, &m.l.begun)
+		}
+	}
+	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
+	first := g.first()
+	first.l.queueSettings(b)
+	for _, m := range g.mems {
+		if m != nil {
+			m.l.queueMember(b)
+		}
+	}
+	err := g.c.SendBatch(ctx, b).Close()
+	if !committed {
+		// Nothing of the batch committed: no attempt ran.
+		first.l.close(ctx)
+		for _, m := range g.mems {
+			if m != nil {
+				m.state, m.err = memberOver, beforeLoad(err)
+			}
+		}
+		return false
+	}
+	for _, m := range g.mems {
+		if m == nil {
+			continue
+		}
+		m.l.log = m.l.log.With().Int("attempt", m.b.Attempt).Logger()
+		switch {
+		case m.b.Spent:
+			m.state, m.err = memberOver, &BudgetSpentError{Attempts: m.b.Prior, LastDied: m.b.LastDied}
+			m.l.log.Warn().Err(m.err).Msg("retry budget spent: not loading again")
+		case m.b.Skipped:
+			m.state = memberOver
+			m.l.log.Info().Msg("run already succeeded: skipped")
+			if err := m.l.skipped(ctx, m.b.ID); err != nil {
+				m.err = beforeLoad(err)
+			} else {
+				m.out = Outcome{Status: audit.StatusSkipped, AuditID: m.b.ID}
+			}
+		default:
+			m.l.a.Attempt = m.b.Attempt
+			if h.Started != nil {
+				h.Started(m.l.a.Dataset, m.l.a.RunID, m.b.Attempt)
+			}
+			switch {
+			case err != nil:
+				m.state = memberAlone
+			case !m.l.locked:
+				// Another load holds its partition: never wait inside a group.
+				m.state = memberAlone
+			case m.l.done:
+				m.state = memberDone
+			default:
+				m.state = memberLoad
+			}
+		}
+	}
+	if err != nil {
+		g.fallBack(ctx, err)
+		return false
+	}
+	n := 0
+	g.each(memberLoad, func(*member) { n++ })
+	if n == 0 && !g.any(memberDone) {
+		first.l.close(ctx)
+		return false
+	}
+	// Round trip 2: every load.
+	tx := &connTx{c: g.c}
+	gl := g.ds.Strategy.(strategies.GroupLoader)
+	b = &pgx.Batch{}
+	for _, m := range g.mems {
+		if m == nil || m.state != memberLoad {
+			continue
+		}
+		if m.res, m.finish, err = gl.QueueLoad(ctx, tx, m.l.plan, m.l.params(), b); err != nil {
+			g.fallBack(ctx, err)
+			return false
+		}
+	}
+	if b.Len() > 0 {
+		err = g.c.SendBatch(ctx, b).Close()
+	}
+	var refused error
+	g.each(memberLoad, func(m *member) {
+		if ferr := m.finish(err); ferr != nil && refused == nil {
+			refused = ferr
+		}
+		if refused != nil || g.ds.Checks == nil {
+			return
+		}
+		baseline := int64(0)
+		if _, replaced := g.ds.Strategy.Counts(); replaced && m.res.Deleted >= 0 {
+			baseline = m.res.Deleted
+		}
+		m.l.checked = g.ds.Checks.FromCounts(m.res.Inserted, baseline)
+		refused = checks.Refused(m.l.checked)
+	})
+	if err != nil || refused != nil {
+		g.fallBack(ctx, firstErr(err, refused))
+		return false
+	}
+	// Round trip 3: the successes, their results and downstream events, the
+	// skips the ledger found under the locks, one COMMIT.
+	b = &pgx.Batch{}
+	for _, m := range g.mems {
+		if m == nil {
+			continue
+		}
+		l := m.l
+		switch m.state {
+		case memberDone:
+			audit.QueueSkip(b, m.b.ID)
+			l.queueResult(b, results.StatusSkipped, m.b.ID, nil)
+		case memberLoad:
+			r := m.res
+			audit.QueueSucceedAndRecord(b, l.a.RunKey, m.b.ID, audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, l.a.Force)
+			l.queueResult(b, results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
+			if err := audit.QueueRecordChecks(b, m.b.ID, l.a.RunKey, checkResults(l.checked)); err != nil {
+				g.fallBack(ctx, err)
+				return false
+			}
+			l.recorded = len(l.checked) > 0
+			if _, err := h.queueDownstream(b, g.ds, l.a, m.b.ID); err != nil {
+				g.fallBack(ctx, err)
+				return false
+			}
+		}
+	}
+	queueCommit(b)
+	if err := audit.SuccessError(g.c.SendBatch(ctx, b).Close()); err != nil {
+		g.fallBack(ctx, err)
+		return false
+	}
+	// Committed: the results and downstream events wait in the outbox.
+	for _, m := range g.mems {
+		if m == nil {
+			continue
+		}
+		switch m.state {
+		case memberDone:
+			m.state, m.out = memberOver, Outcome{Status: audit.StatusSkipped, AuditID: m.b.ID}
+			m.l.log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
+		case memberLoad:
+			r := *m.res
+			m.state, m.out = memberOver, Outcome{Status: audit.StatusSuccess, AuditID: m.b.ID, Rows: r, Checks: m.l.checked}
+			m.l.log.Info().Int64("rows_inserted", r.Inserted).Int64("rows_updated", r.Updated).Int64("rows_deleted", r.Deleted).
+				Str("route", r.Route).Int("group", n).Msg("loaded")
+		}
+	}
+	return true
+}
+
+func (g *group) any(s memberState) bool {
+	for _, m := range g.mems {
+		if m != nil && m.state == s {
+			return true
+		}
+	}
+	return false
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

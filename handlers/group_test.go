@@ -1,0 +1,150 @@
+package handlers_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/schemas"
+)
+
+// groupEvents decodes events of dataset ds, one per partition, run runID,
+// with their stream sequences from seq.
+func groupEvents(t *testing.T, e *env, runID string, seq uint64, parts ...string) ([]schemas.Event, []handlers.Meta) {
+	t.Helper()
+	var evs []schemas.Event
+	var ms []handlers.Meta
+	for i, p := range parts {
+		body, err := schemas.PartitionReady{Dataset: "ds", Partition: p, RunID: runID}.Marshal()
+		require.NoError(t, err)
+		ev, err := schemas.Decode("idem.ready.ds", body, e.h.Lookup)
+		require.NoError(t, err)
+		evs = append(evs, ev)
+		ms = append(ms, handlers.Meta{StreamSeq: seq + uint64(i), MaxAttempts: 3})
+	}
+	return evs, ms
+}
+
+// TestGroupLoadsEachEventOnce: a group of five loads every partition in one
+// transaction, each event with its own audit row, ledger entry and outcome.
+func TestGroupLoadsEachEventOnce(t *testing.T) {
+	e := newEnv(t, fixtures[0])
+	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05"}
+	for i, p := range parts {
+		e.stage(p, (i+1)*100, 10, i, 1)
+	}
+	require.Equal(t, handlers.DefaultMaxGroup, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
+	evs, ms := groupEvents(t, e, "r1", 1, parts...)
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range parts {
+		require.NoError(t, errs[i], parts[i])
+		require.Equal(t, audit.StatusSuccess, outs[i].Status)
+		require.EqualValues(t, 10, outs[i].Rows.Inserted)
+		require.NotZero(t, outs[i].AuditID)
+	}
+	require.Equal(t, e.expected(parts...), e.visible())
+	require.EqualValues(t, 5, e.auditCount("success"))
+	require.EqualValues(t, 5, e.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
+	// One transaction: every success row was written by the same one.
+	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(DISTINCT xmin::text) FROM idem.pipeline_audit WHERE status = 'success'"))
+
+	// The same group again, the runs loaded: every event skipped.
+	outs, errs = e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range parts {
+		require.NoError(t, errs[i])
+		require.Equal(t, audit.StatusSkipped, outs[i].Status)
+	}
+	require.EqualValues(t, 5, e.auditCount("success"))
+}
+
+// TestGroupFailingPartitionFailsAlone: one partition of the group has no
+// staging rows (fatal), one is locked by another load, one's run already
+// loaded: the group rolls back and falls back; the good events load once,
+// the empty one fails alone on its first attempt, the locked one waits
+// for the lock and loads, the loaded run is skipped.
+func TestGroupFailingPartitionFailsAlone(t *testing.T) {
+	e := newEnv(t, fixtures[0])
+	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05", "2026-11-06"}
+	for i, p := range parts {
+		if p != "2026-11-03" { // empty
+			e.stage(p, (i+1)*100, 10, i, 1)
+		}
+	}
+	e.mustLoad("2026-11-05", "r1", false) // that run already loaded 11-05
+
+	// Another load holds 11-04's lock for a while.
+	ctx := context.Background()
+	conn, err := e.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, audit.LockSQL, audit.PartitionLockKey("test", "ds", "2026-11-04"))
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		_ = tx.Rollback(ctx)
+	}()
+
+	var logs strings.Builder
+	e.h.Log = zerolog.New(&syncWriter{w: &logs})
+	evs, ms := groupEvents(t, e, "r1", 10, parts...)
+	outs, errs := e.h.HandleGroup(ctx, evs, ms)
+	require.Contains(t, logs.String(), "group load rolled back", "the empty partition failed the group")
+	for i, p := range parts {
+		switch p {
+		case "2026-11-03":
+			require.True(t, handlers.IsFatal(errs[i]), "%v", errs[i])
+			var ae *handlers.AttemptError
+			require.True(t, errors.As(errs[i], &ae))
+			require.Equal(t, 1, ae.N, "the empty partition's attempt is counted once")
+		case "2026-11-05":
+			require.NoError(t, errs[i])
+			require.Equal(t, audit.StatusSkipped, outs[i].Status)
+		default:
+			require.NoError(t, errs[i], p)
+			require.Equal(t, audit.StatusSuccess, outs[i].Status, p)
+		}
+	}
+	require.Equal(t, e.expected("2026-11-01", "2026-11-02", "2026-11-04", "2026-11-05", "2026-11-06"), e.visible())
+	require.EqualValues(t, 5, e.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
+	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = '2026-11-03'"),
+		"one attempt for the empty partition: its `started` row was reused alone")
+	require.EqualValues(t, 0, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'started'"))
+	for _, p := range []string{"2026-11-01", "2026-11-02", "2026-11-04", "2026-11-06"} {
+		require.EqualValues(t, 1, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = $1 AND status = 'success'", p), p)
+		require.EqualValues(t, 1, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = $1", p), "%s: one attempt", p)
+	}
+}
+
+// TestGroupSizeOne: a strategy that cannot group, or MaxGroup 1.
+func TestGroupSize(t *testing.T) {
+	e := newEnv(t, fixtures[2]) // merge
+	require.Equal(t, 1, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
+	e = newEnv(t, fixtures[0])
+	e.h.MaxGroup = 1
+	require.Equal(t, 1, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
+	e.h.MaxGroup = 32
+	require.Equal(t, 32, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
