@@ -149,6 +149,14 @@ type Config struct {
 	// counted (0: unknown) and the dead letter's PubAck. idem publishes the
 	// event's result from it. It must not block for long.
 	DeadLettered func(ctx context.Context, dl deadletter.Envelope, attempt int, ack *jetstream.PubAck)
+	// GroupHandler, with GroupSize, loads several fetched messages of one
+	// dataset at once (see GroupHandler); MaxGroup, the most GroupSize
+	// returns, sizes how many messages are fetched ahead so groups can
+	// form. A message's load in a group counts as one of MaxInFlight with
+	// the others of its group: MaxInFlight bounds transactions.
+	GroupHandler GroupHandler
+	GroupSize    func(m *Message) int
+	MaxGroup     int
 	// Rand draws the backoff jitter, uniform in [0,1); it must be safe for
 	// concurrent use. Default math/rand/v2.Float64.
 	Rand func() float64

@@ -50,6 +50,7 @@ type Consumer struct {
 	fleet   atomic.Pointer[fleet] // set once Run opened the bucket; read by Reload and Fleet
 	held    atomic.Int64
 	wg      sync.WaitGroup
+	groups  groupQueue
 
 	started atomic.Bool
 	// stopCtx is cancelled by the first stop; stopping is its Done channel.
@@ -80,7 +81,7 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		handle: h,
 		log:    cfg.Log,
 		dl:     newDeadLetterer(js, cfg),
-		slots:  make(chan struct{}, cfg.MaxInFlight+prefetch(cfg.MaxInFlight)),
+		slots:  make(chan struct{}, cfg.MaxInFlight+prefetch(cfg.MaxInFlight, cfg.MaxGroup)),
 		loads:  make(chan struct{}, cfg.MaxInFlight),
 	}
 	c.sets.Store(newDatasets(cfg.Datasets, nil))
@@ -363,10 +364,11 @@ func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg) {
 }
 
 // prefetch is how many messages are fetched ahead of the running loads: as
-// many as run, within the ack budget every replica's consumer has by
-// default (a max_in_flight above half of it fetches less ahead).
-func prefetch(maxInFlight int) int {
-	return max(0, min(maxInFlight, DefaultMaxAckPending-maxInFlight))
+// many as run (with group loads, as many as their groups take), within the
+// ack budget every replica's consumer has by default (a max_in_flight
+// above half of it fetches less ahead).
+func prefetch(maxInFlight, maxGroup int) int {
+	return max(0, min(maxInFlight*max(maxGroup, 1), DefaultMaxAckPending-maxInFlight))
 }
 
 // startLoad waits for a free load slot; false means stopping. Every

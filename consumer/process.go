@@ -84,6 +84,19 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		return in, 0, trial, false
 	}
 	defer release()
+	if size := c.groupSize(d); size > 1 && !trial {
+		err, took, ran := c.runGrouped(hard, d, size)
+		if !ran {
+			in.Err, in.Cause = err, err
+			return in, 0, trial, false
+		}
+		in.Err, in.Cause = err, context.Cause(hard)
+		in.Attempt = reportedAttempt(in.Err)
+		if in.Attempt == 0 {
+			in.Attempt = d.m.NumDelivered
+		}
+		return in, took, trial, true
+	}
 	if !c.startLoad() {
 		in.Err, in.Cause = ErrShutdown, ErrShutdown
 		return in, 0, trial, false

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/audittest"
+	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -145,4 +147,89 @@ func killedAttempt(t *rapid.T, e *env, partition, runID string) {
 	e.db.Exec(e.t, "SELECT pg_terminate_backend($1)", conn.Conn().PgConn().PID())
 	require.Error(t, tx.Commit(ctx), "commit after the backend was killed must fail")
 	_ = handlers.IsFatal
+}
+
+// TestPropertyRandomGroupHistories is the same for group loads: random
+// groups of 1, 2, 8 or 32 events (distinct partitions, new runs,
+// redeliveries of old ones, forced reruns, empty partitions among them)
+// loaded by HandleGroup, compared with the model after every step. Each
+// member must end as it would alone.
+func TestPropertyRandomGroupHistories(t *testing.T) {
+	for _, name := range []string{"delete_insert", "delete_insert_partitioned"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := fixtureNamed(name)
+			e := newEnv(t, f)
+			var partitions []string
+			for d := range 32 {
+				partitions = append(partitions, time.Date(2026, 11, 1+d, 0, 0, 0, 0, time.UTC).Format(time.DateOnly))
+			}
+			rapid.Check(t, func(rt *rapid.T) {
+				ctx := context.Background()
+				e.db.Exec(t, "TRUNCATE staging.src, "+f.raw+", idem.outbox, idem.run_ledger, idem.pipeline_audit")
+				m := &model{strategy: f.strategy, visible: map[int64]row{}, succeeded: map[string]bool{}}
+				runs := 0
+				steps := rapid.IntRange(3, 12).Draw(rt, "steps")
+				for range steps {
+					if rapid.Bool().Draw(rt, "stage") {
+						for range rapid.IntRange(1, 8).Draw(rt, "partitions staged") {
+							pi := rapid.IntRange(0, len(partitions)-1).Draw(rt, "partition")
+							n := rapid.SampledFrom([]int{0, 1, 3, 6}).Draw(rt, "rows")
+							e.stage(partitions[pi], 1000*(pi+1), n, rapid.IntRange(0, 50).Draw(rt, "salt"), 1)
+						}
+						continue
+					}
+					size := rapid.SampledFrom([]int{1, 2, 8, 32}).Draw(rt, "group size")
+					picked := rapid.Permutation(partitions).Draw(rt, "order")[:size]
+					var evs []schemas.Event
+					var ms []handlers.Meta
+					type want struct {
+						key   string
+						src   map[int64]row
+						force bool
+						p     string
+					}
+					var wants []want
+					for i, p := range picked {
+						runID := fmt.Sprintf("run-%d", runs)
+						force := false
+						switch op := rapid.SampledFrom([]string{"new", "redeliver", "force"}).Draw(rt, "op"); {
+						case op == "new" || runs == 0:
+							runs++
+						default:
+							runID = fmt.Sprintf("run-%d", rapid.IntRange(0, runs-1).Draw(rt, "old run"))
+							force = op == "force"
+						}
+						body, err := schemas.PartitionReady{Dataset: "ds", Partition: p, RunID: runID, Force: force}.Marshal()
+						require.NoError(rt, err)
+						ev, err := schemas.Decode("idem.ready.ds", body, e.h.Lookup)
+						require.NoError(rt, err)
+						evs = append(evs, ev)
+						ms = append(ms, handlers.Meta{StreamSeq: uint64(i + 1)})
+						wants = append(wants, want{key: p + "|" + runID, force: force, p: p,
+							src: readRows(rt, e, "SELECT "+rowCols+" FROM staging.src WHERE event_date = $1", p)})
+					}
+					outs, errs := e.h.HandleGroup(ctx, evs, ms)
+					for i, w := range wants {
+						switch {
+						case m.succeeded[w.key] && !w.force:
+							require.NoError(rt, errs[i])
+							require.Equal(rt, audit.StatusSkipped, outs[i].Status, "redelivery of a succeeded run must be skipped")
+						case len(w.src) == 0:
+							require.ErrorIs(rt, errs[i], strategies.ErrEmptySource)
+						default:
+							require.NoError(rt, errs[i])
+							require.Equal(rt, audit.StatusSuccess, outs[i].Status)
+							m.apply(w.p, w.src)
+							m.succeeded[w.key] = true
+						}
+					}
+					got := readRows(rt, e, "SELECT "+rowCols+" FROM ("+f.visible+") v")
+					require.Equal(rt, m.visible, got, "readers see something the model does not")
+					require.Zero(rt, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'started'"), "an attempt left started")
+				}
+				require.EqualValues(rt, len(m.succeeded), e.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
+			})
+		})
+	}
 }

@@ -47,6 +47,8 @@ const (
 	// consumer.DefaultDuplicates: a dead letter published twice within it is
 	// stored once.
 	DefaultDuplicates = 2 * time.Minute
+	// DefaultMaxGroup is nats.max_group's default.
+	DefaultMaxGroup = 8
 	// DefaultMaxInFlight is how many loads one process runs at once.
 	DefaultMaxInFlight = 16
 	// DefaultRetries is how many times a transient failure is retried, so a
@@ -143,6 +145,11 @@ type NATS struct {
 	// MaxInFlight bounds the loads one process runs at once. Default
 	// DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxGroup is the most events of one dataset a group load takes (one
+	// transaction for them all, when they are already fetched and waiting
+	// for a load slot; see README). 1 turns group loads off. Default
+	// DefaultMaxGroup. Env IDEM_NATS_MAX_GROUP.
+	MaxGroup int `yaml:"max_group,omitempty"`
 	// Replicas of the streams idem creates (1 to 5; 3 in production). An
 	// existing stream is never changed. Default 1.
 	Replicas int `yaml:"replicas,omitempty"`
@@ -406,6 +413,9 @@ func (c *Config) WithDefaults() {
 	}
 	if c.NATS.MaxInFlight == 0 {
 		c.NATS.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.NATS.MaxGroup == 0 {
+		c.NATS.MaxGroup = DefaultMaxGroup
 	}
 	setDefault(&c.HTTP.Addr, DefaultHTTPAddr)
 	if c.Postgres.ReverifyWindow == 0 {

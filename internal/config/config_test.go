@@ -100,7 +100,8 @@ func TestParseFullConfig(t *testing.T) {
 		SubjectPrefix: "idem.ready", DLQSubjectPrefix: "idem.dlq",
 		AckWait: Duration(30 * time.Second), MaxInFlight: 16,
 		User: "loader", Password: "n4ts-pa55",
-		TLS: TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
+		TLS:      TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
+		MaxGroup: DefaultMaxGroup,
 		Results: Results{Stream: DefaultResultsStream, SubjectPrefix: DefaultResultsSubjectPrefix,
 			MaxAge: Duration(DefaultResultsMaxAge), MaxBytes: DefaultResultsMaxBytes},
 	}, c.NATS)
@@ -227,6 +228,7 @@ func TestEnvOverrides(t *testing.T) {
 		"IDEM_NATS_STREAM":         "EV",
 		"IDEM_NATS_DLQ_STREAM":     "DL",
 		"IDEM_NATS_RESULTS_STREAM": "RS",
+		"IDEM_NATS_MAX_GROUP":      "32",
 		"IDEM_NATS_CONSUMER":       "worker",
 		"IDEM_NATS_CREDS":          "/run/idem.creds",
 		"IDEM_NATS_NKEY":           "/run/idem.nk",
@@ -245,7 +247,8 @@ func TestEnvOverrides(t *testing.T) {
 		SubjectPrefix: "idem.ready", DLQSubjectPrefix: "idem.dlq",
 		AckWait: Duration(30 * time.Second), MaxInFlight: 16,
 		Creds: "/run/idem.creds", NKey: "/run/idem.nk", User: "u", Password: "env-pass", Token: "env-token",
-		TLS: TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
+		TLS:      TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
+		MaxGroup: 32,
 		Results: Results{Stream: "RS", SubjectPrefix: DefaultResultsSubjectPrefix,
 			MaxAge: Duration(DefaultResultsMaxAge), MaxBytes: DefaultResultsMaxBytes},
 	}, c.NATS)

@@ -329,4 +329,11 @@ func (c *Config) applyEnv(getenv func(string) string) {
 			*o.field = v
 		}
 	}
+	if v := getenv("IDEM_NATS_MAX_GROUP"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1 // refused by Validate, naming the field
+		}
+		c.NATS.MaxGroup = n
+	}
 }

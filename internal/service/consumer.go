@@ -14,6 +14,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
+	"github.com/idem-data/idem/schemas"
 )
 
 // consumerConfig is the consumer's side of the config.
@@ -38,6 +39,7 @@ func consumerConfig(cfg *config.Config, log zerolog.Logger, hooks consumer.Hooks
 		DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
 		AckWait:          cfg.NATS.AckWait.Std(),
 		MaxInFlight:      cfg.NATS.MaxInFlight,
+		MaxGroup:         cfg.NATS.MaxGroup,
 		Replicas:         cfg.NATS.Replicas,
 		Datasets:         ds,
 		Log:              log,
@@ -118,12 +120,44 @@ func jetStreamNotReady(err, connErr error) bool {
 	return unanswered && !errors.Is(connErr, nats.ErrPermissionViolation)
 }
 
+// meta is what the handler gets of msg's delivery.
+func meta(msg *consumer.Message) handlers.Meta {
+	return handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts,
+		Stream: msg.Stream, MsgID: msg.Headers.Get(nats.MsgIdHdr), Published: msg.Published}
+}
+
+// groupFunc is the consumer's group handler: several events of one
+// dataset, one group load (handlers.HandleGroup), each event's metrics.
+func groupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.GroupHandler {
+	return func(ctx context.Context, msgs []*consumer.Message) []error {
+		start := time.Now()
+		evs := make([]schemas.Event, len(msgs))
+		ms := make([]handlers.Meta, len(msgs))
+		for i, msg := range msgs {
+			evs[i], ms[i] = msg.Event, meta(msg)
+		}
+		outs, errs := h.HandleGroup(ctx, evs, ms)
+		took := time.Since(start)
+		for i, msg := range msgs {
+			crashHook("after_commit", msg.Event.RunID)
+			status := outs[i].Status
+			if errs[i] != nil {
+				status = "failed"
+			}
+			m.Load(msg.Dataset, status, took, outs[i].Rows.Inserted+outs[i].Rows.Updated)
+			for _, c := range outs[i].Checks {
+				m.Checks.WithLabelValues(msg.Dataset, c.Name, c.Status).Inc()
+			}
+		}
+		return errs
+	}
+}
+
 // loadFunc is the consumer's handler: one event, one load, its metrics.
 func loadFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Handler {
 	return func(ctx context.Context, msg *consumer.Message) error {
 		start := time.Now()
-		out, err := h.Handle(ctx, msg.Event, handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts,
-			Stream: msg.Stream, MsgID: msg.Headers.Get(nats.MsgIdHdr), Published: msg.Published})
+		out, err := h.Handle(ctx, msg.Event, meta(msg))
 		crashHook("after_commit", msg.Event.RunID)
 		status := out.Status
 		if err != nil {

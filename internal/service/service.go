@@ -122,6 +122,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	outbox.Backlog = func(b audit.OutboxBacklog) { m.OutboxBacklogSet(b.Pending, b.Oldest) }
 	h.Enqueued = outbox.Wake
 	h.Results = true
+	h.MaxGroup = cfg.NATS.MaxGroup
 	hooks := m.Hooks()
 	rv := newReverifier(cfg, js, pool, h, m, log)
 	if rv != nil {
@@ -171,6 +172,8 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	if err := ensureStreamsWaiting(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}
+	ccfg.GroupHandler = groupFunc(h, m)
+	ccfg.GroupSize = func(msg *consumer.Message) int { return h.GroupSize(msg.Event) }
 	c, err := consumer.New(js, ccfg, loadFunc(h, m))
 	if err != nil {
 		return err

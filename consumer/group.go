@@ -1,0 +1,161 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// GroupHandler loads several messages of one dataset at once (distinct
+// partitions) and returns each one's error, in order: what Handler returns
+// for one message, for each.
+type GroupHandler func(ctx context.Context, ms []*Message) []error
+
+// A group forms only from messages already fetched and waiting for a load
+// slot: when a slot frees, the message that takes it takes along up to
+// GroupSize-1 others of its dataset that are waiting for one, and one
+// handler call loads them all in one transaction. Nothing waits to fill a
+// group: a lone message loads alone at once. Each member keeps its own
+// heartbeats, its own fate and its own ack.
+
+// waiter is a message waiting for a load slot, ready to join a group.
+type waiter struct {
+	d    *delivery
+	done chan groupResult
+}
+
+type groupResult struct {
+	err     error
+	handled time.Duration
+}
+
+// groupQueue holds, per dataset, the messages waiting for a load slot.
+type groupQueue struct {
+	mu      sync.Mutex
+	waiting map[string][]*waiter
+}
+
+func (q *groupQueue) add(w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting == nil {
+		q.waiting = map[string][]*waiter{}
+	}
+	q.waiting[w.d.dataset] = append(q.waiting[w.d.dataset], w)
+}
+
+// remove takes w out of the queue; false when a group already took it.
+func (q *groupQueue) remove(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.waiting[w.d.dataset]
+	for i, x := range ws {
+		if x == w {
+			q.waiting[w.d.dataset] = append(ws[:i:i], ws[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// take takes up to n waiting messages of lead's dataset, oldest first,
+// each for a partition no other member has.
+func (q *groupQueue) take(lead *delivery, n int) []*waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.waiting[lead.dataset]
+	seen := map[string]bool{lead.m.Event.Key.Key: true}
+	var taken, left []*waiter
+	for _, w := range ws {
+		k := w.d.m.Event.Key.Key
+		if len(taken) < n && !seen[k] {
+			seen[k] = true
+			taken = append(taken, w)
+			continue
+		}
+		left = append(left, w)
+	}
+	q.waiting[lead.dataset] = left
+	return taken
+}
+
+// groupSize is how many messages d's load may take, d among them.
+func (c *Consumer) groupSize(d *delivery) int {
+	if c.cfg.GroupHandler == nil || c.cfg.GroupSize == nil {
+		return 1
+	}
+	return c.cfg.GroupSize(d.m)
+}
+
+// runGrouped is run's load for a message that may share a group: it waits
+// for a load slot like any other, unless a group takes it first. It
+// returns the handler's error for d and how long its load took, and false
+// when it ran no handler (stopping).
+func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (error, time.Duration, bool) {
+	w := &waiter{d: d, done: make(chan groupResult, 1)}
+	c.groups.add(w)
+	select {
+	case c.loads <- struct{}{}:
+		if !c.groups.remove(w) {
+			// A group took it while the slot came free: the slot is not ours.
+			<-c.loads
+			r := <-w.done
+			return r.err, r.handled, true
+		}
+		if c.isStopping() {
+			<-c.loads
+			return ErrShutdown, 0, false
+		}
+		c.cfg.Hooks.inFlight(int(c.running.Add(1)))
+		defer c.endLoad()
+		members := c.groups.take(d, size-1)
+		ds := []*delivery{d}
+		for _, m := range members {
+			ds = append(ds, m.d)
+		}
+		start := time.Now()
+		errs := c.callGroup(d.log.WithContext(hard), ds)
+		took := time.Since(start)
+		for i, m := range members {
+			m.done <- groupResult{err: errs[i+1], handled: took}
+		}
+		return errs[0], took, true
+	case r := <-w.done:
+		return r.err, r.handled, true
+	case <-c.stopping:
+		if c.groups.remove(w) {
+			return ErrShutdown, 0, false
+		}
+		r := <-w.done
+		return r.err, r.handled, true
+	}
+}
+
+// callGroup runs the handler on ds: the group handler for more than one,
+// a panic turned into a *PanicError for each.
+func (c *Consumer) callGroup(ctx context.Context, ds []*delivery) (errs []error) {
+	if len(ds) == 1 {
+		return []error{c.call(ctx, ds[0])}
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			ds[0].log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(pe.Stack)).Int("group", len(ds)).Msg("group handler panicked")
+			errs = make([]error, len(ds))
+			for i := range errs {
+				errs[i] = pe
+			}
+		}
+	}()
+	ms := make([]*Message, len(ds))
+	for i, d := range ds {
+		ms[i] = d.m
+	}
+	errs = c.cfg.GroupHandler(ctx, ms)
+	if len(errs) != len(ds) {
+		panic(fmt.Sprintf("consumer: the group handler returned %d errors for %d messages", len(errs), len(ds)))
+	}
+	return errs
+}
