@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestGroupLoadsThroughServe: a backlog of one dataset loads in groups
+// (one transaction for several events) and a partition that fails inside a
+// group fails alone: the others load once and are acked, the empty one is
+// dead-lettered on its first attempt.
+func TestGroupLoadsThroughServe(t *testing.T) {
+	w := newWorld(t, opts{inFlight: 1, extraYAML: ""})
+	w.streams()
+	// A backlog before idem starts, so the messages are fetched together.
+	var parts []string
+	for d := range 12 {
+		p := fmt.Sprintf("2026-11-%02d", d+1)
+		parts = append(parts, p)
+		w.publish(p, "g1", nil)
+	}
+	w.publish("2026-12-25", "g1", nil) // no staging rows: fatal
+	p := w.serve("IDEM_NATS_MAX_GROUP=8")
+	w.waitCount(12, "SELECT count(*) FROM idem.run_ledger WHERE run_id = 'g1'")
+	w.waitDeadLetters(1)
+	w.waitSettled()
+	require.Equal(t, w.expected(parts...), w.target())
+	require.EqualValues(t, 12, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'g1' AND status = 'success'"), "every event loads once")
+	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = '2026-12-25'"), "the empty partition's one attempt")
+	groups := w.count("SELECT count(DISTINCT xmin::text) FROM idem.pipeline_audit WHERE run_id = 'g1' AND status = 'success'")
+	require.Less(t, groups, int64(12), "some events shared a transaction")
+	p.signal(syscall.SIGTERM)
+	require.Equal(t, 0, p.exit(t, 30*time.Second))
+	out := p.output()
+	require.Contains(t, out, `"group":`)
+	require.True(t, strings.Contains(out, "group load rolled back") || groups >= 2, "the empty partition failed alone")
+	t.Logf("12 loads in %d transactions", groups)
+}
