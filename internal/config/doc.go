@@ -69,7 +69,8 @@
 //	duplicates           2m                      duplicate window of the streams idem creates; over 30s
 //	fleet_bucket         idem_fleet_<consumer>   key-value bucket where replicas list the datasets they know
 //	unknown_dataset_grace 5m                     how long an event for a dataset no live replica knows waits
-//	max_in_flight        16                      loads running at once in one process
+//	max_in_flight        16                      load transactions running at once in one process
+//	max_group            8                       events of one dataset a group load takes (1: off)
 //	replicas             1                       replicas of the streams idem creates (1-5; 3 in production)
 //	creds                                        path of a .creds file
 //	nkey                                         path of an nkey seed file
