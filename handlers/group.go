@@ -222,9 +222,15 @@ func (g *group) load(ctx context.Context) bool {
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	first := g.first()
 	first.l.queueSettings(b)
+	// One fingerprint of the target for the group: the first member's.
 	for _, m := range g.mems {
-		if m != nil {
+		if m == nil {
+			continue
+		}
+		if m == first {
 			m.l.queueMember(b)
+		} else {
+			m.l.queueMemberShared(b, first.l.plan)
 		}
 	}
 	err := g.c.SendBatch(ctx, b).Close()

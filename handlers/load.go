@@ -146,10 +146,18 @@ func (l *loading) queueSettings(b *pgx.Batch) {
 
 // queueMember queues, inside the open transaction, the partition lock
 // (tried), the ledger check under it and the strategy's catalog reads.
-func (l *loading) queueMember(b *pgx.Batch) {
+func (l *loading) queueMember(b *pgx.Batch) { l.queueMemberShared(b, nil) }
+
+// queueMemberShared is queueMember for a member of a group after first,
+// sharing first's fingerprint of the target.
+func (l *loading) queueMemberShared(b *pgx.Batch, first *strategies.Plan) {
 	b.Queue(audit.TryLockSQL, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition)).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&l.locked) })
 	l.queueCheck(b)
+	if gl, ok := l.ds.Strategy.(strategies.GroupLoader); ok && first != nil {
+		l.plan = gl.DescribeShared(b, l.params(), first)
+		return
+	}
 	l.plan = l.ds.Strategy.Describe(b, l.params())
 }
 

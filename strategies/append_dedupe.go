@@ -40,7 +40,7 @@ func (s *AppendDedupe) dedupeKey() []string {
 }
 
 func (s *AppendDedupe) Describe(b *pgx.Batch, p Params) *Plan {
-	return s.cat.describe(b, s.spec, p, false)
+	return s.cat.describe(b, s.spec, p, false, nil)
 }
 
 // target checks the described target has what append_dedupe needs.

@@ -64,6 +64,9 @@ type Plan struct {
 	withChildren              bool
 	version                   string
 	fresh, freshParts, cached bool
+	// versionOf, for a load grouped with others of the same target, is the
+	// plan whose fingerprint read this one shares (read once per group).
+	versionOf *Plan
 }
 
 type child struct{ schema, name, bound string }
@@ -124,22 +127,24 @@ func (c *catalogCache) drop() {
 
 // describe queues the catalog reads of a load of p on b: the fingerprint,
 // and the reads themselves when nothing is cached.
-func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
-	pl := &Plan{target: &table{Table: spec.Target}, cache: c, spec: spec, params: p, withChildren: withChildren}
+func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren bool, share *Plan) *Plan {
+	pl := &Plan{target: &table{Table: spec.Target}, cache: c, spec: spec, params: p, withChildren: withChildren, versionOf: share}
 	c.mu.Lock()
 	cached := c.version != ""
 	// Only a partitioned target has children to read.
 	_, haveParts := c.parts[p.Partition]
 	haveParts = haveParts || (cached && c.target.Kind != "p")
 	c.mu.Unlock()
-	b.Queue(versionSQL, spec.Target.ident()).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			if err := rows.Scan(&pl.version); err != nil {
-				return err
+	if share == nil {
+		b.Queue(versionSQL, spec.Target.ident()).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&pl.version); err != nil {
+					return err
+				}
 			}
-		}
-		return rows.Err()
-	})
+			return rows.Err()
+		})
+	}
 	switch {
 	case !cached:
 		pl.fresh = true
@@ -158,6 +163,9 @@ func (pl *Plan) resolve(ctx context.Context, tx pgx.Tx) error {
 	c := pl.cache
 	if c == nil {
 		return nil
+	}
+	if pl.versionOf != nil {
+		pl.version = pl.versionOf.version // resolved first, in the same transaction
 	}
 	if pl.fresh {
 		c.store(pl)

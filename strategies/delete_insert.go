@@ -57,7 +57,7 @@ type deleteInsertPlan struct {
 func (pl *deleteInsertPlan) truncate() bool { return pl.route == routeTruncateChild }
 
 func (s *DeleteInsert) Describe(b *pgx.Batch, p Params) *Plan {
-	return s.cat.describe(b, s.spec, p, true)
+	return s.cat.describe(b, s.spec, p, true, nil)
 }
 
 func (s *DeleteInsert) plan(dp *Plan, p Params) (*deleteInsertPlan, error) {
@@ -274,6 +274,12 @@ func heldPartition(strat, bound string) (string, bool) {
 }
 
 func unquote(s string) string { return strings.ReplaceAll(s, "''", "'") }
+
+// DescribeShared is Describe for a load grouped after first, of the same
+// target in the same transaction: it shares first's fingerprint read.
+func (s *DeleteInsert) DescribeShared(b *pgx.Batch, p Params, first *Plan) *Plan {
+	return s.cat.describe(b, s.spec, p, true, first)
+}
 
 // Groupable: loads of several partitions may share one transaction, each
 // with its own DELETE and INSERT, unless truncate_partition (a TRUNCATE

@@ -120,6 +120,9 @@ type GroupLoader interface {
 	Strategy
 	// Groupable says whether this dataset's loads may be grouped.
 	Groupable() bool
+	// DescribeShared is Describe for a load after first in the same group:
+	// one fingerprint of the target for the group.
+	DescribeShared(b *pgx.Batch, p Params, first *Plan) *Plan
 	// QueueLoad queues on b the load of p that pl describes; finish maps
 	// the batch's error (nil when it went through) to the load's.
 	QueueLoad(ctx context.Context, tx pgx.Tx, pl *Plan, p Params, b *pgx.Batch) (res *Result, finish func(error) error, err error)

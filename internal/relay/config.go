@@ -18,6 +18,7 @@ const (
 	DefaultPurgeInterval   = 5 * time.Minute
 	DefaultPurgeBatch      = 1000
 	DefaultBacklogInterval = 5 * time.Second
+	DefaultCoalesce        = 5 * time.Millisecond
 )
 
 // Config tunes a relay. Stream and SubjectPrefix are required; every other
@@ -55,6 +56,11 @@ type Config struct {
 	Retention     time.Duration
 	PurgeInterval time.Duration
 	PurgeBatch    int
+	// Coalesce is how long a pass waits after a wake, so that the rows of
+	// loads committing meanwhile go out in the same claim (a result per
+	// event made it one claim and one mark per event). Default
+	// DefaultCoalesce.
+	Coalesce time.Duration
 	// BacklogInterval is how often the backlog is read for the Backlog
 	// hook. Default DefaultBacklogInterval.
 	BacklogInterval time.Duration
@@ -75,6 +81,7 @@ func (c Config) WithDefaults() Config {
 	set(&c.Retention, DefaultRetention)
 	set(&c.PurgeInterval, DefaultPurgeInterval)
 	set(&c.BacklogInterval, DefaultBacklogInterval)
+	set(&c.Coalesce, DefaultCoalesce)
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
 	}

@@ -116,6 +116,14 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil
 		case <-poll.C:
 		case <-r.wake:
+			// Let the commits of the loads running now queue their rows
+			// too: one claim and one mark for all of them, not one each.
+			t := time.NewTimer(r.cfg.Coalesce)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
 		case <-purge.C:
 			r.purge(ctx)
 		case <-backlog.C:
