@@ -148,3 +148,36 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestGroupKilledMidLoad: the group's backend is killed while its loads
+// run: nothing of the group commits, and every event then loads alone,
+// once, on the attempt the group counted.
+func TestGroupKilledMidLoad(t *testing.T) {
+	e := newEnv(t, fixtures[0])
+	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
+	for i, p := range parts {
+		e.stage(p, (i+1)*100, 10, i, 1)
+	}
+	e.db.Exec(t, "INSERT INTO staging.gate_on VALUES (5000)")
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var pid int64
+		require.Eventually(t, func() bool {
+			return e.db.Pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`).Scan(&pid) == nil
+		}, 10*time.Second, 10*time.Millisecond)
+		e.db.Exec(t, "DELETE FROM staging.gate_on")
+		e.db.Exec(t, "SELECT pg_terminate_backend($1)", pid)
+	}()
+	evs, ms := groupEvents(t, e, "k1", 1, parts...)
+	outs, errs := e.h.HandleGroup(ctx, evs, ms)
+	<-done
+	for i, p := range parts {
+		require.NoError(t, errs[i], p)
+		require.Equal(t, audit.StatusSuccess, outs[i].Status, p)
+	}
+	require.Equal(t, e.expected(parts...), e.visible())
+	require.EqualValues(t, 4, e.auditCount("success"))
+	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "one attempt each: the group's")
+}
