@@ -37,7 +37,7 @@ func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
 	b.Queue(`
 		INSERT INTO idem.outbox (dataset, partition_key, run_id, force, attributes, audit_id)
 		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (audit_id, dataset, partition_key, run_id) WHERE result IS NULL DO NOTHING`,
+		ON CONFLICT (audit_id, dataset, partition_key, run_id) WHERE result IS NULL AND lineage IS NULL DO NOTHING`,
 		e.Event.Dataset, e.Event.Partition, e.Event.RunID, e.Event.Force, attrs, e.AuditID)
 	return nil
 }
@@ -81,12 +81,43 @@ func EnqueueResult(ctx context.Context, db Querier, k RunKey, auditID int64, bod
 	return nil
 }
 
+// lineageSQL inserts one OpenLineage event of attempt auditID; the same
+// attempt's event of the same type is left alone (a retried statement).
+const lineageSQL = `
+		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, lineage)
+		VALUES ($1, $2, $3, $4, $5::jsonb)
+		ON CONFLICT (audit_id, (lineage ->> 'eventType')) WHERE lineage IS NOT NULL DO NOTHING`
+
+// QueueEnqueueLineage queues on b, inside the caller's transaction, the
+// OpenLineage events of attempt auditID (each its JSON) for the relay to
+// send, in this order.
+func QueueEnqueueLineage(b *pgx.Batch, k RunKey, auditID int64, events ...[]byte) {
+	for _, e := range events {
+		b.Queue(lineageSQL, k.Dataset, k.Partition, k.RunID, auditID, string(e))
+	}
+}
+
+// EnqueueLineage is QueueEnqueueLineage in a transaction of its own.
+func EnqueueLineage(ctx context.Context, db interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}, k RunKey, auditID int64, events ...[]byte) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	QueueEnqueueLineage(b, k, auditID, events...)
+	b.Queue("COMMIT")
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("audit: outbox lineage: %w", err)
+	}
+	return nil
+}
+
 // OutboxRow is a claimed event or result.
 type OutboxRow struct {
 	ID int64
 	OutboxEvent
-	// Result is the body of a result (nil for a downstream event).
-	Result []byte
+	// Result is the body of a result, Lineage an OpenLineage event (both
+	// nil for a downstream event).
+	Result, Lineage []byte
 	// Attempts counts the publishes already tried (this one not included).
 	Attempts int
 	// Claim is when the claim lapses; it also names the claim, so a relay
@@ -110,7 +141,7 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 			   FOR UPDATE SKIP LOCKED)
 		UPDATE idem.outbox o SET claimed_until = now() + $2 * interval '1 microsecond'
 		  FROM due WHERE o.id = due.id
-		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text`,
+		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text, o.lineage::text`,
 		limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("audit: outbox claim: %w", err)
@@ -118,10 +149,13 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
 		var o OutboxRow
 		e := &o.Event
-		var result *string
-		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result)
+		var result, lin *string
+		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result, &lin)
 		if result != nil {
 			o.Result = []byte(*result)
+		}
+		if lin != nil {
+			o.Lineage = []byte(*lin)
 		}
 		return o, err
 	})
@@ -176,7 +210,7 @@ func MarkOutboxFailed(ctx context.Context, db Querier, claim time.Time, failed [
 	_, err := db.Exec(ctx, `
 		UPDATE idem.outbox o
 		   SET attempts = o.attempts + 1, last_error = s.err, claimed_until = NULL,
-		       next_attempt_at = clock_timestamp() + s.delay * interval '1 microsecond'
+		       next_attempt_at = statement_timestamp() + s.delay * interval '1 microsecond'
 		  FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS s(id, delay, err)
 		 WHERE o.id = s.id AND o.sent_at IS NULL AND o.claimed_until = $4`, ids, delays, errs, claim)
 	if err != nil {

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -102,7 +103,7 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 			continue
 		}
 		ds = d
-		mems[i] = &member{l: &loading{h: h, ds: d, a: a, m: ms[i], log: log}}
+		mems[i] = &member{l: &loading{h: h, ds: d, a: a, key: ev.Key, m: ms[i], log: log, started: time.Now()}}
 	}
 	if ds == nil {
 		return outs, errs
@@ -154,7 +155,7 @@ func (h *Handler) alone(ctx context.Context, m *member) (Outcome, error) {
 		return h.failed(ctx, l, m.b, fmt.Errorf("audit: begin: %w", err))
 	}
 	defer c.Release()
-	l := &loading{h: h, ds: m.l.ds, a: m.l.a, m: m.l.m, c: c.Conn(), log: m.l.log}
+	l := &loading{h: h, ds: m.l.ds, a: m.l.a, key: m.l.key, m: m.l.m, c: c.Conn(), log: m.l.log, started: m.l.started}
 	defer l.close(ctx)
 	return h.run(ctx, l, m.b, l.open(ctx))
 }
@@ -340,6 +341,10 @@ func (g *group) load(ctx context.Context) bool {
 			r := m.res
 			audit.QueueSucceedAndRecord(b, l.a.RunKey, m.b.ID, audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, l.a.Force)
 			l.queueResult(b, results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
+			if err := l.queueComplete(b, m.b.ID, r.Inserted+r.Updated); err != nil {
+				g.fallBack(ctx, err)
+				return false
+			}
 			if err := audit.QueueRecordChecks(b, m.b.ID, l.a.RunKey, checkResults(l.checked)); err != nil {
 				g.fallBack(ctx, err)
 				return false

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
@@ -48,6 +49,10 @@ type Dataset struct {
 	// Checks run on the rows each load produced, before its commit; nil
 	// when the dataset has none.
 	Checks *checks.Set
+	// Target is the target table, schema.table; Inputs are the tables its
+	// source reads, as lineage names them (empty when not known).
+	Target string
+	Inputs []lineage.InputDataset
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -79,6 +84,9 @@ type Handler struct {
 	// MaxGroup bounds how many events of one dataset a group load takes
 	// (HandleGroup); 0 means DefaultMaxGroup, 1 turns grouping off.
 	MaxGroup int
+	// Lineage, when set, makes every attempt write its OpenLineage run
+	// events to the outbox.
+	Lineage *Lineage
 	// Results makes every load and skip write the event's result (package
 	// results) to the outbox, in the load's transaction, for the relay to
 	// publish on the results stream.
@@ -186,7 +194,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if err != nil {
 		return Outcome{}, beforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, m: m, c: c.Conn(), log: log}
+	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log}
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened
@@ -247,6 +255,9 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 		return Outcome{Status: audit.StatusSkipped, AuditID: b.ID}, nil
 	}
 	l.a.Attempt = b.Attempt
+	if l.started.IsZero() {
+		l.started = time.Now()
+	}
 	if h.Started != nil {
 		h.Started(l.a.Dataset, l.a.RunID, b.Attempt)
 	}
@@ -303,6 +314,10 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 			h.unrecorded.add(failure{id: b.ID, err: err, kind: kind})
 		}
 	}
+	if l.started.IsZero() {
+		l.started = time.Now()
+	}
+	l.enqueueFail(fctx, b.ID, err)
 	cancel()
 	log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
 	return Outcome{AuditID: b.ID, Checks: l.checked}, &AttemptError{N: b.Attempt, Err: err}

@@ -14,6 +14,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -36,7 +37,10 @@ type loading struct {
 	h   *Handler
 	ds  *Dataset
 	a   audit.Attempt
+	key schemas.Partition
 	m   Meta
+	// started is when the attempt's load began (its lineage START).
+	started time.Time
 	c   *pgx.Conn
 	log zerolog.Logger
 
@@ -232,8 +236,11 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	}
 	b := &pgx.Batch{}
 	audit.QueueSucceedAndRecord(b, l.a.RunKey, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}, l.a.Force)
-	// The result commits with the load, or not at all.
+	// The result and the lineage events commit with the load, or not at all.
 	l.queueResult(b, results.StatusLoaded, id, &results.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
+	if err := l.queueComplete(b, id, res.Inserted+res.Updated); err != nil {
+		return out, err
+	}
 	// The checks passed: their outcomes commit with the load, no round
 	// trip of their own.
 	if err := audit.QueueRecordChecks(b, id, l.a.RunKey, checkResults(l.checked)); err != nil {

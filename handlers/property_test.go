@@ -169,6 +169,7 @@ func TestPropertyRandomGroupHistories(t *testing.T) {
 				e.db.Exec(t, "TRUNCATE staging.src, "+f.raw+", idem.outbox, idem.run_ledger, idem.pipeline_audit")
 				m := &model{strategy: f.strategy, visible: map[int64]row{}, succeeded: map[string]bool{}}
 				runs := 0
+				seq := uint64(0) // stream sequences, unique as JetStream's are
 				steps := rapid.IntRange(3, 12).Draw(rt, "steps")
 				for range steps {
 					if rapid.Bool().Draw(rt, "stage") {
@@ -190,7 +191,7 @@ func TestPropertyRandomGroupHistories(t *testing.T) {
 						p     string
 					}
 					var wants []want
-					for i, p := range picked {
+					for _, p := range picked {
 						runID := fmt.Sprintf("run-%d", runs)
 						force := false
 						switch op := rapid.SampledFrom([]string{"new", "redeliver", "force"}).Draw(rt, "op"); {
@@ -205,7 +206,8 @@ func TestPropertyRandomGroupHistories(t *testing.T) {
 						ev, err := schemas.Decode("idem.ready.ds", body, e.h.Lookup)
 						require.NoError(rt, err)
 						evs = append(evs, ev)
-						ms = append(ms, handlers.Meta{StreamSeq: uint64(i + 1)})
+						seq++
+						ms = append(ms, handlers.Meta{StreamSeq: seq})
 						wants = append(wants, want{key: p + "|" + runID, force: force, p: p,
 							src: readRows(rt, e, "SELECT "+rowCols+" FROM staging.src WHERE event_date = $1", p)})
 					}

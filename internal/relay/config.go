@@ -33,6 +33,8 @@ type Config struct {
 	// ResultsStream and ResultsSubjectPrefix are where result rows go
 	// (package results); empty when the outbox holds none.
 	ResultsStream, ResultsSubjectPrefix string
+	// Lineage sends the OpenLineage events of the outbox; nil drops them.
+	Lineage LineageSender
 
 	// Interval between polls when nothing wakes the relay. Default DefaultInterval.
 	Interval time.Duration

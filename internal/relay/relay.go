@@ -21,6 +21,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -167,11 +168,57 @@ func (r *Relay) Flush(ctx context.Context) (Pass, error) {
 	errs := make([]error, len(rows))
 	acks := make([]*jetstream.PubAck, len(rows))
 	var wg sync.WaitGroup
+	var lineage []int
 	for i := range rows {
+		if rows[i].Lineage != nil {
+			lineage = append(lineage, i)
+			continue
+		}
 		wg.Go(func() { acks[i], errs[i] = r.publish(ctx, rows[i]) })
 	}
+	// Lineage events one after the other, in the order they were written
+	// (an attempt's START before its COMPLETE or FAIL).
+	wg.Go(func() {
+		var failed error
+		for _, i := range lineage {
+			if failed != nil {
+				// Held back with the one that failed, so that they are due
+				// again together and still go in order.
+				errs[i] = fmt.Errorf("held behind an earlier lineage event: %w", failed)
+				continue
+			}
+			acks[i], errs[i] = r.sendLineage(ctx, rows[i])
+			failed = errs[i]
+		}
+	})
 	wg.Wait()
 	return r.settle(ctx, rows, acks, errs)
+}
+
+// LineageSender sends one OpenLineage event (internal/lineage's Client).
+type LineageSender interface {
+	Send(ctx context.Context, event []byte) error
+}
+
+// sendLineage sends a lineage row. A receiver's refusal that no retry can
+// change (a 4xx: the error's Fatal) drops the event: the row is marked
+// sent, and the refusal logged. Without a sender configured any more, the
+// event is dropped likewise.
+func (r *Relay) sendLineage(ctx context.Context, row audit.OutboxRow) (*jetstream.PubAck, error) {
+	if r.cfg.Lineage == nil {
+		r.log.Warn().Int64("audit_id", row.AuditID).Msg("outbox: a lineage event, and no lineage receiver configured: dropped")
+		return &jetstream.PubAck{}, nil
+	}
+	err := r.cfg.Lineage.Send(ctx, row.Lineage)
+	var f interface{ Fatal() bool }
+	if errors.As(err, &f) && f.Fatal() {
+		r.log.Error().Err(err).Int64("audit_id", row.AuditID).Msg("outbox: the lineage receiver refused an event: dropped")
+		return &jetstream.PubAck{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &jetstream.PubAck{}, nil
 }
 
 // publish sends row with the subject, body and message id schemas derive;
@@ -200,6 +247,9 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 }
 
 func msgID(row audit.OutboxRow) string {
+	if row.Lineage != nil {
+		return fmt.Sprintf("lineage:%d", row.AuditID)
+	}
 	if row.Result != nil {
 		if res, err := results.Parse(row.Result); err == nil {
 			return results.MsgID(res.Stream, res.StreamSeq, res.AuditID)
@@ -213,10 +263,11 @@ func msgID(row audit.OutboxRow) string {
 // sent and does not leave rows claimed until the lease lapses.
 func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jetstream.PubAck, errs []error) (Pass, error) {
 	var (
-		sent     []audit.OutboxSent
-		failed   []audit.OutboxFailed
-		released []int64
-		first    error
+		sent         []audit.OutboxSent
+		failed       []audit.OutboxFailed
+		released     []int64
+		first        error
+		lineageDelay time.Duration
 	)
 	for i, row := range rows {
 		log := r.log.With().Str("dataset", row.Event.Dataset).Str("partition", row.Event.Partition).
@@ -224,8 +275,8 @@ func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jets
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, audit.OutboxSent{ID: row.ID, StreamSeq: acks[i].Sequence})
-			if row.Result != nil {
-				// One per event: not worth a line at info.
+			if row.Result != nil || row.Lineage != nil {
+				// One or more per event: not worth a line at info.
 				log.Debug().Uint64("results_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).Msg("outbox: result published")
 				continue
 			}
@@ -236,6 +287,14 @@ func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jets
 			released = append(released, row.ID)
 		default:
 			delay := r.retry.Backoff(row.Attempts+1, r.jitter())
+			if row.Lineage != nil {
+				// Every lineage row of a pass is due again at the same
+				// moment: the claim takes them in the order written.
+				if lineageDelay == 0 {
+					lineageDelay = delay
+				}
+				delay = lineageDelay
+			}
 			failed = append(failed, audit.OutboxFailed{ID: row.ID, Err: err, RetryIn: delay})
 			if first == nil {
 				first = err

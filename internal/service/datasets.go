@@ -12,6 +12,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
@@ -42,7 +43,7 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			return nil, fmt.Errorf("dataset %q: %w", name, err)
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
-			Checks: checks.New(d.Checks, st)}
+			Checks: checks.New(d.Checks, st), Target: ts + "." + tn}
 	}
 	for name, ds := range out {
 		ds.Upstreams = cfg.Upstreams(name)
@@ -117,5 +118,25 @@ func initMetrics(m *metrics.Metrics, cfg *config.Config) {
 			cs = append(cs, c.DisplayName())
 		}
 		m.DatasetChecks(name, cs)
+	}
+}
+
+// lineageInputs names, for each dataset of dss without them, the tables its
+// source reads (EXPLAIN with a sample partition), as lineage's inputs. A
+// source that cannot be planned keeps none; its events still name the
+// target.
+func lineageInputs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, dss map[string]*handlers.Dataset, wh lineage.Warehouse, log zerolog.Logger) {
+	for name, ds := range dss {
+		d := cfg.Datasets[name]
+		if d == nil || ds.Inputs != nil {
+			continue
+		}
+		p := strategies.Params{Partition: SamplePartition(ds.PartitionType), RunID: "idem-lineage"}
+		tables, err := lineage.SourceTables(ctx, pool, d.Source, p.NamedArgs())
+		if err != nil {
+			log.Warn().Err(err).Str("dataset", name).Msg("lineage: the tables the source reads are not known; its events name no inputs")
+			continue
+		}
+		ds.Inputs = wh.Inputs(tables)
 	}
 }

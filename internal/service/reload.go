@@ -99,6 +99,9 @@ func (r *reloader) reload(ctx context.Context) error {
 		return err
 	}
 	later := restartOnly(r.cur, next)
+	if r.h.Lineage != nil {
+		lineageInputs(ctx, r.pool, next, built, r.h.Lineage.Warehouse, r.log)
+	}
 	r.h.Replace(built)
 	r.cur, r.dss = next, built
 	if r.applied != nil {

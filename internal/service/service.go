@@ -20,6 +20,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
+	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/internal/relay"
 	"github.com/idem-data/idem/internal/results"
 )
@@ -105,6 +106,16 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 		log.Info().Msg("the server's sessions default to synchronous_commit = remote_apply: loads commit so too")
 	}
 	checkDatasets(ctx, pool, h, log)
+	var lineageClient *lineage.Client
+	if ol := cfg.Lineage.OpenLineage; ol != nil {
+		lineageClient, err = lineage.NewClient(lineage.ClientConfig{URL: ol.URL, Endpoint: ol.Endpoint, APIKey: ol.APIKey, Timeout: ol.Timeout.Std()})
+		if err != nil {
+			return err
+		}
+		h.Lineage = &handlers.Lineage{Namespace: ol.Namespace, Warehouse: lineage.NewWarehouse(&pool.Config().ConnConfig.Config)}
+		lineageInputs(ctx, pool, cfg, dss, h.Lineage.Warehouse, log)
+		log.Info().Str("url", lineageClient.URL()).Str("namespace", ol.Namespace).Msg("lineage: OpenLineage run events on")
+	}
 
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -113,7 +124,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	m := metrics.New(o.BuildVersion)
 	initMetrics(m, cfg)
 	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix,
-		ResultsStream: cfg.NATS.Results.Stream, ResultsSubjectPrefix: cfg.NATS.Results.SubjectPrefix}, log)
+		ResultsStream: cfg.NATS.Results.Stream, ResultsSubjectPrefix: cfg.NATS.Results.SubjectPrefix, Lineage: lineageSender(lineageClient)}, log)
 	if err != nil {
 		return err
 	}
@@ -245,4 +256,13 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	}
 	log.Info().Msg("idem serve stopped cleanly")
 	return nil
+}
+
+// lineageSender is c as the relay's sender; nil without lineage (a nil
+// *Client inside the interface would not be nil).
+func lineageSender(c *lineage.Client) relay.LineageSender {
+	if c == nil {
+		return nil
+	}
+	return c
 }

@@ -1,0 +1,93 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/lineage"
+)
+
+// Lineage is what the handler needs to write an attempt's OpenLineage run
+// events (package lineage) into the outbox: START and COMPLETE in its
+// load's transaction, START and FAIL with its failure. Handler.Lineage nil
+// writes none.
+type Lineage struct {
+	// Namespace is the jobs' namespace; Producer the events' producer URI
+	// ("" for the package's default).
+	Namespace, Producer string
+	// Warehouse names the target and source tables as OpenLineage does.
+	Warehouse lineage.Warehouse
+}
+
+// lineageAttempt is attempt id of l as lineage sees it.
+func (l *loading) lineageAttempt(id int64) lineage.Attempt {
+	lc := l.h.Lineage
+	parent, ignored := lineage.ParentFromAttributes(l.a.Attributes)
+	for _, i := range ignored {
+		l.log.Debug().Str("attribute", i.Attribute).Str("reason", i.Reason).Msg("lineage: parent attribute ignored")
+	}
+	return lineage.Attempt{
+		Namespace: lc.Namespace, Producer: lc.Producer, Pipeline: l.a.Pipeline, Dataset: l.a.Dataset,
+		AuditID: id, Number: l.a.Attempt, Partition: l.key, EventRunID: l.a.RunID, Parent: parent,
+		Inputs: l.ds.Inputs, Output: lc.Warehouse.Dataset(l.ds.Target),
+	}
+}
+
+// assertions are the checks' outcomes as OpenLineage data quality assertions.
+func assertions(outs []checks.Outcome) []lineage.Assertion {
+	as := make([]lineage.Assertion, 0, len(outs))
+	for _, o := range outs {
+		as = append(as, lineage.Assertion{Assertion: o.Kind, Success: o.Status != checks.StatusFail && o.Status != checks.StatusWarn,
+			Severity: o.Severity, Name: o.Name, Expected: o.Threshold, Actual: fmt.Sprintf("%d failing of %d", o.Failing, o.Checked)})
+	}
+	return as
+}
+
+// queueComplete queues, in the load's transaction, attempt id's START and
+// COMPLETE with rows written.
+func (l *loading) queueComplete(b *pgx.Batch, id int64, rows int64) error {
+	if l.h.Lineage == nil {
+		return nil
+	}
+	a := l.lineageAttempt(id)
+	start, err := a.Start(l.started).Marshal()
+	if err != nil {
+		return err
+	}
+	done, err := a.Complete(time.Now(), rows, assertions(l.checked)).Marshal()
+	if err != nil {
+		return err
+	}
+	audit.QueueEnqueueLineage(b, l.a.RunKey, id, start, done)
+	return nil
+}
+
+// enqueueFail writes attempt id's START and FAIL, after its transaction
+// rolled back, in a transaction of their own.
+func (l *loading) enqueueFail(ctx context.Context, id int64, cause error) {
+	if l.h.Lineage == nil {
+		return
+	}
+	sb, ok := l.h.DB.(interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	})
+	if !ok {
+		return
+	}
+	a := l.lineageAttempt(id)
+	start, err := a.Start(l.started).Marshal()
+	if err == nil {
+		var fail []byte
+		if fail, err = a.Fail(time.Now(), cause.Error(), assertions(l.checked)).Marshal(); err == nil {
+			err = audit.EnqueueLineage(ctx, sb, l.a.RunKey, id, start, fail)
+		}
+	}
+	if err != nil {
+		l.log.Error().Err(err).Msg("lineage: the attempt's FAIL event could not be written")
+	}
+}
