@@ -41,8 +41,8 @@ type loading struct {
 	m   Meta
 	// started is when the attempt's load began (its lineage START).
 	started time.Time
-	c   *pgx.Conn
-	log zerolog.Logger
+	c       *pgx.Conn
+	log     zerolog.Logger
 
 	// begun: the audit statement ran, so its row is committed.
 	begun bool

@@ -144,7 +144,9 @@ func TestPublishWait(t *testing.T) {
 		// The first attempt sleeps past the dataset's 1s statement timeout.
 		w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (3000)")
 		done := make(chan waitOut, 1)
-		go func() { done <- publishWait(t, w, "orders", "2026-11-05", "--run-id", "sched__5", "--wait", "--timeout", "60s") }()
+		go func() {
+			done <- publishWait(t, w, "orders", "2026-11-05", "--run-id", "sched__5", "--wait", "--timeout", "60s")
+		}()
 		w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'sched__5' AND status = 'failed'")
 		w.db.Exec(t, "DELETE FROM staging.gate_on")
 		o := <-done
@@ -306,7 +308,9 @@ func TestPublishWaitThroughAWarehouseOutage(t *testing.T) {
 	p := w.serve()
 	require.NoError(t, srv.Stop(ctx, "fast"))
 	done := make(chan waitOut, 1)
-	go func() { done <- publishWait(t, w, "orders", "2026-11-07", "--run-id", "through", "--wait", "--timeout", "90s") }()
+	go func() {
+		done <- publishWait(t, w, "orders", "2026-11-07", "--run-id", "through", "--wait", "--timeout", "90s")
+	}()
 	time.Sleep(5 * time.Second)
 	select {
 	case o := <-done:

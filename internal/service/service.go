@@ -19,8 +19,8 @@ import (
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/lineage"
+	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/relay"
 	"github.com/idem-data/idem/internal/results"
 )
