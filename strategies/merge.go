@@ -57,7 +57,9 @@ type Merge struct {
 func (*Merge) Name() string                          { return "merge" }
 func (*Merge) Prepare(context.Context, pgx.Tx) error { return nil }
 
-func (s *Merge) Describe(b *pgx.Batch, p Params) *Plan { return s.cat.describe(b, s.spec, p, false, nil) }
+func (s *Merge) Describe(b *pgx.Batch, p Params) *Plan {
+	return s.cat.describe(b, s.spec, p, false, nil)
+}
 
 func (s *Merge) plan(dp *Plan) ([]string, error) {
 	t, src, err := dp.checked()
