@@ -322,7 +322,13 @@ func (l *loading) skipped(ctx context.Context, id int64) error {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := audit.EnqueueResult(fctx, l.h.DB, l.a.RunKey, id, l.result(results.StatusSkipped, id, nil), true); err != nil {
+	// On the connection the attempt holds, when it has one: no second
+	// connection for a skip.
+	var db audit.Querier = l.h.DB
+	if l.c != nil && !l.c.PgConn().IsClosed() && l.c.PgConn().TxStatus() == 'I' {
+		db = l.c
+	}
+	if err := audit.EnqueueResult(fctx, db, l.a.RunKey, id, l.result(results.StatusSkipped, id, nil), true); err != nil {
 		return fmt.Errorf("the skip is recorded, its result is not (the message is delivered again): %w", err)
 	}
 	if l.h.Enqueued != nil {
