@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,6 +81,7 @@ func publishCmd(e *env) *cobra.Command {
 	var runID string
 	var force, asJSON, wait bool
 	var timeout time.Duration
+	var attrs []string
 	c := &cobra.Command{
 		Use:   "publish DATASET PARTITION",
 		Short: "Publish one validated partition-ready event, confirmed by JetStream; --wait follows it to its outcome",
@@ -140,6 +142,16 @@ Exit codes with --wait:
 				}
 			}
 			ev := schemas.PartitionReady{Dataset: args[0], Partition: args[1], RunID: runID, Force: force}
+			for _, kv := range attrs {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return &UsageError{fmt.Errorf("--attribute %q: want key=value", kv)}
+				}
+				if ev.Attributes == nil {
+					ev.Attributes = map[string]string{}
+				}
+				ev.Attributes[k] = v
+			}
 			p, err := publishEvent(cmd.Context(), js, cfg, ev)
 			if err != nil {
 				if wait {
@@ -168,6 +180,7 @@ Exit codes with --wait:
 	c.Flags().StringVar(&runID, "run-id", "", "run id (default manual__<UTC timestamp>)")
 	c.Flags().BoolVar(&force, "force", false, "rerun even if this run_id already succeeded")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	c.Flags().StringArrayVar(&attrs, "attribute", nil, "key=value attribute of the event, repeatable (e.g. openlineage_parent_id=ns/job/run)")
 	c.Flags().BoolVar(&wait, "wait", false, "follow the event to its outcome (exit codes above; the last stdout line is JSON)")
 	c.Flags().DurationVar(&timeout, "timeout", time.Hour, "with --wait, give up waiting after this long (exit 3)")
 	return c

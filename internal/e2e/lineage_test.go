@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -106,10 +104,11 @@ func TestLineageEvents(t *testing.T) {
 		require.Equal(t, 0, p.exit(t, 30*time.Second))
 	}()
 	wantRun := "3f1b5c3e-9d1a-4c55-8b7e-2a51f1d0c6a1"
-	w.publishAttrs("2026-11-01", "l1", map[string]string{
-		"openlineage_parent_job_namespace": "airflow", "openlineage_parent_job_name": "shop.load_orders",
-		"openlineage_parent_run_id": wantRun,
-	})
+	// As the README's Airflow snippet passes it: one attribute,
+	// namespace/job/run.
+	code, stdout, stderr := rbExec(t, w, []string{"publish", "orders", "2026-11-01", "--run-id", "l1",
+		"--attribute", "openlineage_parent_id=airflow/shop.load_orders/" + wantRun})
+	require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 	evs := mq.wait(t, "l1", 2)
 	require.Equal(t, []string{"START", "COMPLETE"}, types(evs))
 	for _, e := range evs {
@@ -160,13 +159,4 @@ func TestLineageEvents(t *testing.T) {
 	evs = mq.wait(t, hostile, 2)
 	require.Equal(t, []string{"START", "COMPLETE"}, types(evs))
 	require.Equal(t, hostile, dig(evs[1], "run", "facets", "idem_run", "runId"))
-}
-
-// publishAttrs publishes an orders event with attributes.
-func (w *world) publishAttrs(partition, runID string, attrs map[string]string) {
-	w.t.Helper()
-	body, err := json.Marshal(map[string]any{"dataset": "orders", "partition": partition, "run_id": runID, "attributes": attrs})
-	require.NoError(w.t, err)
-	_, err = w.js.PublishMsg(context.Background(), &nats.Msg{Subject: "idem.ready.orders", Data: body})
-	require.NoError(w.t, err)
 }
