@@ -176,34 +176,46 @@ type deadLetter struct {
 }
 
 func readDeadLetters(ctx context.Context, js jetstream.JetStream) ([]deadLetter, error) {
-	s, err := js.Stream(ctx, dlqStream)
+	var out []deadLetter
+	err := eachMsg(ctx, js, dlqStream, func(m *jetstream.RawStreamMsg) error {
+		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get("Idem-Failed-At"))
+		out = append(out, deadLetter{
+			seq: m.Sequence, subject: m.Subject, chaosID: m.Header.Get(chaosIDHeader),
+			kind: m.Header.Get("Idem-Error-Kind"), err: m.Header.Get("Idem-Error"),
+			deliveries: m.Header.Get("Idem-Deliveries"), origSeq: m.Header.Get("Idem-Original-Seq"), failedAt: at,
+		})
+		return nil
+	})
+	return out, err
+}
+
+// eachMsg calls fn for every message of stream, oldest first, read one by
+// one; a missing stream has none.
+func eachMsg(ctx context.Context, js jetstream.JetStream, stream string, fn func(m *jetstream.RawStreamMsg) error) error {
+	s, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []deadLetter
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("chaos: read dead letter %d: %w", seq, err)
+			return fmt.Errorf("chaos: read message %d of %s: %w", seq, stream, err)
 		}
-		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get("Idem-Failed-At"))
-		out = append(out, deadLetter{
-			seq: seq, subject: m.Subject, chaosID: m.Header.Get(chaosIDHeader),
-			kind: m.Header.Get("Idem-Error-Kind"), err: m.Header.Get("Idem-Error"),
-			deliveries: m.Header.Get("Idem-Deliveries"), origSeq: m.Header.Get("Idem-Original-Seq"), failedAt: at,
-		})
+		if err := fn(m); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // parseChaosID splits "e<idx>.<copy>".

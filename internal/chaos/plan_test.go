@@ -149,14 +149,8 @@ func TestRetryScheduleIsTheConsumersAndShort(t *testing.T) {
 func TestCheckRunsSeesLostDoubledAndMisfiledEvents(t *testing.T) {
 	ctx := context.Background()
 	db := checkerDB(t)
-	nb, err := startNATS(filepath.Join(t.TempDir(), "js"))
-	require.NoError(t, err)
-	t.Cleanup(nb.down)
-	nc, err := nats.Connect(nb.url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := checkerNATS(t)
+	var err error
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: dlqStream, Subjects: []string{"idem.dlq.>"}})
 	require.NoError(t, err)
 
@@ -265,14 +259,8 @@ func TestShortScheduleHasOneFailover(t *testing.T) {
 func TestCheckResultsSeesMissingDoubledAndOrphanResults(t *testing.T) {
 	ctx := context.Background()
 	db := checkerDB(t)
-	nb, err := startNATS(filepath.Join(t.TempDir(), "js"))
-	require.NoError(t, err)
-	t.Cleanup(nb.down)
-	nc, err := nats.Connect(nb.url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := checkerNATS(t)
+	var err error
 	for name, subj := range map[string]string{resultsStream: "idem.result.>", dlqStream: "idem.dlq.>"} {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}})
 		require.NoError(t, err)
@@ -327,4 +315,18 @@ func TestCheckResultsSeesMissingDoubledAndOrphanResults(t *testing.T) {
 	require.NoError(t, checkResults(ctx, db, js, history{faults: []*fault{{Kind: FaultFailover}}}, r))
 	require.Equal(t, 1, r.Check.Results.OrphansLost)
 	require.Len(t, r.Violations, 3, "%q", r.Violations)
+}
+
+// checkerNATS is a NATS server of the test's own, and JetStream on it.
+func checkerNATS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nb, err := startNATS(filepath.Join(t.TempDir(), "js"))
+	require.NoError(t, err)
+	t.Cleanup(nb.down)
+	nc, err := nats.Connect(nb.url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
 }

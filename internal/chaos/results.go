@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -56,39 +55,22 @@ type attemptKey struct {
 
 // readResults reads every message of the results stream.
 func readResults(ctx context.Context, js jetstream.JetStream, r *Report) ([]result, error) {
-	s, err := js.Stream(ctx, resultsStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var out []result
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("chaos: read result %d: %w", seq, err)
-		}
+	err := eachMsg(ctx, js, resultsStream, func(m *jetstream.RawStreamMsg) error {
 		var res result
 		if err := json.Unmarshal(m.Data, &res); err != nil {
-			r.violate("result %d is not JSON: %v", seq, err)
-			continue
+			r.violate("result %d is not JSON: %v", m.Sequence, err)
+			return nil
 		}
 		if m.Header.Get("Idem-Status") != res.Status || m.Header.Get("Idem-Event-Seq") != strconv.FormatUint(res.StreamSeq, 10) ||
 			m.Header.Get("Idem-Event-Stream") != res.Stream {
 			r.Check.Results.BadHeaders++
-			r.violate("result %d: headers %v do not match its body %+v", seq, m.Header, res)
+			r.violate("result %d: headers %v do not match its body %+v", m.Sequence, m.Header, res)
 		}
 		out = append(out, res)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // checkResults: every committed load has exactly one "loaded" result; no
