@@ -108,6 +108,19 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 	if ds == nil {
 		return outs, errs
 	}
+	same := true
+	for _, m := range mems {
+		same = same && (m == nil || m.l.ds == ds)
+	}
+	if !same || !h.groupable(ds) {
+		// Not yet prepared, or changed by a reload while the group formed.
+		for i, m := range mems {
+			if m != nil {
+				outs[i], errs[i] = h.Handle(ctx, evs[i], ms[i])
+			}
+		}
+		return outs, errs
+	}
 	h.unrecorded.flush(ctx, h.DB, h.Log)
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
