@@ -86,15 +86,18 @@ func TestGroupFailingPartitionFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	conn, err := e.db.Pool.Acquire(ctx)
 	require.NoError(t, err)
-	defer conn.Release()
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, audit.LockSQL, audit.PartitionLockKey("test", "ds", "2026-11-04"))
 	require.NoError(t, err)
+	released := make(chan struct{})
 	go func() {
+		defer close(released)
 		time.Sleep(500 * time.Millisecond)
 		_ = tx.Rollback(ctx)
+		conn.Release()
 	}()
+	defer func() { <-released }()
 
 	var logs strings.Builder
 	e.h.Log = zerolog.New(&syncWriter{w: &logs})
