@@ -106,11 +106,14 @@ type partitionJSON struct {
 
 // rowsJSON are what a load wrote; Deleted is null when not counted (a
 // TRUNCATE does not count what it removed).
-type rowsJSON struct {
-	Inserted int64  `json:"inserted"`
-	Updated  int64  `json:"updated"`
-	Deleted  *int64 `json:"deleted"`
-}
+
+// rowsJSON, attemptJSON and checkJSON are the audit's rows as the API
+// answers them (docs/api/openapi.yaml).
+type (
+	rowsJSON    = audit.RangeRows
+	attemptJSON = audit.RangeAttempt
+	checkJSON   = audit.CheckOutcome
+)
 
 // attemptsJSON counts a partition's attempts (those retention removed
 // included, skipped duplicates not) and lists the newest stored ones.
@@ -121,32 +124,8 @@ type attemptsJSON struct {
 
 // attemptJSON is one attempt, with the audit's status: started, success or
 // failed.
-type attemptJSON struct {
-	RunID       string     `json:"run_id"`
-	Attempt     int        `json:"attempt"`
-	Status      string     `json:"status"`
-	Force       bool       `json:"force"`
-	Error       *string    `json:"error"`
-	ErrorKind   *string    `json:"error_kind"`
-	TriggeredBy *string    `json:"triggered_by"`
-	StreamSeq   *int64     `json:"stream_seq"`
-	StartedAt   time.Time  `json:"started_at"`
-	FinishedAt  *time.Time `json:"finished_at"`
-}
 
 // checkJSON is one check's outcome.
-type checkJSON struct {
-	Name      string          `json:"name"`
-	Kind      string          `json:"kind"`
-	Severity  string          `json:"severity"`
-	Status    string          `json:"status"`
-	Failing   int64           `json:"failing"`
-	Checked   int64           `json:"checked"`
-	Threshold string          `json:"threshold"`
-	Note      *string         `json:"note"`
-	Samples   json.RawMessage `json:"samples"`
-	CheckedAt time.Time       `json:"checked_at"`
-}
 
 // rangeJSON is a range of one dataset's partitions, oldest first.
 type rangeJSON struct {
@@ -336,7 +315,7 @@ func (p *Page) read(ctx context.Context, dss []Dataset, ds Dataset, keys []strin
 	from, to := keys[0], keys[len(keys)-1]
 	var (
 		latest []audit.Latest
-		stored map[string]storedAttempts
+		stored map[string]audit.StoredAttempts
 		checks map[int64][]checkJSON
 	)
 	err := snapshot(ctx, p.d.DB, func(q audit.Querier) error {
@@ -344,16 +323,16 @@ func (p *Page) read(ctx context.Context, dss []Dataset, ds Dataset, keys []strin
 		if latest, err = audit.LatestInRange(ctx, q, p.d.Pipeline, append([]string{ds.Name}, ds.Upstreams...), from, to); err != nil {
 			return err
 		}
-		if stored, err = attemptsInRange(ctx, q, p.d.Pipeline, ds.Name, from, to, MaxListedAttempts); err != nil {
+		if stored, err = audit.AttemptsInRange(ctx, q, p.d.Pipeline, ds.Name, from, to, MaxListedAttempts); err != nil {
 			return err
 		}
 		var ids []int64
 		for _, k := range keys {
 			if s, ok := stored[k]; ok {
-				ids = append(ids, s.id)
+				ids = append(ids, s.ID)
 			}
 		}
-		checks, err = checksOf(ctx, q, ids)
+		checks, err = audit.ChecksOf(ctx, q, ids)
 		return err
 	})
 	if err != nil {
@@ -372,13 +351,13 @@ func (p *Page) read(ctx context.Context, dss []Dataset, ds Dataset, keys []strin
 			a.Due = &due
 		}
 		if s, ok := stored[k]; ok {
-			l := s.list[0]
+			l := s.List[0]
 			a.RunID, a.Error, a.ErrorKind, a.FinishedAt = &l.RunID, l.Error, l.ErrorKind, l.FinishedAt
 			if l.Status == audit.StatusSuccess {
-				a.Rows = &s.rows
+				a.Rows = &s.Rows
 			}
-			a.Attempts = attemptsJSON{Count: s.count, List: s.list}
-			if cs := checks[s.id]; cs != nil {
+			a.Attempts = attemptsJSON{Count: s.Count, List: s.List}
+			if cs := checks[s.ID]; cs != nil {
 				a.Checks = cs
 			}
 		}

@@ -1,48 +1,69 @@
-package statuspage
+package audit
 
-// What the API reads beyond audit's queries: a range's attempts with their
-// row counts, and the checks of given attempts, one statement each however
-// long the range.
+// What the status page's JSON API reads beyond the other queries: a
+// range's attempts with their row counts, and the checks of given
+// attempts, one statement each however long the range.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idem-data/idem/audit"
 )
 
-// snapshot runs fn on one read-only REPEATABLE READ transaction when db can
-// open one (a pool can), so its statements see the same audit.
-func snapshot(ctx context.Context, db audit.Querier, fn func(audit.Querier) error) error {
-	b, ok := db.(interface {
-		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-	})
-	if !ok {
-		return fn(db)
-	}
-	return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
-		func(tx pgx.Tx) error { return fn(tx) })
+// RangeRows are what an attempt wrote; Deleted nil when not counted.
+type RangeRows struct {
+	Inserted int64  `json:"inserted"`
+	Updated  int64  `json:"updated"`
+	Deleted  *int64 `json:"deleted"`
 }
 
-// storedAttempts are one partition's attempts, skipped duplicates aside,
+// RangeAttempt is one attempt as the API lists it.
+type RangeAttempt struct {
+	RunID       string     `json:"run_id"`
+	Attempt     int        `json:"attempt"`
+	Status      string     `json:"status"`
+	Force       bool       `json:"force"`
+	Error       *string    `json:"error"`
+	ErrorKind   *string    `json:"error_kind"`
+	TriggeredBy *string    `json:"triggered_by"`
+	StreamSeq   *int64     `json:"stream_seq"`
+	StartedAt   time.Time  `json:"started_at"`
+	FinishedAt  *time.Time `json:"finished_at"`
+}
+
+// CheckOutcome is one check's recorded outcome.
+type CheckOutcome struct {
+	Name      string          `json:"name"`
+	Kind      string          `json:"kind"`
+	Severity  string          `json:"severity"`
+	Status    string          `json:"status"`
+	Failing   int64           `json:"failing"`
+	Checked   int64           `json:"checked"`
+	Threshold string          `json:"threshold"`
+	Note      *string         `json:"note"`
+	Samples   json.RawMessage `json:"samples"`
+	CheckedAt time.Time       `json:"checked_at"`
+}
+
+// StoredAttempts are one partition's attempts, skipped duplicates aside,
 // newest first: list[0] is the latest, id its audit row and rows what it
 // wrote.
-type storedAttempts struct {
-	count int64 // stored ones and those retention removed
-	list  []attemptJSON
-	id    int64
-	rows  rowsJSON
+type StoredAttempts struct {
+	Count int64 // stored ones and those retention removed
+	List  []RangeAttempt
+	ID    int64
+	Rows  RangeRows
 }
 
-// attemptsInRange reads the newest limit attempts of each partition of
+// AttemptsInRange reads the newest limit attempts of each partition of
 // dataset from..to, skipped duplicates aside, newest first: the first is the
 // latest, the one LatestInRange reads (limit must be at least 1). It reads
 // pipeline_audit_partition_idx for the range, and the counts retention
 // left in idem.pruned_attempts, as `idem audit status` does.
-func attemptsInRange(ctx context.Context, db audit.Querier, pipeline, dataset, from, to string, limit int) (map[string]storedAttempts, error) {
+func AttemptsInRange(ctx context.Context, db Querier, pipeline, dataset, from, to string, limit int) (map[string]StoredAttempts, error) {
 	rows, err := db.Query(ctx, `
 		SELECT a.partition_key, a.id, a.run_id, a.attempt, a.status, a.force, a.error, a.error_kind, a.triggered_by, a.stream_seq,
 		       a.started_at, a.finished_at, coalesce(a.rows_inserted, 0), coalesce(a.rows_updated, 0), a.rows_deleted,
@@ -58,14 +79,14 @@ func attemptsInRange(ctx context.Context, db audit.Querier, pipeline, dataset, f
 		 ORDER BY a.partition_key, a.id DESC`,
 		pipeline, dataset, from, to, limit)
 	if err != nil {
-		return nil, fmt.Errorf("api: attempts of %s: %w", dataset, err)
+		return nil, fmt.Errorf("audit: attempts of %s: %w", dataset, err)
 	}
-	out := map[string]storedAttempts{}
+	out := map[string]StoredAttempts{}
 	var (
 		key   string
 		id, n int64
-		a     attemptJSON
-		r     rowsJSON
+		a     RangeAttempt
+		r     RangeRows
 	)
 	_, err = pgx.ForEachRow(rows, []any{&key, &id, &a.RunID, &a.Attempt, &a.Status, &a.Force, &a.Error, &a.ErrorKind, &a.TriggeredBy,
 		&a.StreamSeq, &a.StartedAt, &a.FinishedAt, &r.Inserted, &r.Updated, &r.Deleted, &n}, func() error {
@@ -76,22 +97,22 @@ func attemptsInRange(ctx context.Context, db audit.Querier, pipeline, dataset, f
 		}
 		s, ok := out[key]
 		if !ok {
-			s = storedAttempts{count: n, id: id, rows: r}
+			s = StoredAttempts{Count: n, ID: id, Rows: r}
 		}
-		s.list = append(s.list, a)
+		s.List = append(s.List, a)
 		out[key] = s
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("api: attempts of %s: %w", dataset, err)
+		return nil, fmt.Errorf("audit: attempts of %s: %w", dataset, err)
 	}
 	return out, nil
 }
 
-// checksOf reads the check outcomes of attempts ids, in the order they
+// ChecksOf reads the check outcomes of attempts ids, in the order they
 // were recorded.
-func checksOf(ctx context.Context, db audit.Querier, ids []int64) (map[int64][]checkJSON, error) {
-	out := map[int64][]checkJSON{}
+func ChecksOf(ctx context.Context, db Querier, ids []int64) (map[int64][]CheckOutcome, error) {
+	out := map[int64][]CheckOutcome{}
 	if len(ids) == 0 {
 		return out, nil
 	}
@@ -99,11 +120,11 @@ func checksOf(ctx context.Context, db audit.Querier, ids []int64) (map[int64][]c
 		SELECT audit_id, name, kind, severity, status, failing, checked, threshold, note, samples::text, checked_at
 		  FROM idem.check_results WHERE audit_id = ANY($1) ORDER BY audit_id, id`, ids)
 	if err != nil {
-		return nil, fmt.Errorf("api: checks: %w", err)
+		return nil, fmt.Errorf("audit: checks: %w", err)
 	}
 	var (
 		id      int64
-		c       checkJSON
+		c       CheckOutcome
 		samples *string
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &c.Name, &c.Kind, &c.Severity, &c.Status, &c.Failing, &c.Checked, &c.Threshold, &c.Note,
@@ -117,7 +138,7 @@ func checksOf(ctx context.Context, db audit.Querier, ids []int64) (map[int64][]c
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("api: checks: %w", err)
+		return nil, fmt.Errorf("audit: checks: %w", err)
 	}
 	return out, nil
 }
