@@ -25,6 +25,13 @@ func TestValidateProblems(t *testing.T) {
 		// Top level.
 		{"no pipeline", func(c *Config) { c.Pipeline = " " }, "", "pipeline", []string{"required", "IDEM_PIPELINE"}, false},
 		{"no datasets", func(c *Config) { c.Datasets = nil }, "", "datasets", []string{"declare at least one dataset"}, false},
+		{"results stream is the events stream", func(c *Config) { c.NATS.Results.Stream = c.NATS.Stream }, "", "nats.results.stream", []string{"already another of idem's streams", "IDEM_RESULTS"}, false},
+		{"results prefix overlaps the events'", func(c *Config) { c.NATS.Results.SubjectPrefix = "idem.ready.results" }, "", "nats.results.subject_prefix", []string{"overlaps", "idem.result"}, false},
+		{"results max_age under a minute", func(c *Config) { c.NATS.Results.MaxAge = Duration(time.Second) }, "", "nats.results.max_age", []string{"want at least 1m"}, false},
+		{"results max_bytes under 1 MiB", func(c *Config) { c.NATS.Results.MaxBytes = 1000 }, "", "nats.results.max_bytes", []string{"at least 1048576"}, false},
+		{"max_group negative", func(c *Config) { c.NATS.MaxGroup = -1 }, "", "nats.max_group", []string{"use 1 (group loads off) to 256"}, false},
+		{"max_group too big", func(c *Config) { c.NATS.MaxGroup = 1000 }, "", "nats.max_group", []string{"use 1 (group loads off) to 256"}, false},
+		{"token_for_reads without a token", func(c *Config) { c.HTTP.TokenForReads = true; c.HTTP.Token = "" }, "", "http.token_for_reads", []string{"needs http.token"}, false},
 		{"ack_wait under 1s", func(c *Config) { c.NATS.AckWait = Duration(999 * time.Millisecond) }, "", "nats.ack_wait", []string{"999ms is too short", "at least 1s"}, false},
 		{"reverify_window under a minute", func(c *Config) { c.Postgres.ReverifyWindow = Duration(10 * time.Second) }, "", "postgres.reverify_window", []string{"10s: want at least 1m", "postgres.reverify: false"}, false},
 		{"ack_wait as long as the duplicate window", func(c *Config) { c.NATS.AckWait = Duration(2 * time.Minute) }, "", "nats.ack_wait", []string{"2m0s is not shorter than the duplicate window nats.duplicates (2m0s)", "Term is lost", "lower ack_wait or raise nats.duplicates"}, false},

@@ -1,7 +1,9 @@
-// Package relay publishes the events that loads wrote to idem.outbox (the
-// downstream datasets of `then:`), so that a pipeline is idempotent end to
-// end: a downstream event exists if and only if its upstream load committed,
-// and it is published at least once, deduplicated by its Nats-Msg-Id.
+// Package relay publishes what loads wrote to idem.outbox: the downstream
+// events of `then:`, each event's result (package results, on the results
+// stream) and, with lineage configured, its OpenLineage events (POSTed in
+// the order written). So a pipeline is idempotent end to end: a row exists
+// if and only if its load committed, and it goes out at least once,
+// deduplicated by its Nats-Msg-Id (a lineage receiver by the run id).
 //
 // Every `idem serve` runs a relay. A pass claims due rows in one short
 // statement (a lease, not a lock), publishes them outside any transaction,
