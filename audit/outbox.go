@@ -54,20 +54,17 @@ func QueueEnqueueResult(b *pgx.Batch, k RunKey, auditID int64, body []byte, load
 }
 
 func enqueueResultSQL(k RunKey, auditID int64, body []byte, loadedBy bool) (string, []any) {
-	args := []any{k.Dataset, k.Partition, k.RunID, auditID, string(body)}
-	merge := "'{}'::jsonb"
-	if loadedBy {
-		args = append(args, k.Pipeline)
-		merge = `coalesce((
-			SELECT jsonb_build_object('loaded_by_audit_id', a.id, 'rows', jsonb_build_object(
-			       'inserted', coalesce(a.rows_inserted, a.row_count, 0), 'updated', coalesce(a.rows_updated, 0),
-			       'deleted', coalesce(a.rows_deleted, -1)))
-			  FROM idem.run_ledger l JOIN idem.pipeline_audit a ON a.id = l.audit_id
-			 WHERE l.dag_id = $6 AND l.task_id = $1 AND l.partition_key = $2 AND l.run_id = $3), '{}'::jsonb)`
+	if !loadedBy {
+		return `
+		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+		VALUES ($1, $2, $3, $4, $5::jsonb)
+		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`, []any{k.Dataset, k.Partition, k.RunID, auditID, string(body)}
 	}
+	// Numbered as the begin statement numbers them, so both share loadedBySQL.
+	args := []any{k.Pipeline, k.Dataset, auditID, k.Partition, k.RunID, string(body)}
 	return `
 		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-		SELECT $1, $2, $3, $4, $5::jsonb || ` + merge + `
+		SELECT $2, $4, $5, $3, $6::jsonb || ` + loadedBySQL + `
 		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`, args
 }
 

@@ -226,12 +226,22 @@ func (g *group) load(ctx context.Context) bool {
 	}
 	// Round trip 1: every audit statement, one COMMIT, then the load's
 	// transaction with every lock tried and ledger checked.
-	committed := false
+	// The audit statements are one, set-based, for the whole group.
+	committed, began := false, false
 	b := &pgx.Batch{}
+	var gbs []audit.GroupBegin
 	for _, m := range g.mems {
 		if m != nil {
-			audit.QueueBegin(b, m.l.a, m.l.m.MaxAttempts, &m.b, &m.l.begun)
+			gbs = append(gbs, audit.GroupBegin{Attempt: m.l.a, Budget: m.l.m.MaxAttempts, SkipResult: m.l.skipResult(), Into: &m.b})
 		}
+	}
+	if err := audit.QueueBeginGroup(b, gbs, &began); err != nil {
+		for _, m := range g.mems {
+			if m != nil {
+				m.state, m.err = memberOver, beforeLoad(err)
+			}
+		}
+		return false
 	}
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	first := g.first()
@@ -262,6 +272,7 @@ func (g *group) load(ctx context.Context) bool {
 		if m == nil {
 			continue
 		}
+		m.l.begun = began
 		m.l.log = m.l.log.With().Int("attempt", m.b.Attempt).Logger()
 		switch {
 		case m.b.Spent:
@@ -270,7 +281,7 @@ func (g *group) load(ctx context.Context) bool {
 		case m.b.Skipped:
 			m.state = memberOver
 			m.l.log.Info().Msg("run already succeeded: skipped")
-			if err := m.l.skipped(ctx, m.b.ID); err != nil {
+			if err := m.l.skipped(ctx, m.b.ID, m.b.ResultWritten); err != nil {
 				m.err = beforeLoad(err)
 			} else {
 				m.out = Outcome{Status: audit.StatusSkipped, AuditID: m.b.ID}
@@ -340,7 +351,10 @@ func (g *group) load(ctx context.Context) bool {
 	}
 	// Round trip 3: the successes, their results and downstream events, the
 	// skips the ledger found under the locks, one COMMIT.
+	// The successes, their ledger entries, results and checks' outcomes
+	// are set-based: a statement or two for the whole group, not one each.
 	b = &pgx.Batch{}
+	var done []audit.Success
 	for _, m := range g.mems {
 		if m == nil {
 			continue
@@ -352,13 +366,13 @@ func (g *group) load(ctx context.Context) bool {
 			l.queueResult(b, results.StatusSkipped, m.b.ID, nil)
 		case memberLoad:
 			r := m.res
-			audit.QueueSucceedAndRecord(b, l.a.RunKey, m.b.ID, audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, l.a.Force)
-			l.queueResult(b, results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
-			if err := l.queueComplete(b, m.b.ID, r.Inserted+r.Updated); err != nil {
-				g.fallBack(ctx, err)
-				return false
+			s := audit.Success{RunKey: l.a.RunKey, ID: m.b.ID, Force: l.a.Force,
+				Rows: audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, Checks: checkResults(l.checked)}
+			if l.h.Results && l.m.StreamSeq > 0 {
+				s.Result = l.result(results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
 			}
-			if err := audit.QueueRecordChecks(b, m.b.ID, l.a.RunKey, checkResults(l.checked)); err != nil {
+			done = append(done, s)
+			if err := l.queueComplete(b, m.b.ID, r.Inserted+r.Updated); err != nil {
 				g.fallBack(ctx, err)
 				return false
 			}
@@ -368,6 +382,10 @@ func (g *group) load(ctx context.Context) bool {
 				return false
 			}
 		}
+	}
+	if err := audit.QueueSucceedGroup(b, done); err != nil {
+		g.fallBack(ctx, err)
+		return false
 	}
 	queueCommit(b)
 	if err := audit.SuccessError(g.c.SendBatch(ctx, b).Close()); err != nil {

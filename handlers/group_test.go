@@ -184,3 +184,87 @@ func TestGroupKilledMidLoad(t *testing.T) {
 	require.EqualValues(t, 4, e.auditCount("success"))
 	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "one attempt each: the group's")
 }
+
+// TestGroupResults: with results on, a group's loads write one result
+// each, set-based with their successes; the same events again are skipped
+// by the audit statement, which writes each skip's result in the same
+// statement (the same transaction as the skipped row), naming the load.
+func TestGroupResults(t *testing.T) {
+	e := newEnv(t, fixtures[0])
+	e.h.Results = true
+	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03"}
+	for i, p := range parts {
+		e.stage(p, (i+1)*100, 10, i, 1)
+	}
+	evs, ms := groupEvents(t, e, "r1", 1, parts...)
+	for i := range ms {
+		ms[i].Stream = "IDEM_EVENTS"
+	}
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
+	loaded := map[string]int64{}
+	for i, p := range parts {
+		require.NoError(t, errs[i])
+		require.Equal(t, audit.StatusSuccess, outs[i].Status)
+		loaded[p] = outs[i].AuditID
+	}
+	type res struct {
+		status, part    string
+		audit, loadedBy int64
+		inserted        int64
+		sameTx          bool
+	}
+	read := func(status string) map[string]res {
+		rows, err := e.db.Pool.Query(context.Background(), `
+			SELECT o.result ->> 'status', o.partition_key, (o.result ->> 'audit_id')::bigint,
+			       coalesce((o.result ->> 'loaded_by_audit_id')::bigint, 0), (o.result -> 'rows' ->> 'inserted')::bigint,
+			       o.xmin = a.xmin
+			  FROM idem.outbox o JOIN idem.pipeline_audit a ON a.id = o.audit_id
+			 WHERE o.result IS NOT NULL AND o.result ->> 'status' = $1`, status)
+		require.NoError(t, err)
+		defer rows.Close()
+		out := map[string]res{}
+		for rows.Next() {
+			var r res
+			require.NoError(t, rows.Scan(&r.status, &r.part, &r.audit, &r.loadedBy, &r.inserted, &r.sameTx))
+			out[r.part] = r
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	got := read("loaded")
+	require.Len(t, got, 3)
+	for _, p := range parts {
+		require.Equal(t, loaded[p], got[p].audit, p)
+		require.EqualValues(t, 10, got[p].inserted, p)
+		require.True(t, got[p].sameTx, "a load's result commits with it")
+	}
+
+	// Delivered again (a replay, new stream sequences): skipped before the
+	// load, each skip's result written by its audit statement.
+	evs, ms = groupEvents(t, e, "r1", 10, parts...)
+	for i := range ms {
+		ms[i].Stream = "IDEM_EVENTS"
+	}
+	outs, errs = e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range parts {
+		require.NoError(t, errs[i])
+		require.Equal(t, audit.StatusSkipped, outs[i].Status)
+	}
+	got = read("skipped")
+	require.Len(t, got, 3)
+	for i, p := range parts {
+		require.Equal(t, outs[i].AuditID, got[p].audit, p)
+		require.Equal(t, loaded[p], got[p].loadedBy, "the skip names the run's load")
+		require.EqualValues(t, 10, got[p].inserted, "with the load's rows")
+		require.True(t, got[p].sameTx, "the skip and its result commit together")
+	}
+
+	// One event alone, the same way.
+	evs, ms = groupEvents(t, e, "r1", 20, parts[0])
+	ms[0].Stream = "IDEM_EVENTS"
+	out, err := e.h.Handle(context.Background(), evs[0], ms[0])
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusSkipped, out.Status)
+	require.EqualValues(t, 1, e.db.Int(t, `SELECT count(*) FROM idem.outbox o JOIN idem.pipeline_audit a ON a.id = o.audit_id
+		WHERE o.audit_id = $1 AND o.xmin = a.xmin AND (o.result ->> 'loaded_by_audit_id')::bigint = $2`, out.AuditID, loaded[parts[0]]))
+}

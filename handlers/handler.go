@@ -248,7 +248,7 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 	case b.Skipped:
 		log.Info().Msg("run already succeeded: skipped")
 		l.close(ctx)
-		if err := l.skipped(ctx, b.ID); err != nil {
+		if err := l.skipped(ctx, b.ID, b.ResultWritten); err != nil {
 			log.Warn().Err(err).Msg("skip's result not written")
 			return Outcome{}, beforeLoad(err)
 		}

@@ -65,7 +65,7 @@ func (l *loading) params() strategies.Params {
 func (l *loading) begin(ctx context.Context, budget int) (audit.Begun, error) {
 	var bg audit.Begun
 	b := &pgx.Batch{}
-	audit.QueueBegin(b, l.a, budget, &bg, &l.begun)
+	audit.QueueBegin(b, l.a, budget, l.skipResult(), &bg, &l.begun)
 	prepared := l.ds.prepared.Load()
 	if prepared {
 		b.Queue("COMMIT")
@@ -281,7 +281,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		if err := audit.Skip(fctx, l.h.DB, id); err != nil {
 			return Outcome{Status: audit.StatusSkipped, AuditID: id}, err
 		}
-		return Outcome{Status: audit.StatusSkipped, AuditID: id}, l.skipped(fctx, id)
+		return Outcome{Status: audit.StatusSkipped, AuditID: id}, l.skipped(fctx, id, false)
 	}
 	if err == nil && (len(l.ds.Then) > 0 || l.h.Results) && l.h.Enqueued != nil {
 		l.h.Enqueued()
@@ -312,12 +312,28 @@ func (l *loading) queueResult(b *pgx.Batch, status string, id int64, rows *resul
 	}
 }
 
-// skipped writes the result of a skip that already committed, in a
-// statement of its own. When it cannot, the error comes back so that the
-// message is redelivered: skipped again, with its result, rather than
-// acknowledged without one (a waiting publisher would never hear of it).
-func (l *loading) skipped(ctx context.Context, id int64) error {
+// skipResult is the body of the result this attempt's audit statement
+// writes should it decide a skip (nil when the handler publishes none).
+func (l *loading) skipResult() []byte {
 	if !l.h.Results || l.m.StreamSeq == 0 {
+		return nil
+	}
+	return l.result(results.StatusSkipped, 0, nil)
+}
+
+// skipped writes the result of a skip that already committed, in a
+// statement of its own, unless the skip's statement wrote it (written).
+// When it cannot, the error comes back so that the message is
+// redelivered: skipped again, with its result, rather than acknowledged
+// without one (a waiting publisher would never hear of it).
+func (l *loading) skipped(ctx context.Context, id int64, written bool) error {
+	if !l.h.Results || l.m.StreamSeq == 0 {
+		return nil
+	}
+	if written {
+		if l.h.Enqueued != nil {
+			l.h.Enqueued()
+		}
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -1,0 +1,267 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Success is one load of a group that committed: its started row, its
+// run, its rows, and the body of its result (nil when none is published).
+type Success struct {
+	RunKey
+	ID     int64
+	Rows   Rows
+	Force  bool
+	Result []byte
+	// Checks are its checks' outcomes, recorded with it.
+	Checks []CheckResult
+}
+
+// successRow is a Success as the group statement reads it.
+type successRow struct {
+	ID        int64           `json:"id"`
+	Pipeline  string          `json:"dag"`
+	Dataset   string          `json:"task"`
+	Partition string          `json:"part"`
+	RunID     string          `json:"run"`
+	Written   int64           `json:"written"`
+	Inserted  int64           `json:"ins"`
+	Updated   int64           `json:"upd"`
+	Deleted   *int64          `json:"del"`
+	Result    json.RawMessage `json:"result,omitempty"`
+}
+
+// groupSuccessSQL does for every load of a group what
+// QueueSucceedAndRecord and QueueEnqueueResult do for one, in one
+// statement: each started row becomes `success` with its counts, each run
+// gets its ledger entry pointing at it, each result its outbox row. The
+// server checks the same conditions row by row: a row that was not
+// `started` leaves its ledger entry's audit_id NULL (23502), and without
+// force a second success of a run violates the ledger's primary key
+// (23505), so the group's COMMIT never commits past them.
+func groupSuccessSQL(force bool) string {
+	conflict := ""
+	if force {
+		conflict = `
+		ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
+		SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
+	}
+	return `
+		WITH input AS MATERIALIZED (
+		     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, dag text, task text, part text, run text,
+		            written bigint, ins bigint, upd bigint, del bigint, result jsonb)),
+		done AS (
+		     UPDATE idem.pipeline_audit a
+		        SET status = 'success', row_count = i.written, rows_inserted = i.ins, rows_updated = i.upd,
+		            rows_deleted = i.del, finished_at = clock_timestamp()
+		       FROM input i
+		      WHERE a.id = i.id AND a.status = 'started'
+		     RETURNING a.id),
+		res AS (
+		     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+		     SELECT i.task, i.part, i.run, i.id, i.result FROM input i WHERE i.result IS NOT NULL
+		     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
+		INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
+		SELECT i.dag, i.task, i.part, i.run, d.id FROM input i LEFT JOIN done d ON d.id = i.id` + conflict
+}
+
+// QueueSucceedGroup queues on b the successes of a group's loads: one
+// statement for the forced ones and one for the others (each as few as
+// the group has), and one for all their checks' outcomes. SuccessError
+// maps the server's refusals as for one load.
+func QueueSucceedGroup(b *pgx.Batch, ss []Success) error {
+	var byForce [2][]successRow
+	var checks []checkRow
+	for _, s := range ss {
+		r := successRow{ID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset, Partition: s.Partition, RunID: s.RunID,
+			Written: s.Rows.Written(), Inserted: s.Rows.Inserted, Updated: s.Rows.Updated, Result: s.Result}
+		if s.Rows.Deleted >= 0 {
+			d := s.Rows.Deleted
+			r.Deleted = &d
+		}
+		f := 0
+		if s.Force {
+			f = 1
+		}
+		byForce[f] = append(byForce[f], r)
+		for _, c := range s.Checks {
+			checks = append(checks, checkRow{AuditID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset,
+				Partition: s.Partition, RunID: s.RunID, CheckResult: c})
+		}
+	}
+	for f, rows := range byForce {
+		if len(rows) == 0 {
+			continue
+		}
+		data, err := json.Marshal(rows)
+		if err != nil {
+			return fmt.Errorf("audit: group success: %w", err)
+		}
+		b.Queue(groupSuccessSQL(f == 1), string(data))
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(checks)
+	if err != nil {
+		return fmt.Errorf("audit: group checks: %w", err)
+	}
+	b.Queue(groupChecksSQL, string(data))
+	return nil
+}
+
+// checkRow is one check outcome of one load of a group.
+type checkRow struct {
+	AuditID   int64  `json:"audit_id"`
+	Pipeline  string `json:"dag"`
+	Dataset   string `json:"task"`
+	Partition string `json:"part"`
+	RunID     string `json:"run"`
+	CheckResult
+}
+
+// groupChecksSQL is recordChecksSQL for the outcomes of many loads.
+const groupChecksSQL = `
+		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
+		                                failing, checked, threshold, samples, note, duration_ms)
+		SELECT r.audit_id, r.dag, r.task, r.part, r.run, r."Name", r."Kind", r."Severity", r."Status", r."Failing",
+		       r."Checked", r."Threshold", r."Samples", nullif(r."Note", ''), r."Duration" / 1e6
+		  FROM jsonb_to_recordset($1::jsonb) AS r(audit_id bigint, dag text, task text, part text, run text,
+		       "Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
+		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`
+
+// beginRow is one attempt of a group as beginGroupSQL reads it.
+type beginRow struct {
+	Ord       int               `json:"ord"`
+	Pipeline  string            `json:"dag"`
+	Dataset   string            `json:"task"`
+	Date      *string           `json:"ld"`
+	Partition string            `json:"part"`
+	RunID     string            `json:"run"`
+	Force     bool              `json:"force"`
+	Seq       *int64            `json:"seq"`
+	Trigger   *string           `json:"trig"`
+	Attrs     map[string]string `json:"attrs,omitempty"`
+	Budget    int               `json:"budget"`
+	Skip      json.RawMessage   `json:"skip,omitempty"`
+}
+
+// beginGroupSQL is beginSQL for the attempts of a group, each a row of $1:
+// the same "done?" (a forced attempt asks about its own message, an
+// ordinary one the ledger), the same count of the loads that ran, the same
+// insert under the same budget and the same skip result, row by row, in
+// one statement. A group's partitions are distinct, so each inserted row
+// is found again by its partition and run.
+const beginGroupSQL = `
+WITH input AS MATERIALIZED (
+     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
+            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb)),
+done AS MATERIALIZED (
+     SELECT i.ord, CASE WHEN i.force THEN i.seq IS NOT NULL AND EXISTS (
+                SELECT 1 FROM idem.pipeline_audit a
+                 WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
+                   AND a.stream_seq = i.seq AND a.status = 'success')
+            ELSE EXISTS (SELECT 1 FROM idem.run_ledger l
+                 WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run)
+            END AS yes
+       FROM input i),
+prior AS MATERIALIZED (
+     SELECT i.ord, p.n, p.last
+       FROM input i CROSS JOIN LATERAL (
+            SELECT count(*)::int AS n, (array_agg(a.status ORDER BY a.id DESC))[1] AS last
+              FROM idem.pipeline_audit a
+             WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
+               AND a.stream_seq IS NOT DISTINCT FROM i.seq
+               AND (a.status = 'started' OR (a.status = 'failed' AND a.error_kind = 'transient'))) p),
+ins AS (
+     INSERT INTO idem.pipeline_audit
+            (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
+             triggered_by, attributes, finished_at)
+     SELECT i.dag, i.task, i.ld, i.part, i.run, CASE WHEN d.yes THEN 'skipped' ELSE 'started' END, p.n + 1, i.force,
+            i.seq, i.trig, i.attrs, CASE WHEN d.yes THEN clock_timestamp() END
+       FROM input i JOIN done d USING (ord) JOIN prior p USING (ord)
+      WHERE d.yes OR i.budget = 0 OR p.n < i.budget
+      ORDER BY i.ord
+     RETURNING id, partition_key, run_id, status),
+res AS (
+     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+     SELECT i.task, i.part, i.run, ins.id, i.skip || jsonb_build_object('audit_id', ins.id) || coalesce((
+            SELECT jsonb_build_object('loaded_by_audit_id', a.id, 'rows', jsonb_build_object(
+                   'inserted', coalesce(a.rows_inserted, a.row_count, 0), 'updated', coalesce(a.rows_updated, 0),
+                   'deleted', coalesce(a.rows_deleted, -1)))
+              FROM idem.run_ledger l JOIN idem.pipeline_audit a ON a.id = l.audit_id
+             WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run), '{}'::jsonb)
+       FROM ins JOIN input i ON i.part = ins.partition_key AND i.run = ins.run_id
+      WHERE ins.status = 'skipped' AND i.skip IS NOT NULL
+     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
+SELECT i.ord, p.n, p.last, ins.id, ins.status
+  FROM input i JOIN prior p USING (ord) LEFT JOIN ins ON ins.partition_key = i.part AND ins.run_id = i.run
+ ORDER BY i.ord`
+
+// GroupBegin is one attempt of a group to begin: what QueueBegin takes.
+type GroupBegin struct {
+	Attempt    Attempt
+	Budget     int
+	SkipResult []byte
+	Into       *Begun
+}
+
+// QueueBeginGroup queues on b, as one statement, what QueueBegin queues
+// for each of gs (attempts of distinct partitions); each Into is filled
+// once b's results are read, and ran reports that the statement ran.
+func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
+	rows := make([]beginRow, len(gs))
+	for i, g := range gs {
+		a := g.Attempt
+		r := beginRow{Ord: i, Pipeline: a.Pipeline, Dataset: a.Dataset, Partition: a.Partition, RunID: a.RunID,
+			Force: a.Force, Seq: nullSeq(a.StreamSeq), Trigger: nullString(a.TriggeredBy), Attrs: nullAttrs(a.Attributes),
+			Budget: g.Budget, Skip: g.SkipResult}
+		if a.LogicalDate != nil {
+			d := a.LogicalDate.Format("2006-01-02")
+			r.Date = &d
+		}
+		rows[i] = r
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("audit: begin: %w", err)
+	}
+	b.Queue(beginGroupSQL, string(data)).Query(func(rs pgx.Rows) error {
+		seen := 0
+		for rs.Next() {
+			var (
+				ord    int
+				id     *int64
+				status *string
+				last   *string
+				prior  int
+			)
+			if err := rs.Scan(&ord, &prior, &last, &id, &status); err != nil {
+				return fmt.Errorf("audit: begin: %w", err)
+			}
+			if ord < 0 || ord >= len(gs) {
+				return fmt.Errorf("audit: begin: row %d of %d", ord, len(gs))
+			}
+			into := gs[ord].Into
+			*into = Begun{Prior: prior, Attempt: prior + 1, LastDied: last != nil && *last == StatusStarted}
+			if id == nil {
+				into.Spent = true
+			} else {
+				into.ID, into.Skipped = *id, *status == StatusSkipped
+				into.ResultWritten = into.Skipped && gs[ord].SkipResult != nil
+			}
+			seen++
+		}
+		if err := rs.Err(); err != nil {
+			return fmt.Errorf("audit: begin: %w", err)
+		}
+		if seen != len(gs) {
+			return fmt.Errorf("audit: begin: %d answers for %d attempts", seen, len(gs))
+		}
+		*ran = true
+		return nil
+	})
+	return nil
+}
