@@ -265,3 +265,104 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 	})
 	return nil
 }
+
+// QueueTryLocks queues on b, as one statement, the partition locks of a
+// group, each tried (never waited for): locked[i] reports keys[i]'s.
+func QueueTryLocks(b *pgx.Batch, keys []string, locked []*bool) {
+	b.Queue(`
+		SELECT k.ord, pg_try_advisory_xact_lock(`+lockIDSQL+`)
+		  FROM unnest($1::text[]) WITH ORDINALITY AS k(lock_key, ord)
+		 ORDER BY k.ord`, keys).Query(func(rs pgx.Rows) error {
+		seen := 0
+		for rs.Next() {
+			var (
+				ord int
+				ok  bool
+			)
+			if err := rs.Scan(&ord, &ok); err != nil {
+				return fmt.Errorf("audit: try locks: %w", err)
+			}
+			if ord < 1 || ord > len(locked) {
+				return fmt.Errorf("audit: try locks: row %d of %d", ord, len(locked))
+			}
+			*locked[ord-1] = ok
+			seen++
+		}
+		if err := rs.Err(); err != nil {
+			return fmt.Errorf("audit: try locks: %w", err)
+		}
+		if seen != len(locked) {
+			return fmt.Errorf("audit: try locks: %d answers for %d locks", seen, len(locked))
+		}
+		return nil
+	})
+}
+
+// Loaded is one run of a group whose ledger QueueSucceededGroup asks:
+// without Force, whether the run loaded; with it, whether this very
+// message (Seq) did.
+type Loaded struct {
+	RunKey
+	Force bool
+	Seq   uint64
+	Done  *bool
+}
+
+type loadedRow struct {
+	Ord       int    `json:"ord"`
+	Pipeline  string `json:"dag"`
+	Dataset   string `json:"task"`
+	Partition string `json:"part"`
+	RunID     string `json:"run"`
+	Force     bool   `json:"force"`
+	Seq       *int64 `json:"seq"`
+}
+
+// QueueSucceededGroup queues on b, as one statement, what QueueSucceeded
+// and QueueMessageSucceeded ask for each of ls. Queued after the locks,
+// it reads a snapshot taken once they are held.
+func QueueSucceededGroup(b *pgx.Batch, ls []Loaded) error {
+	rows := make([]loadedRow, len(ls))
+	for i, l := range ls {
+		rows[i] = loadedRow{Ord: i, Pipeline: l.Pipeline, Dataset: l.Dataset, Partition: l.Partition, RunID: l.RunID,
+			Force: l.Force, Seq: nullSeq(l.Seq)}
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("audit: ledger: %w", err)
+	}
+	b.Queue(`
+		SELECT i.ord, CASE WHEN i.force THEN i.seq IS NOT NULL AND EXISTS (
+		            SELECT 1 FROM idem.pipeline_audit a
+		             WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
+		               AND a.stream_seq = i.seq AND a.status = 'success')
+		       ELSE EXISTS (SELECT 1 FROM idem.run_ledger l
+		             WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run)
+		       END
+		  FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, force boolean, seq bigint)
+		 ORDER BY i.ord`, string(data)).Query(func(rs pgx.Rows) error {
+		seen := 0
+		for rs.Next() {
+			var (
+				ord  int
+				done bool
+			)
+			if err := rs.Scan(&ord, &done); err != nil {
+				return fmt.Errorf("audit: ledger: %w", err)
+			}
+			if ord < 0 || ord >= len(ls) {
+				return fmt.Errorf("audit: ledger: row %d of %d", ord, len(ls))
+			}
+			*ls[ord].Done = done
+			seen++
+		}
+		if err := rs.Err(); err != nil {
+			return fmt.Errorf("audit: ledger: %w", err)
+		}
+		if seen != len(ls) {
+			return fmt.Errorf("audit: ledger: %d answers for %d runs", seen, len(ls))
+		}
+		return nil
+	})
+	return nil
+}

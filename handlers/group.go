@@ -246,15 +246,39 @@ func (g *group) load(ctx context.Context) bool {
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	first := g.first()
 	first.l.queueSettings(b)
-	// One fingerprint of the target for the group: the first member's.
+	// Every lock tried in one statement, every ledger checked in the next
+	// (a snapshot taken once the locks are held), one fingerprint of the
+	// target for the group: the first member's.
+	var (
+		keys   []string
+		locked []*bool
+		ls     []audit.Loaded
+	)
+	for _, m := range g.mems {
+		if m != nil {
+			l := m.l
+			keys = append(keys, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition))
+			locked = append(locked, &l.locked)
+			ls = append(ls, audit.Loaded{RunKey: l.a.RunKey, Force: l.a.Force, Seq: l.a.StreamSeq, Done: &l.done})
+		}
+	}
+	audit.QueueTryLocks(b, keys, locked)
+	if err := audit.QueueSucceededGroup(b, ls); err != nil {
+		for _, m := range g.mems {
+			if m != nil {
+				m.state, m.err = memberOver, beforeLoad(err)
+			}
+		}
+		return false
+	}
 	for _, m := range g.mems {
 		if m == nil {
 			continue
 		}
 		if m == first {
-			m.l.queueMember(b)
+			m.l.queueDescribe(b, nil)
 		} else {
-			m.l.queueMemberShared(b, first.l.plan)
+			m.l.queueDescribe(b, first.l.plan)
 		}
 	}
 	err := g.c.SendBatch(ctx, b).Close()

@@ -150,14 +150,16 @@ func (l *loading) queueSettings(b *pgx.Batch) {
 
 // queueMember queues, inside the open transaction, the partition lock
 // (tried), the ledger check under it and the strategy's catalog reads.
-func (l *loading) queueMember(b *pgx.Batch) { l.queueMemberShared(b, nil) }
-
-// queueMemberShared is queueMember for a member of a group after first,
-// sharing first's fingerprint of the target.
-func (l *loading) queueMemberShared(b *pgx.Batch, first *strategies.Plan) {
+func (l *loading) queueMember(b *pgx.Batch) {
 	b.Queue(audit.TryLockSQL, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition)).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&l.locked) })
 	l.queueCheck(b)
+	l.queueDescribe(b, nil)
+}
+
+// queueDescribe queues the strategy's catalog reads; a member of a group
+// after the first shares first's fingerprint of the target.
+func (l *loading) queueDescribe(b *pgx.Batch, first *strategies.Plan) {
 	if gl, ok := l.ds.Strategy.(strategies.GroupLoader); ok && first != nil {
 		l.plan = gl.DescribeShared(b, l.params(), first)
 		return
