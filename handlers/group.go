@@ -20,9 +20,10 @@ import (
 const DefaultMaxGroup = 8
 
 // GroupSize is how many events of ev's dataset, ev among them, one load
-// may take: 1 when the dataset's loads cannot share a transaction (a
-// strategy other than delete_insert, truncate_partition, checks that run
-// statements, a join downstream) or grouping is off.
+// may take: 1 when the dataset's loads cannot share a transaction (merge,
+// whose loads take savepoints and may need a round trip of their own to
+// change route; truncate_partition; checks that run statements; a join
+// downstream) or grouping is off.
 func (h *Handler) GroupSize(ev schemas.Event) int {
 	n := h.MaxGroup
 	if n == 0 {

@@ -268,3 +268,37 @@ func TestGroupResults(t *testing.T) {
 	require.EqualValues(t, 1, e.db.Int(t, `SELECT count(*) FROM idem.outbox o JOIN idem.pipeline_audit a ON a.id = o.audit_id
 		WHERE o.audit_id = $1 AND o.xmin = a.xmin AND (o.result ->> 'loaded_by_audit_id')::bigint = $2`, out.AuditID, loaded[parts[0]]))
 }
+
+// TestGroupAppendDedupe: append_dedupe loads group too, each partition
+// with its own load_seq, and a second load of the group's runs is skipped.
+func TestGroupAppendDedupe(t *testing.T) {
+	e := newEnv(t, fixtureNamed("append_dedupe"))
+	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
+	for i, p := range parts {
+		e.stage(p, (i+1)*100, 10, i, 1)
+	}
+	require.Equal(t, handlers.DefaultMaxGroup, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
+	evs, ms := groupEvents(t, e, "r1", 1, parts...)
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range parts {
+		require.NoError(t, errs[i], parts[i])
+		require.Equal(t, audit.StatusSuccess, outs[i].Status)
+		require.EqualValues(t, 10, outs[i].Rows.Inserted)
+	}
+	require.Equal(t, e.expected(parts...), e.visible())
+	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(DISTINCT xmin::text) FROM idem.pipeline_audit WHERE status = 'success'"), "one transaction")
+	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(DISTINCT load_seq) FROM "+fixtureNamed("append_dedupe").raw), "a load_seq per partition")
+
+	// Staged again, new runs: each partition appended once more, the view
+	// shows the latest.
+	for i, p := range parts {
+		e.stage(p, (i+1)*100, 10, i+7, 1)
+	}
+	evs, ms = groupEvents(t, e, "r2", 10, parts...)
+	outs, errs = e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range parts {
+		require.NoError(t, errs[i])
+		require.Equal(t, audit.StatusSuccess, outs[i].Status)
+	}
+	require.Equal(t, e.expected(parts...), e.visible())
+}

@@ -155,7 +155,7 @@ func killedAttempt(t *rapid.T, e *env, partition, runID string) {
 // loaded by HandleGroup, compared with the model after every step. Each
 // member must end as it would alone.
 func TestPropertyRandomGroupHistories(t *testing.T) {
-	for _, name := range []string{"delete_insert", "delete_insert_partitioned"} {
+	for _, name := range []string{"delete_insert", "delete_insert_partitioned", "append_dedupe"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			f := fixtureNamed(name)

@@ -264,3 +264,38 @@ func indexName(table, suffix string) string {
 	h := sha256.Sum256([]byte(name))
 	return name[:63-9] + "_" + hex.EncodeToString(h[:4])
 }
+
+var _ GroupLoader = (*AppendDedupe)(nil)
+
+// DescribeShared: one fingerprint of the target for a group.
+func (s *AppendDedupe) DescribeShared(b *pgx.Batch, p Params, first *Plan) *Plan {
+	return s.cat.describe(b, s.spec, p, true, first)
+}
+
+// Groupable: each load is one INSERT with a load_seq of its own, and the
+// partition is part of the view's key, so loads of several partitions may
+// share one transaction.
+func (s *AppendDedupe) Groupable() bool { return true }
+
+// QueueLoad queues the load of p on b, as Execute runs it, for a caller
+// that sends the loads of several partitions in one round trip.
+func (s *AppendDedupe) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Params, b *pgx.Batch) (*Result, func(error) error, error) {
+	if err := dp.resolve(ctx, tx); err != nil {
+		return nil, nil, err
+	}
+	stmt, err := s.plan(dp)
+	if err != nil {
+		return nil, nil, dp.stale(err)
+	}
+	res := &Result{Route: "append"}
+	b.Queue(stmt, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
+	return res, func(err error) error {
+		if err != nil {
+			return dp.stale(err)
+		}
+		if res.Inserted == 0 && !s.spec.AllowEmpty {
+			return ErrEmptySource
+		}
+		return nil
+	}, nil
+}
