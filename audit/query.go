@@ -23,19 +23,21 @@ type PartitionStatus struct {
 	// success queued this partition's latest attempt; empty when a scheduler
 	// or an operator published it.
 	TriggeredBy string `json:"triggered_by,omitempty"`
-	// WaitingFor lists, for a join not loaded, each upstream whose latest
+	// WaitingFor lists, for a join, each upstream whose latest
 	// attempt for the partition is not a success, as "<dataset>: <status>".
 	WaitingFor []string `json:"waiting_for,omitempty"`
 }
 
 // UpstreamStates returns, for each day from..to and each upstream, the
 // status of the upstream's latest attempt for that day ("missing" when it
-// never ran), skips aside: what a join waits for. Like StatusRange it seeks
+// never ran, "rejected" when its checks refused it), skips aside: what a
+// join waits for. Like StatusRange it seeks
 // each day's partitions, so its cost follows the range, not the history.
 func UpstreamStates(ctx context.Context, db Querier, pipeline string, upstreams []string, from, to time.Time) (map[string]map[string]string, error) {
 	rows, err := db.Query(ctx, `
 		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id,
-		       coalesce((SELECT a.status FROM idem.pipeline_audit a
+		       coalesce((SELECT CASE WHEN a.status = 'failed' AND a.error_kind = '`+KindCheck+`' THEN 'rejected' ELSE a.status END
+		                   FROM idem.pipeline_audit a
 		                  WHERE a.dag_id = $1 AND a.task_id = u.task_id AND `+dayKeysSQL+`
 		                    AND a.logical_date = d::date AND a.status <> 'skipped'
 		                  ORDER BY a.id DESC LIMIT 1), 'missing')

@@ -122,7 +122,10 @@ Exit code 1 when any partition in the range is not success.`,
 						fin = s.FinishedAt.UTC().Format(time.RFC3339)
 					}
 					errOrWait := s.Error
-					if len(s.WaitingFor) > 0 {
+					switch {
+					case len(s.WaitingFor) > 0 && s.Status == audit.StatusSuccess:
+						errOrWait = "holds its last load; join waiting for " + strings.Join(s.WaitingFor, ", ")
+					case len(s.WaitingFor) > 0:
 						errOrWait = "join waiting for " + strings.Join(s.WaitingFor, ", ")
 					}
 					tb.add(s.Partition, s.Status, orDash(s.RunID), rows, fmt.Sprint(s.Attempts), fin, orDash(s.TriggeredBy), truncateCell(errOrWait, 80))
@@ -212,10 +215,9 @@ func markWaiting(ctx context.Context, db audit.Querier, pipeline string, upstrea
 	if err != nil {
 		return err
 	}
+	// A join that loaded keeps its last load while an upstream's newer
+	// attempt failed or was refused: it waits too, for a fresh one.
 	for i := range st {
-		if st[i].Status == audit.StatusSuccess {
-			continue
-		}
 		for _, up := range upstreams {
 			if s := states[st[i].Partition][up]; s != audit.StatusSuccess {
 				st[i].WaitingFor = append(st[i].WaitingFor, up+": "+s)

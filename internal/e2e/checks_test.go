@@ -226,4 +226,8 @@ CREATE TABLE analytics.combined (event_date date NOT NULL, n bigint);`)
 	out, err := exec.Command(idemBin, "audit", "status", "sales", "--from", "2026-11-01", "--to", "2026-11-01", "--config", w.cfg).CombinedOutput()
 	require.Error(t, err, "exit 1: the partition's latest attempt failed")
 	require.Contains(t, string(out), "check_failed: unique(order_id)")
+	// And the join's line says it keeps its last load and waits for sales.
+	out, err = exec.Command(idemBin, "audit", "status", "combined", "--from", "2026-11-01", "--to", "2026-11-01", "--config", w.cfg).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "holds its last load; join waiting for sales: rejected", "%s", out)
 }
