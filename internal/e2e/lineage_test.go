@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/lineage/lineagetest"
 )
 
 // marquez stands in for an OpenLineage backend: it keeps every event
@@ -20,6 +22,7 @@ import (
 type marquez struct {
 	mu     sync.Mutex
 	events []map[string]any
+	bodies [][]byte // as received, for the schema check
 	down   atomic.Bool
 	srv    *httptest.Server
 }
@@ -43,10 +46,21 @@ func newMarquez(t *testing.T) *marquez {
 		}
 		m.mu.Lock()
 		m.events = append(m.events, ev)
+		m.bodies = append(m.bodies, body)
 		m.mu.Unlock()
 		w.WriteHeader(http.StatusCreated)
 	}))
 	t.Cleanup(m.srv.Close)
+	// Every event received, whatever the test looked at, validates against
+	// the OpenLineage schemas.
+	t.Cleanup(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, b := range m.bodies {
+			lineagetest.Validate(t, b)
+		}
+		t.Logf("%d lineage events received, each valid against the OpenLineage schemas", len(m.bodies))
+	})
 	return m
 }
 
