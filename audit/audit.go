@@ -55,6 +55,11 @@ type Attempt struct {
 	TriggeredBy string
 	// Attributes are the event's free-form attributes, recorded as given.
 	Attributes map[string]string
+	// Trace is the trace context of the attempt's load in the form package
+	// tracing stores (traceparent, tracestate), "" for none: its downstream
+	// events carry it, so one pipeline run is one trace. It is not written
+	// to the audit row.
+	Trace string
 }
 
 func nullString(s string) *string {

@@ -17,6 +17,9 @@ import (
 type OutboxEvent struct {
 	Event   schemas.PartitionReady
 	AuditID int64 // the upstream attempt that caused it
+	// Trace is the trace context of the load that caused it (package
+	// tracing's stored form), "" for none; the relay's publish continues it.
+	Trace string
 }
 
 // QueueEnqueue queues on b, inside the caller's transaction, the insert of e
@@ -35,10 +38,10 @@ func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
 		}
 	}
 	b.Queue(`
-		INSERT INTO idem.outbox (dataset, partition_key, run_id, force, attributes, audit_id)
-		VALUES ($1, $2, $3, $4, $5, $6)
+		INSERT INTO idem.outbox (dataset, partition_key, run_id, force, attributes, audit_id, trace)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (audit_id, dataset, partition_key, run_id) WHERE result IS NULL AND lineage IS NULL DO NOTHING`,
-		e.Event.Dataset, e.Event.Partition, e.Event.RunID, e.Event.Force, attrs, e.AuditID)
+		e.Event.Dataset, e.Event.Partition, e.Event.RunID, e.Event.Force, attrs, e.AuditID, nullString(e.Trace))
 	return nil
 }
 
@@ -138,7 +141,8 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 			   FOR UPDATE SKIP LOCKED)
 		UPDATE idem.outbox o SET claimed_until = now() + $2 * interval '1 microsecond'
 		  FROM due WHERE o.id = due.id
-		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text, o.lineage::text`,
+		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text, o.lineage::text,
+		          coalesce(o.trace, '')`,
 		limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("audit: outbox claim: %w", err)
@@ -147,7 +151,7 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 		var o OutboxRow
 		e := &o.Event
 		var result, lin *string
-		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result, &lin)
+		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result, &lin, &o.Trace)
 		if result != nil {
 			o.Result = []byte(*result)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/schemas"
@@ -157,6 +158,10 @@ type Config struct {
 	GroupHandler GroupHandler
 	GroupSize    func(m *Message) int
 	MaxGroup     int
+	// Tracer makes each delivery's spans (receive, process, settle; see
+	// package tracing); nil makes none, and a trace context that arrived
+	// on a message still reaches the handler and the dead letter.
+	Tracer trace.Tracer
 	// Rand draws the backoff jitter, uniform in [0,1); it must be safe for
 	// concurrent use. Default math/rand/v2.Float64.
 	Rand func() float64

@@ -133,7 +133,11 @@ func (c *Consumer) Warehouse() (up bool, state string, reason error, since time.
 }
 
 func newDeadLetterer(js jetstream.JetStream, cfg Config) *deadLetterer {
-	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout, stored: cfg.DeadLettered}
+	t := cfg.Tracer
+	if t == nil {
+		t = noopTracer
+	}
+	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout, tracer: t, stored: cfg.DeadLettered}
 }
 
 // Run consumes until stopped, by Stop or by ctx's cancellation (which

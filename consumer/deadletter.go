@@ -8,8 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // deadLetter is one message on its way to the dead-letter stream: what the
@@ -58,6 +61,7 @@ type deadLetterer struct {
 	stream  string // the dead-letter stream, expected on publish
 	prefix  string
 	timeout time.Duration
+	tracer  trace.Tracer
 	stored  func(ctx context.Context, dl deadletter.Envelope, attempt int, ack *jetstream.PubAck)
 }
 
@@ -83,12 +87,22 @@ func (p *deadLetterer) publish(ctx context.Context, configuredDataset string, dl
 			env.OmitBody(m, "the dead letter would exceed the server's max_payload")
 		}
 	}
+	// Under ctx's span (the settle span): the dead letter continues the
+	// message's trace, in a lower-case traceparent replacing the original's.
+	// Without one (the reconciler's), under the original's.
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = tracing.Extract(ctx, dl.header)
+	}
+	_, span := tracing.StartPublish(ctx, p.tracer, tracing.Message{Subject: m.Subject, Header: m.Header,
+		MsgID: m.Header.Get(jetstream.MsgIDHeader), BodySize: len(m.Data)})
+	defer span.End()
 	ack, err := p.js.PublishMsg(ctx, m, jetstream.WithExpectStream(p.stream))
 	if errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) && len(m.Data) > 0 {
 		env.OmitBody(m, "the dead letter would exceed the stream's max_msg_size")
 		ack, err = p.js.PublishMsg(ctx, m, jetstream.WithExpectStream(p.stream))
 	}
 	if err != nil {
+		span.SetStatus(codes.Error, "not stored")
 		return nil, fmt.Errorf("publish dead letter %s to %s: %w", deadletter.MsgID(dl.stream, dl.seq), m.Subject, err)
 	}
 	if p.stored != nil {

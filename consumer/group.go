@@ -116,7 +116,9 @@ func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (erro
 			ds = append(ds, m.d)
 		}
 		start := time.Now()
-		errs := c.callGroup(d.log.WithContext(hard), ds)
+		gctx, end := c.startGroup(hard, ds)
+		errs := c.callGroup(d.log.WithContext(gctx), ds)
+		end()
 		took := time.Since(start)
 		for i, m := range members {
 			m.done <- groupResult{err: errs[i+1], handled: took}

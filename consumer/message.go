@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/schemas"
 )
@@ -37,6 +39,10 @@ type Message struct {
 	// Event is the decoded body, validated against the dataset's partition
 	// type.
 	Event schemas.Event
+	// Span is the span of this delivery's processing: the work the
+	// handler does for this message (its downstream events) continues its
+	// trace, also when the message loads in a group under another's span.
+	Span trace.SpanContext
 }
 
 // invalidRetry paces the redelivery of a message of no configured dataset
@@ -59,6 +65,9 @@ type delivery struct {
 	retry     Retry
 	decodeErr error
 	log       zerolog.Logger
+	// trace holds the span the delivery's process and settle spans are
+	// children of: the publisher's, or the receive span's (tracing.go).
+	trace context.Context
 }
 
 // newDelivery reads a fetched message: metadata, routing and body. It never

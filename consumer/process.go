@@ -8,6 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // process takes one fetched message from delivery to fate: read it, keep it
@@ -15,6 +18,7 @@ import (
 // out. A Hold (the warehouse circuit) keeps the message and runs it again
 // when the circuit lets it through: the same delivery, no retry spent.
 func (c *Consumer) process(hard context.Context, msg jetstream.Msg) {
+	received := time.Now()
 	d, err := c.newDelivery(msg)
 	if err != nil {
 		// Unreachable for a pull consumer's message; never drop it silently.
@@ -22,6 +26,7 @@ func (c *Consumer) process(hard context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(c.cfg.ShutdownNakDelay)
 		return
 	}
+	c.received(d, received)
 	if d.m.NumDelivered > 1 {
 		c.cfg.Hooks.redelivery(d.label())
 	}
@@ -84,8 +89,11 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		return in, 0, trial, false
 	}
 	defer release()
+	// The process span's context carries hard's values and cancellation.
+	pctx, span := c.startProcess(hard, d)
+	defer func() { endProcess(span, in.Err) }()
 	if size := c.groupSize(d); size > 1 && !trial {
-		err, took, ran := c.runGrouped(hard, d, size)
+		err, took, ran := c.runGrouped(pctx, d, size)
 		if !ran {
 			in.Err, in.Cause = err, err
 			return in, 0, trial, false
@@ -102,7 +110,7 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		return in, 0, trial, false
 	}
 	defer c.endLoad()
-	ctx := d.log.WithContext(hard)
+	ctx := d.log.WithContext(pctx)
 	start := time.Now()
 	in.Err = c.call(ctx, d)
 	in.Cause = context.Cause(ctx)
@@ -204,16 +212,21 @@ func (c *Consumer) apply(d *delivery, in Input, f Fate, handled time.Duration) {
 	label := d.label()
 	switch f.Action {
 	case Ack:
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AckTimeout)
+		sctx, span := c.startSettle(d, tracing.SettleAck)
+		ctx, cancel := context.WithTimeout(sctx, c.cfg.AckTimeout)
 		err := d.msg.DoubleAck(ctx)
 		cancel()
+		endSettle(span, err)
 		if err != nil {
 			log.Warn().Err(err).Msg("ack not confirmed: a redelivery will find the work done")
 		} else {
 			log.Info().Dur("handled", handled).Msg("acked")
 		}
 	case Nak:
-		if err := d.msg.NakWithDelay(f.Delay); err != nil {
+		_, span := c.startSettle(d, tracing.SettleNak)
+		err := d.msg.NakWithDelay(f.Delay)
+		endSettle(span, err)
+		if err != nil {
 			log.Warn().Err(err).Msg("nak not sent: redelivery after the ack wait")
 		}
 		switch {
@@ -254,8 +267,13 @@ func (c *Consumer) deadLetter(d *delivery, in Input, f Fate, log zerolog.Logger)
 	if d.decodeErr == nil {
 		dl.partition, dl.runID = d.m.Event.Key.Key, d.m.Event.RunID
 	}
-	ack, err := c.dl.publish(context.Background(), d.dataset, dl)
+	// The dead letter's publish and the term are one settle span: the
+	// dead letter carries its trace context.
+	sctx, span := c.startSettle(d, tracing.SettleTerm)
+	defer span.End()
+	ack, err := c.dl.publish(sctx, d.dataset, dl)
 	if err != nil {
+		span.SetStatus(codes.Error, "dead letter not published")
 		log.Error().Err(err).AnErr("cause", in.Err).Dur("retry_in", f.Delay).
 			Msg("dead letter not published: nak'ed, the message stays pending")
 		if err := d.msg.NakWithDelay(f.Delay); err != nil {
@@ -264,6 +282,7 @@ func (c *Consumer) deadLetter(d *delivery, in Input, f Fate, log zerolog.Logger)
 		return false
 	}
 	if err := d.msg.TermWithReason(dl.termReason()); err != nil {
+		span.SetStatus(codes.Error, "term not sent")
 		log.Warn().Err(err).Msg("term not sent: the redelivery will be dead-lettered again, deduplicated by Nats-Msg-Id")
 	}
 	log.Error().Err(in.Err).Str("error_kind", string(f.Kind)).Str("dlq_subject", c.dl.subject(d.dataset)).

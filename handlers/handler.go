@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
@@ -91,6 +92,9 @@ type Handler struct {
 	// results) to the outbox, in the load's transaction, for the relay to
 	// publish on the results stream.
 	Results bool
+	// Tracer makes the spans of a load's steps (the strategy's work, the
+	// checks) under the span ctx holds; nil makes none.
+	Tracer trace.Tracer
 
 	// mu guards Datasets once the handler serves: Replace swaps the map, a
 	// load keeps the *Dataset it started with.
@@ -135,6 +139,9 @@ type Meta struct {
 	// stream, Nats-Msg-Id and when the stream stored it.
 	Stream, MsgID string
 	Published     time.Time
+	// Trace is the span of the delivery's processing, whose trace the
+	// attempt's downstream events continue; zero: the span ctx holds.
+	Trace trace.SpanContext
 }
 
 // Outcome of a handled event.
@@ -220,6 +227,7 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 		Force:       ev.Force,
 		TriggeredBy: ev.Attributes[TriggeredByAttribute],
 		Attributes:  ev.Attributes,
+		Trace:       traceOf(ctx, m),
 	}
 	if d, ok := ev.Key.LogicalDate(); ok {
 		a.LogicalDate = &d
@@ -373,7 +381,7 @@ func (h *Handler) enqueue(b *pgx.Batch, down string, a audit.Attempt, auditID in
 	if _, err := ev.Marshal(); err != nil {
 		return Fatal(ReasonInvalidEvent, fmt.Errorf("downstream event for %s: %w", down, err))
 	}
-	return audit.QueueEnqueue(b, audit.OutboxEvent{Event: ev, AuditID: auditID})
+	return audit.QueueEnqueue(b, audit.OutboxEvent{Event: ev, AuditID: auditID, Trace: a.Trace})
 }
 
 // Prepare runs every dataset's one-time setup (append_dedupe's view) now, so

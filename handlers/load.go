@@ -213,7 +213,9 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		}
 		baseline = n
 	}
-	res, err := l.ds.Strategy.Execute(ctx, tx, l.plan, l.params())
+	sctx, end := l.span(ctx, "load")
+	res, err := l.ds.Strategy.Execute(sctx, tx, l.plan, l.params())
+	end(err)
 	if err != nil {
 		return out, err
 	}
@@ -227,9 +229,14 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		var outs []checks.Outcome
 		if produced && l.ds.Checks.CountsOnly() {
 			outs = l.ds.Checks.FromCounts(res.Inserted, baseline)
-		} else if outs, err = l.ds.Checks.Run(ctx, tx, l.params(), baseline); err != nil {
-			l.checked = outs
-			return out, err
+		} else {
+			cctx, end := l.span(ctx, "checks")
+			outs, err = l.ds.Checks.Run(cctx, tx, l.params(), baseline)
+			end(err)
+			if err != nil {
+				l.checked = outs
+				return out, err
+			}
 		}
 		l.checked = outs
 		if err := checks.Refused(outs); err != nil {

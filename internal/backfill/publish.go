@@ -7,8 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/tracing"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -92,6 +94,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg *config.Config, re
 		}
 		return first
 	}
+	// Each event's publish span is a child of ctx's span, from its
+	// provider, and carries the trace context in a lower-case traceparent
+	// (the scheduler's, when ctx holds only that).
+	tracer := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/idem-data/idem/internal/backfill")
 	pace := &pacer{}
 	if perSecond > 0 {
 		pace.every = time.Duration(float64(time.Second) / perSecond)
@@ -116,8 +122,10 @@ func Publish(ctx context.Context, js jetstream.JetStream, cfg *config.Config, re
 		if err := pace.wait(ctx); err != nil {
 			return drain(err)
 		}
-		ack, err := js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Body},
-			jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(cfg.NATS.Stream))
+		msg := &nats.Msg{Subject: m.Subject, Data: m.Body, Header: nats.Header{}}
+		_, span := tracing.StartPublish(ctx, tracer, tracing.Message{Subject: m.Subject, Header: msg.Header, MsgID: m.MsgID, BodySize: len(m.Body)})
+		ack, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(cfg.NATS.Stream))
+		span.End()
 		if err != nil {
 			return drain(fmt.Errorf("publish %s %s: %w", res.Dataset, p.Partition, err))
 		}

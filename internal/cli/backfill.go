@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/backfill"
@@ -220,13 +222,22 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		}
 	}
 
+	tctx, tracer, stopTracing, err := e.startTracing(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	// One span for the backfill's publishes; each event's publish span is
+	// its child, and each event carries its traceparent.
+	tctx, span := tracer.Start(tctx, "backfill "+dataset, trace.WithAttributes(attribute.Int("idem.events", res.ToPublish)))
 	prog := newBFProgress(e.errOut)
 	t1 := time.Now()
-	pubErr := backfill.Publish(ctx, js, cfg, res, perSecond, func(done int) {
+	pubErr := backfill.Publish(tctx, js, cfg, res, perSecond, func(done int) {
 		prog.show(time.Now(), done == res.ToPublish, func(tty bool) string {
 			return bfProgressLine(tty, "published", done, res.ToPublish, nil, t1, time.Now())
 		})
 	})
+	span.End()
 	prog.end()
 	took := time.Since(t1)
 	res.PublishMS = took.Milliseconds()

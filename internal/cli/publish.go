@@ -11,10 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/tracing"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -49,16 +52,22 @@ type published struct {
 // publishEvent publishes ev through JetStream, as schemas derives its
 // message (validated as the consumer will validate it), and waits for the
 // PubAck.
-func publishEvent(ctx context.Context, js jetstream.JetStream, cfg *config.Config, ev schemas.PartitionReady) (published, error) {
+//
+// The event carries ctx's trace context in a lower-case traceparent, under
+// a publish span of tracer.
+func publishEvent(ctx context.Context, js jetstream.JetStream, tracer trace.Tracer, cfg *config.Config, ev schemas.PartitionReady) (published, error) {
 	m, err := schemas.NewMessage(cfg.NATS.SubjectPrefix, ev, cfg.Lookup, time.Now())
 	if err != nil {
 		return published{}, err
 	}
+	msg := &nats.Msg{Subject: m.Subject, Data: m.Body, Header: nats.Header{}}
+	ctx, span := tracing.StartPublish(ctx, tracer, tracing.Message{Subject: m.Subject, Header: msg.Header, MsgID: m.MsgID, BodySize: len(m.Body)})
+	defer span.End()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ack, err := js.PublishMsg(pctx, &nats.Msg{Subject: m.Subject, Data: m.Body},
-		jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(cfg.NATS.Stream))
+	ack, err := js.PublishMsg(pctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(cfg.NATS.Stream))
 	if err != nil {
+		span.SetStatus(codes.Error, "not stored")
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			return published{}, fmt.Errorf("no stream %s answers on %s: run 'idem streams' (or start 'idem serve') first: %w", cfg.NATS.Stream, m.Subject, err)
 		}
@@ -126,6 +135,11 @@ Exit codes with --wait:
 			if runID == "" {
 				runID = manualRunID(time.Now())
 			}
+			ctx, tracer, stopTracing, err := e.startTracing(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			nc, js, err := e.openNATS(cmd.Context(), cfg, "idem publish")
 			if err != nil {
 				if wait {
@@ -152,7 +166,7 @@ Exit codes with --wait:
 				}
 				ev.Attributes[k] = v
 			}
-			p, err := publishEvent(cmd.Context(), js, cfg, ev)
+			p, err := publishEvent(ctx, js, tracer, cfg, ev)
 			if err != nil {
 				if wait {
 					var unusable *schemas.InvalidEventError

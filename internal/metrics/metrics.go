@@ -219,6 +219,21 @@ func (m *Metrics) DatasetChecks(dataset string, checks []string) {
 	}
 }
 
+// Tracing registers the counters of the spans that never reached the
+// collector: dropped (the export queue was full) and failed (the export
+// failed), read from the tracer provider at each scrape. Both exist, at 0,
+// with tracing off.
+func (m *Metrics) Tracing(dropped, failed func() uint64) {
+	m.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "idem_trace_spans_dropped_total", Help: "Spans dropped because the export queue was full (the collector slower than idem, or down); loads do not wait for it.",
+		}, func() float64 { return float64(dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "idem_trace_spans_failed_total", Help: "Spans whose export to the collector failed (unreachable, refused); they are not retried.",
+		}, func() float64 { return float64(failed()) }),
+	)
+}
+
 // Hooks adapts the metrics to the consumer.
 func (m *Metrics) Hooks() consumer.Hooks {
 	return consumer.Hooks{

@@ -36,3 +36,20 @@ idem_dead_letters_total{dataset="orders",kind="exhausted"} 0
 idem_dead_letters_total{dataset="orders",kind="fatal"} 1
 `)))
 }
+
+// TestTracingCountersReadTheProvider: the span counters exist from the
+// start and read their functions at each scrape.
+func TestTracingCountersReadTheProvider(t *testing.T) {
+	m := New("test")
+	var dropped, failed uint64
+	m.Tracing(func() uint64 { return dropped }, func() uint64 { return failed })
+	dropped, failed = 3, 7
+	require.NoError(t, testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+# HELP idem_trace_spans_dropped_total Spans dropped because the export queue was full (the collector slower than idem, or down); loads do not wait for it.
+# TYPE idem_trace_spans_dropped_total counter
+idem_trace_spans_dropped_total 3
+# HELP idem_trace_spans_failed_total Spans whose export to the collector failed (unreachable, refused); they are not retried.
+# TYPE idem_trace_spans_failed_total counter
+idem_trace_spans_failed_total 7
+`), "idem_trace_spans_dropped_total", "idem_trace_spans_failed_total"))
+}

@@ -33,10 +33,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/tracing"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -66,6 +70,10 @@ type Relay struct {
 	Failed    func(n int)
 	// Backlog receives the outbox's backlog every Config.BacklogInterval.
 	Backlog func(audit.OutboxBacklog)
+	// Tracer makes a publish span for each downstream event, a child of
+	// the load that caused it (the row's trace); nil makes none, and the
+	// event still carries that trace context.
+	Tracer trace.Tracer
 
 	db     DB
 	js     jetstream.JetStream
@@ -242,11 +250,26 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 	if err != nil {
 		return nil, err
 	}
+	msg := &nats.Msg{Subject: m.Subject, Data: m.Body, Header: nats.Header{}}
+	// The load's trace goes on in the downstream event: its traceparent
+	// names this span (or, without a tracer, the load's own).
+	tracer := r.Tracer
+	if tracer == nil {
+		tracer = noopTracer
+	}
+	ctx, span := tracing.StartPublish(tracing.Load(ctx, row.Trace), tracer,
+		tracing.Message{Subject: m.Subject, Header: msg.Header, MsgID: m.MsgID, BodySize: len(m.Body)})
+	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	msg := &nats.Msg{Subject: m.Subject, Data: m.Body}
-	return r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(r.cfg.Stream))
+	ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(r.cfg.Stream))
+	if err != nil {
+		span.SetStatus(codes.Error, "not stored")
+	}
+	return ack, err
 }
+
+var noopTracer = noop.NewTracerProvider().Tracer("")
 
 func msgID(row audit.OutboxRow) string {
 	if row.Lineage != nil {

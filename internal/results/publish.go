@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // Publisher publishes the results that do not go through the outbox: a
@@ -58,6 +59,11 @@ func (p *Publisher) publish(ctx context.Context, r Result) {
 		p.Log.Error().Err(err).Msg("result not built")
 		return
 	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	// The dead letter's trace context (ctx's span), for whoever follows it.
+	tracing.Inject(ctx, m.Header)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishBudget)
 	defer cancel()
 	delay := 250 * time.Millisecond

@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // defaultConnectTimeout bounds a new connection when the URL sets none.
@@ -86,18 +88,22 @@ func ServerRemoteApply(ctx context.Context, pool *pgxpool.Pool, url string) (boo
 
 // Connect opens a pool and checks the server answers within 10 s.
 func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return connectSized(ctx, url, 0, nil)
+	return connectSized(ctx, url, 0, nil, nil)
 }
 
 // connectSized opens a pool of at least conns connections (see PoolConfig);
-// hook, when set, sees every new session before it is used.
-func connectSized(ctx context.Context, url string, conns int, hook *connHook) (*pgxpool.Pool, error) {
+// hook, when set, sees every new session before it is used; tp, when set,
+// gets a span for every statement sent under a span (a load's).
+func connectSized(ctx context.Context, url string, conns int, hook *connHook, tp trace.TracerProvider) (*pgxpool.Pool, error) {
 	cfg, err := PoolConfig(url, conns)
 	if err != nil {
 		return nil, err
 	}
 	if hook != nil {
 		cfg.AfterConnect = hook.call
+	}
+	if tp != nil {
+		cfg.ConnConfig.Tracer = tracing.CombineTracers(cfg.ConnConfig.Tracer, tracing.NewPgxTracerInTraces(tp))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -160,8 +166,8 @@ func waitUntil[T any](ctx context.Context, log zerolog.Logger, what string, try 
 }
 
 // connectWaiting opens the pool, waiting while PostgreSQL cannot be reached.
-func connectWaiting(ctx context.Context, log zerolog.Logger, url string, conns int, hook *connHook) (*pgxpool.Pool, error) {
-	return waitUntil(ctx, log, "postgres", func() (*pgxpool.Pool, error) { return connectSized(ctx, url, conns, hook) },
+func connectWaiting(ctx context.Context, log zerolog.Logger, url string, conns int, hook *connHook, tp trace.TracerProvider) (*pgxpool.Pool, error) {
+	return waitUntil(ctx, log, "postgres", func() (*pgxpool.Pool, error) { return connectSized(ctx, url, conns, hook, tp) },
 		func(err error) bool {
 			// Unreachable, starting up, too many connections: wait. A
 			// refused password is a configuration error at start.

@@ -123,7 +123,7 @@ func jetStreamNotReady(err, connErr error) bool {
 // meta is what the handler gets of msg's delivery.
 func meta(msg *consumer.Message) handlers.Meta {
 	return handlers.Meta{StreamSeq: msg.StreamSeq, MaxAttempts: msg.MaxAttempts,
-		Stream: msg.Stream, MsgID: msg.Headers.Get(nats.MsgIdHdr), Published: msg.Published}
+		Stream: msg.Stream, MsgID: msg.Headers.Get(nats.MsgIdHdr), Published: msg.Published, Trace: msg.Span}
 }
 
 // groupFunc is the consumer's group handler: several events of one

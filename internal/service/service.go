@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
@@ -23,6 +24,7 @@ import (
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/relay"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // Options is what Run needs. Config is required; everything else has a
@@ -62,11 +64,23 @@ func Run(ctx context.Context, o Options) error {
 	cfg, log := o.Config, o.Log
 	pool, nc := o.Pool, o.NATS
 	hook := &connHook{}
+	// First, so that the pool's sessions get the statement tracer. Spans
+	// are exported in the background: nothing on an event's path waits
+	// for the collector, and the shutdown is bounded.
+	tp, stopTracing, err := StartTracing(ctx, cfg, o.BuildVersion, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	var pgxTP trace.TracerProvider
+	if tp.Enabled() {
+		pgxTP = tp.TracerProvider()
+	}
 	if pool == nil {
 		if cfg.Postgres.URL == "" {
 			return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
 		}
-		p, err := connectWaiting(ctx, log, cfg.Postgres.URL, poolSize(cfg), hook)
+		p, err := connectWaiting(ctx, log, cfg.Postgres.URL, poolSize(cfg), hook, pgxTP)
 		if err != nil {
 			return err
 		}
@@ -85,10 +99,10 @@ func Run(ctx context.Context, o Options) error {
 		defer c.Close()
 		nc = c
 	}
-	return run(ctx, o, pool, nc, hook)
+	return run(ctx, o, pool, nc, hook, tp)
 }
 
-func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook *connHook) error {
+func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook *connHook, tp *tracing.Provider) error {
 	log, cfg := o.Log, o.Config
 	if err := ensureSchema(ctx, pool, log); err != nil {
 		return err
@@ -97,7 +111,8 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	if err != nil {
 		return err
 	}
-	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log,
+	tracer := tp.Tracer()
+	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, Tracer: tracer,
 		Started: func(_, runID string, _ int) { crashHook("before_load", runID) }}
 	if ra, err := ServerRemoteApply(ctx, pool, cfg.Postgres.URL); err != nil {
 		log.Warn().Err(err).Msg("could not read the server's synchronous_commit: loads commit with on")
@@ -123,11 +138,13 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	}
 	m := metrics.New(o.BuildVersion)
 	initMetrics(m, cfg)
+	m.Tracing(tp.DroppedSpans, tp.FailedSpans)
 	outbox, err := relay.New(pool, js, relay.Config{Stream: cfg.NATS.Stream, SubjectPrefix: cfg.NATS.SubjectPrefix,
 		ResultsStream: cfg.NATS.Results.Stream, ResultsSubjectPrefix: cfg.NATS.Results.SubjectPrefix, Lineage: lineageSender(lineageClient)}, log)
 	if err != nil {
 		return err
 	}
+	outbox.Tracer = tracer
 	outbox.Published = func(n int) { m.OutboxPublished.Add(float64(n)) }
 	outbox.Failed = func(n int) { m.OutboxPublishFailures.Add(float64(n)) }
 	outbox.Backlog = func(b audit.OutboxBacklog) { m.OutboxBacklogSet(b.Pending, b.Oldest) }
@@ -157,6 +174,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	}
 	ccfg := consumerConfig(cfg, log, hooks)
 	ccfg.ShutdownGrace = o.Grace
+	ccfg.Tracer = tracer
 	dlr := &results.Publisher{JS: js, Pipeline: cfg.Pipeline, Stream: cfg.NATS.Results.Stream, Prefix: cfg.NATS.Results.SubjectPrefix, Log: log,
 		Published: func(status string) { m.DeadLetterResults.WithLabelValues(status, "published").Inc() },
 		Failed:    func(status string) { m.DeadLetterResults.WithLabelValues(status, "failed").Inc() }}

@@ -72,11 +72,11 @@ func (m Message) incoming(ctx context.Context) context.Context {
 }
 
 // StartReceive starts the span of fetching m from its consumer (kind
-// client, operation receive).
-func StartReceive(ctx context.Context, t trace.Tracer, m Message) (context.Context, trace.Span) {
-	return t.Start(m.incoming(ctx), "receive "+m.Subject,
+// client, operation receive); opts add to its options (a start time).
+func StartReceive(ctx context.Context, t trace.Tracer, m Message, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	return t.Start(m.incoming(ctx), "receive "+m.Subject, append([]trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(m.attributes(semconv.MessagingOperationTypeReceive, "receive")...))
+		trace.WithAttributes(m.attributes(semconv.MessagingOperationTypeReceive, "receive")...)}, opts...)...)
 }
 
 // StartProcess starts the span of handling m, the load (kind consumer,

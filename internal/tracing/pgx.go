@@ -28,6 +28,9 @@ const AttrRowsAffected = attribute.Key("idem.db.rows_affected")
 // statement's text, never its arguments.
 type PgxTracer struct {
 	tracer trace.Tracer
+	// inTraces skips statements sent outside any span (see
+	// NewPgxTracerInTraces).
+	inTraces bool
 }
 
 var (
@@ -40,6 +43,21 @@ var (
 // NewPgxTracer returns a tracer whose spans come from tp.
 func NewPgxTracer(tp trace.TracerProvider) *PgxTracer {
 	return &PgxTracer{tracer: tp.Tracer(instrumentation + "/pgx")}
+}
+
+// NewPgxTracerInTraces returns a tracer that records only the statements
+// sent under a span (a load's): a service's own polls and reads (the
+// outbox claims twice a second, the observer's, the fleet's) would each
+// start a trace of their own, many times a minute, and bury the loads'.
+func NewPgxTracerInTraces(tp trace.TracerProvider) *PgxTracer {
+	t := NewPgxTracer(tp)
+	t.inTraces = true
+	return t
+}
+
+// skip reports whether a statement under ctx goes unrecorded.
+func (t *PgxTracer) skip(ctx context.Context) bool {
+	return t.inTraces && !trace.SpanContextFromContext(ctx).IsValid()
 }
 
 // WithPgxTracer adds a tracer of tp to cfg (a pgxpool.Config's ConnConfig
@@ -160,6 +178,9 @@ func end(span trace.Span, tag pgconn.CommandTag, err error, opts ...trace.SpanEn
 
 // TraceQueryStart starts the span of a Query, QueryRow or Exec.
 func (t *PgxTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if t.skip(ctx) {
+		return ctx
+	}
 	name, attrs := statementAttrs(conn, data.SQL)
 	ctx, _ = t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return ctx
@@ -173,6 +194,9 @@ func (t *PgxTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 // TraceBatchStart starts the span of a batch; each statement gets a child
 // span when its result is read.
 func (t *PgxTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if t.skip(ctx) {
+		return ctx
+	}
 	attrs := connAttrs(configOf(conn))
 	if data.Batch != nil {
 		attrs = append(attrs, semconv.DBOperationBatchSize(data.Batch.Len()))
@@ -185,6 +209,9 @@ func (t *PgxTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pg
 // TraceBatchQuery records one statement of the batch, from when pgx began
 // reading its result.
 func (t *PgxTracer) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if t.skip(ctx) {
+		return
+	}
 	name, attrs := statementAttrs(conn, data.SQL)
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
 	if !data.ReadStartTime.IsZero() {
@@ -202,6 +229,9 @@ func (t *PgxTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 // TraceCopyFromStart starts the span of a COPY FROM, naming the table and
 // columns (COPY has no statement text of its own in pgx).
 func (t *PgxTracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceCopyFromStartData) context.Context {
+	if t.skip(ctx) {
+		return ctx
+	}
 	table := data.TableName.Sanitize()
 	attrs := append(connAttrs(configOf(conn)),
 		semconv.DBOperationName("COPY"),
@@ -226,6 +256,9 @@ func quoteColumns(cols []string) string {
 
 // TraceConnectStart starts the span of opening a connection.
 func (t *PgxTracer) TraceConnectStart(ctx context.Context, data pgx.TraceConnectStartData) context.Context {
+	if t.skip(ctx) {
+		return ctx
+	}
 	ctx, _ = t.tracer.Start(ctx, "connect", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(connAttrs(data.ConnConfig)...))
 	return ctx
 }

@@ -169,3 +169,33 @@ func TestOperation(t *testing.T) {
 	require.True(t, strings.HasPrefix(long, cut))
 	require.Equal(t, "short", truncate("short", MaxQueryTextBytes))
 }
+
+// TestPgxTracerInTracesSkipsStatementsOutsideASpan: a service's own polls
+// start no trace; a load's statements are recorded under its span.
+func TestPgxTracerInTracesSkipsStatementsOutsideASpan(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	tp, exp := recorder(t)
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.Tracer = NewPgxTracerInTraces(tp)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SELECT 1`)
+	require.NoError(t, err)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 2`)
+	require.NoError(t, conn.SendBatch(ctx, b).Close())
+	require.Empty(t, exp.GetSpans(), "no connect, statement or batch span outside a trace")
+
+	sctx, parent := tp.Tracer("t").Start(ctx, "process")
+	_, err = conn.Exec(sctx, `SELECT $1::int`, 3)
+	require.NoError(t, err)
+	parent.End()
+	spans := exp.GetSpans()
+	require.Len(t, spans, 2)
+	require.Equal(t, "SELECT", spans[0].Name)
+	require.Equal(t, parent.SpanContext().SpanID(), spans[0].Parent.SpanID())
+}
