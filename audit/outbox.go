@@ -111,6 +111,12 @@ func EnqueueLineage(ctx context.Context, db interface {
 	return nil
 }
 
+// ResultHead is a result's status and the event it answers.
+type ResultHead struct {
+	Status, Stream string
+	StreamSeq      uint64
+}
+
 // OutboxRow is a claimed event or result.
 type OutboxRow struct {
 	ID int64
@@ -118,6 +124,9 @@ type OutboxRow struct {
 	// Result is the body of a result, Lineage an OpenLineage event (both
 	// nil for a downstream event).
 	Result, Lineage []byte
+	// ResultHead is what a result's message says outside its body, read
+	// from the body by the claim (the relay never parses it).
+	ResultHead ResultHead
 	// Attempts counts the publishes already tried (this one not included).
 	Attempts int
 	// Claim is when the claim lapses; it also names the claim, so a relay
@@ -142,7 +151,8 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 		UPDATE idem.outbox o SET claimed_until = now() + $2 * interval '1 microsecond'
 		  FROM due WHERE o.id = due.id
 		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text, o.lineage::text,
-		          coalesce(o.trace, '')`,
+		          coalesce(o.trace, ''), coalesce(o.result ->> 'status', ''), coalesce(o.result ->> 'stream', ''),
+		          coalesce((o.result ->> 'stream_seq')::bigint, 0)`,
 		limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("audit: outbox claim: %w", err)
@@ -151,7 +161,10 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 		var o OutboxRow
 		e := &o.Event
 		var result, lin *string
-		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result, &lin, &o.Trace)
+		var seq int64
+		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result, &lin, &o.Trace,
+			&o.ResultHead.Status, &o.ResultHead.Stream, &seq)
+		o.ResultHead.StreamSeq = uint64(max(seq, 0))
 		if result != nil {
 			o.Result = []byte(*result)
 		}

@@ -121,12 +121,23 @@ func Msg(prefix string, r Result) (*nats.Msg, error) {
 
 // MsgFromBody is Msg for a body already marshalled (an outbox row).
 func MsgFromBody(prefix string, r Result, body []byte) *nats.Msg {
-	m := nats.NewMsg(Subject(prefix, r.Dataset))
+	return msgOf(prefix, r.Dataset, r.Status, r.Stream, r.StreamSeq, r.AuditID, body)
+}
+
+// MsgFromParts is MsgFromBody for a caller that has the fields the
+// message's subject and headers need without parsing the body (the
+// relay, from its claim).
+func MsgFromParts(prefix, dataset, status, stream string, seq uint64, auditID int64, body []byte) *nats.Msg {
+	return msgOf(prefix, dataset, status, stream, seq, auditID, body)
+}
+
+func msgOf(prefix, dataset, status, stream string, seq uint64, auditID int64, body []byte) *nats.Msg {
+	m := nats.NewMsg(Subject(prefix, dataset))
 	m.Data = body
-	m.Header.Set(nats.MsgIdHdr, MsgID(r.Stream, r.StreamSeq, r.AuditID))
-	m.Header.Set(HeaderEventStream, r.Stream)
-	m.Header.Set(HeaderEventSeq, strconv.FormatUint(r.StreamSeq, 10))
-	m.Header.Set(HeaderStatus, r.Status)
+	m.Header.Set(nats.MsgIdHdr, MsgID(stream, seq, auditID))
+	m.Header.Set(HeaderEventStream, stream)
+	m.Header.Set(HeaderEventSeq, strconv.FormatUint(seq, 10))
+	m.Header.Set(HeaderStatus, status)
 	return m
 }
 
