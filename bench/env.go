@@ -65,6 +65,9 @@ type env struct {
 	// stats: pg_stat_statements is loaded; tuples: pgstattuple is available.
 	stats, tuples bool
 	children      []*idemProc
+	// configExtra is appended to the next config startIdem writes (a
+	// section of its own, such as tracing:).
+	configExtra string
 }
 
 func (e *env) logf(format string, args ...any) {

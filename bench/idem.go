@@ -181,6 +181,7 @@ datasets:
 	for _, d := range dss {
 		b.WriteString(d.yaml())
 	}
+	b.WriteString(e.configExtra)
 	path := filepath.Join(e.work, name+".yaml")
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
 }

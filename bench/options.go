@@ -96,7 +96,7 @@ type Options struct {
 }
 
 // Phases are the names Options.Only takes, in the order a run takes them.
-var Phases = []string{"small", "big", "backfill", "checks"}
+var Phases = []string{"small", "big", "backfill", "checks", "tracing"}
 
 func labelRows(n int) string {
 	switch {

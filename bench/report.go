@@ -289,6 +289,7 @@ func (r *Results) Markdown() string {
 		w("%s\n", t)
 	}
 	b.WriteString(r.checksMarkdown())
+	b.WriteString(r.tracingMarkdown())
 	return b.String()
 }
 

@@ -30,6 +30,9 @@ type Results struct {
 	Memory     []MemSample     `json:"memory"`
 	// Checks is (g): loads with and without a dataset's checks.
 	Checks *ChecksResult `json:"checks,omitempty"`
+	// Tracing is (h): small events with tracing on (the collector down)
+	// and off.
+	Tracing *TracingResult `json:"tracing,omitempty"`
 	// Notes are remarks the run made about itself: fallbacks, warnings.
 	Notes []string `json:"notes,omitempty"`
 }

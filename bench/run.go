@@ -39,6 +39,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{"big", "big partitions", e.runBig},
 		{"backfill", "backfill", e.runBackfill},
 		{"checks", "checks: loads with and without", e.runChecks},
+		{"tracing", "tracing: on with the collector down, and off", e.runTracing},
 	}
 	for _, p := range phases {
 		if len(opts.Only) > 0 && !slices.Contains(opts.Only, p.key) {

@@ -20,8 +20,12 @@
 // SampleRatio. [Provider.DroppedSpans] and [Provider.FailedSpans] count
 // what never reached the collector, for a metric (a prometheus.CounterFunc
 // over either). An export that fails is not retried: its batch is counted
-// as failed and the next batch tries afresh, so a collector that is down
-// costs one short attempt per batch, in the background.
+// as failed, and no export is tried for a second, doubling to 30 s while
+// the collector keeps failing. Meanwhile idem's tracers record nothing: a
+// span started then stands for its parent (the trace context still reaches
+// the events idem publishes) and is counted as failed, so a collector that
+// is down costs one short attempt per pause, in the background, and next
+// to nothing on a load's path.
 //
 // # NATS headers
 //

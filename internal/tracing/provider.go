@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -39,6 +40,12 @@ const (
 	// collector that is down costs one short attempt per batch instead of a
 	// backlog of retries holding the queue full.
 	exportTimeout = 10 * time.Second
+	// A failed export keeps the next ones from trying for firstPause,
+	// doubling to maxPause until one succeeds: the spans ended meanwhile
+	// are counted as failed at once, without being queued, encoded or
+	// sent, so a collector that is down costs idem next to nothing.
+	firstPause = time.Second
+	maxPause   = 30 * time.Second
 )
 
 // Config says whether and where spans are exported. The zero Config is
@@ -115,12 +122,14 @@ func newProvider(exp sdktrace.SpanExporter, cfg Config) *Provider {
 	// counted, when the collector cannot keep up.
 	bsp := sdktrace.NewBatchSpanProcessor(counting, sdktrace.WithBlocking(), sdktrace.WithMaxQueueSize(size), sdktrace.WithMaxExportBatchSize(min(512, size)), sdktrace.WithExportTimeout(exportTimeout))
 	q := newQueueProcessor(bsp, size)
+	q.down = &counting.down
+	q.failed = &counting.failed
 	sdk := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
 		sdktrace.WithSpanProcessor(q),
 	)
-	return &Provider{tp: sdk, sdk: sdk, queue: q, exporter: counting}
+	return &Provider{tp: &pausingProvider{sdk: sdk, down: &counting.down, failed: &counting.failed}, sdk: sdk, queue: q, exporter: counting}
 }
 
 func newExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, error) {
@@ -223,6 +232,10 @@ type queueProcessor struct {
 	stopped atomic.Bool
 	once    sync.Once
 	dropped atomic.Uint64
+	// down says the collector failed the last export and is not tried
+	// yet; a span ended then is counted in failed, never queued.
+	down   *pause
+	failed *atomic.Uint64
 }
 
 var _ sdktrace.SpanProcessor = (*queueProcessor)(nil)
@@ -265,6 +278,10 @@ func (q *queueProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if q.stopped.Load() || !s.SpanContext().IsSampled() {
 		return
 	}
+	if q.down != nil && q.down.active() {
+		q.failed.Add(1)
+		return
+	}
 	select {
 	case q.queue <- s:
 	default:
@@ -304,18 +321,82 @@ func (q *queueProcessor) Shutdown(ctx context.Context) error {
 // countingExporter counts the spans whose export failed and reports the
 // error to OnExportError rather than to OTel's global handler, which would
 // print to stderr in the middle of idem's JSON logs.
+//
+// After a failure it pauses (see firstPause): the batches of the pause are
+// counted as failed without an attempt.
 type countingExporter struct {
 	sdktrace.SpanExporter
 	failed  atomic.Uint64
 	onError func(error)
+	down    pause
 }
 
 func (e *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	if e.down.active() {
+		e.failed.Add(uint64(len(spans)))
+		return nil
+	}
 	if err := e.SpanExporter.ExportSpans(ctx, spans); err != nil {
 		e.failed.Add(uint64(len(spans)))
+		e.down.start(time.Now())
 		if e.onError != nil {
 			e.onError(err)
 		}
+		return nil
 	}
+	e.down.end()
 	return nil
+}
+
+// pause is the time after a failed export during which no export is
+// tried, doubling with each failure in a row.
+type pause struct {
+	until atomic.Int64 // Unix nanoseconds
+	last  atomic.Int64 // the length of the last pause, 0 after a success
+}
+
+func (p *pause) active() bool { return time.Now().UnixNano() < p.until.Load() }
+
+func (p *pause) start(now time.Time) {
+	d := min(max(2*time.Duration(p.last.Load()), firstPause), maxPause)
+	p.last.Store(int64(d))
+	p.until.Store(now.Add(d).UnixNano())
+}
+
+func (p *pause) end() {
+	p.last.Store(0)
+	p.until.Store(0)
+}
+
+// pausingProvider hands out tracers that record nothing while exports are
+// paused (the collector failed the last one): a span started then would
+// only be counted as failed, after costing its allocation and copies on a
+// load's path. It stands for its parent instead, so the trace context
+// still reaches the events idem publishes, and counts as failed.
+type pausingProvider struct {
+	embedded.TracerProvider
+	sdk    *sdktrace.TracerProvider
+	down   *pause
+	failed *atomic.Uint64
+}
+
+func (p *pausingProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return &pausingTracer{sdk: p.sdk.Tracer(name, opts...), p: p}
+}
+
+type pausingTracer struct {
+	embedded.Tracer
+	sdk trace.Tracer
+	p   *pausingProvider
+}
+
+func (t *pausingTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !t.p.down.active() {
+		return t.sdk.Start(ctx, name, opts...)
+	}
+	t.p.failed.Add(1)
+	// A span that records nothing and carries ctx's span context (none
+	// when ctx has none): ending it ends nothing.
+	ctx = trace.ContextWithSpanContext(ctx, trace.SpanContextFromContext(ctx))
+	return ctx, trace.SpanFromContext(ctx)
 }

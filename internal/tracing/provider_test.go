@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // stuckExporter is a collector that never answers until released: every
@@ -192,4 +193,44 @@ func TestSplitEndpoint(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []any{c.host, c.path, c.plain}, []any{host, path, plain}, c.endpoint)
 	}
+}
+
+// TestAFailedExportPausesTheNextOnes: after a failure, the spans of the
+// pause are counted as failed without an attempt, and a success ends it.
+func TestAFailedExportPausesTheNextOnes(t *testing.T) {
+	t.Parallel()
+	exp := &failingExporter{}
+	c := &countingExporter{SpanExporter: exp}
+	spans := make([]sdktrace.ReadOnlySpan, 4)
+	require.NoError(t, c.ExportSpans(context.Background(), spans))
+	require.NoError(t, c.ExportSpans(context.Background(), spans))
+	require.EqualValues(t, 1, exp.calls.Load(), "the second batch waits out the pause")
+	require.EqualValues(t, 8, c.failed.Load())
+	require.True(t, c.down.active())
+	require.Equal(t, firstPause, time.Duration(c.down.last.Load()))
+	c.down.start(time.Now())
+	require.Equal(t, 2*firstPause, time.Duration(c.down.last.Load()), "doubling while it keeps failing")
+	for range 10 {
+		c.down.start(time.Now())
+	}
+	require.Equal(t, maxPause, time.Duration(c.down.last.Load()))
+	c.down.end()
+	require.False(t, c.down.active())
+
+	// Spans ended during a pause are never queued.
+	p := newProvider(&failingExporter{}, Config{SampleRatio: 1})
+	p.exporter.down.start(time.Now())
+	for range 5 {
+		_, s := p.Tracer().Start(context.Background(), "s")
+		s.End()
+	}
+	require.EqualValues(t, 5, p.FailedSpans())
+	// Nor recorded: a span of the pause stands for its parent.
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true})
+	ctx, s := p.Tracer().Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "s")
+	require.False(t, s.IsRecording())
+	require.Equal(t, parent, trace.SpanContextFromContext(ctx), "the trace context goes on")
+	s.End()
+	require.NoError(t, p.Shutdown(context.Background()))
+	require.EqualValues(t, 6, p.FailedSpans(), "nothing was queued to fail again")
 }
