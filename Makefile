@@ -108,5 +108,6 @@ bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, b
 bench-history: postgres ## the audit lookups at 100k and 10M attempts side by side (about 3 min); see docs/HISTORY-COSTS.md
 	IDEM_BENCH_HISTORY=1 IDEM_BENCH_HISTORY_OUT=$(CURDIR)/bin $(GO) test -count=1 -run '^TestHistoryCosts$$' -v -timeout 60m ./bench/
 
-chaos-groups: postgres ## the short chaos campaign with group loads forced to 1, 2 and 32 events (make test runs it at the default 8); about 4 min each
-	for n in 1 2 32; do echo "== max_group $$n"; IDEM_NATS_MAX_GROUP=$$n $(GO) test -count=1 -run '^TestChaosShort$$' -v -timeout 20m ./internal/chaos/ || exit 1; done
+chaos-groups: postgres ## the short chaos campaigns, single server and cluster, with group loads forced to 1, 2 and 32 events (make test runs them at the default 8); about 4 min each
+	for n in 1 2 32; do for c in TestChaosShort TestChaosClusterShort; do echo "== $$c, max_group $$n"; \
+		IDEM_NATS_MAX_GROUP=$$n $(GO) test -count=1 -run "^$$c\$$" -v -timeout 20m ./internal/chaos/ || exit 1; done; done
