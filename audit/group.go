@@ -229,40 +229,51 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 		return fmt.Errorf("audit: begin: %w", err)
 	}
 	b.Queue(beginGroupSQL, string(data)).Query(func(rs pgx.Rows) error {
-		seen := 0
-		for rs.Next() {
-			var (
-				ord    int
-				id     *int64
-				status *string
-				last   *string
-				prior  int
-			)
-			if err := rs.Scan(&ord, &prior, &last, &id, &status); err != nil {
-				return fmt.Errorf("audit: begin: %w", err)
-			}
-			if ord < 0 || ord >= len(gs) {
-				return fmt.Errorf("audit: begin: row %d of %d", ord, len(gs))
-			}
-			into := gs[ord].Into
+		var (
+			id     *int64
+			status *string
+			last   *string
+			prior  int
+		)
+		err := eachAnswer(rs, len(gs), 0, "begin", []any{&prior, &last, &id, &status}, func(i int) {
+			into := gs[i].Into
 			*into = Begun{Prior: prior, Attempt: prior + 1, LastDied: last != nil && *last == StatusStarted}
 			if id == nil {
 				into.Spent = true
 			} else {
 				into.ID, into.Skipped = *id, *status == StatusSkipped
-				into.ResultWritten = into.Skipped && gs[ord].SkipResult != nil
+				into.ResultWritten = into.Skipped && gs[i].SkipResult != nil
 			}
-			seen++
-		}
-		if err := rs.Err(); err != nil {
-			return fmt.Errorf("audit: begin: %w", err)
-		}
-		if seen != len(gs) {
-			return fmt.Errorf("audit: begin: %d answers for %d attempts", seen, len(gs))
-		}
-		*ran = true
-		return nil
+		})
+		*ran = err == nil
+		return err
 	})
+	return nil
+}
+
+// eachAnswer reads rs, rows of a group statement that answers each of n
+// members once: an ordinal (from base) then dest. For each row it calls
+// put with the member's index, after checking the ordinal is one of them;
+// a member left unanswered is an error, never a silent zero.
+func eachAnswer(rs pgx.Rows, n, base int, what string, dest []any, put func(i int)) error {
+	seen := 0
+	var ord int
+	for rs.Next() {
+		if err := rs.Scan(append([]any{&ord}, dest...)...); err != nil {
+			return fmt.Errorf("audit: %s: %w", what, err)
+		}
+		if i := ord - base; i < 0 || i >= n {
+			return fmt.Errorf("audit: %s: row %d of %d", what, ord, n)
+		}
+		put(ord - base)
+		seen++
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("audit: %s: %w", what, err)
+	}
+	if seen != n {
+		return fmt.Errorf("audit: %s: %d answers for %d", what, seen, n)
+	}
 	return nil
 }
 
@@ -273,28 +284,8 @@ func QueueTryLocks(b *pgx.Batch, keys []string, locked []*bool) {
 		SELECT k.ord, pg_try_advisory_xact_lock(`+lockIDSQL+`)
 		  FROM unnest($1::text[]) WITH ORDINALITY AS k(lock_key, ord)
 		 ORDER BY k.ord`, keys).Query(func(rs pgx.Rows) error {
-		seen := 0
-		for rs.Next() {
-			var (
-				ord int
-				ok  bool
-			)
-			if err := rs.Scan(&ord, &ok); err != nil {
-				return fmt.Errorf("audit: try locks: %w", err)
-			}
-			if ord < 1 || ord > len(locked) {
-				return fmt.Errorf("audit: try locks: row %d of %d", ord, len(locked))
-			}
-			*locked[ord-1] = ok
-			seen++
-		}
-		if err := rs.Err(); err != nil {
-			return fmt.Errorf("audit: try locks: %w", err)
-		}
-		if seen != len(locked) {
-			return fmt.Errorf("audit: try locks: %d answers for %d locks", seen, len(locked))
-		}
-		return nil
+		var ok bool
+		return eachAnswer(rs, len(locked), 1, "try locks", []any{&ok}, func(i int) { *locked[i] = ok })
 	})
 }
 
@@ -341,28 +332,8 @@ func QueueSucceededGroup(b *pgx.Batch, ls []Loaded) error {
 		       END
 		  FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, force boolean, seq bigint)
 		 ORDER BY i.ord`, string(data)).Query(func(rs pgx.Rows) error {
-		seen := 0
-		for rs.Next() {
-			var (
-				ord  int
-				done bool
-			)
-			if err := rs.Scan(&ord, &done); err != nil {
-				return fmt.Errorf("audit: ledger: %w", err)
-			}
-			if ord < 0 || ord >= len(ls) {
-				return fmt.Errorf("audit: ledger: row %d of %d", ord, len(ls))
-			}
-			*ls[ord].Done = done
-			seen++
-		}
-		if err := rs.Err(); err != nil {
-			return fmt.Errorf("audit: ledger: %w", err)
-		}
-		if seen != len(ls) {
-			return fmt.Errorf("audit: ledger: %d answers for %d runs", seen, len(ls))
-		}
-		return nil
+		var done bool
+		return eachAnswer(rs, len(ls), 0, "ledger", []any{&done}, func(i int) { *ls[i].Done = done })
 	})
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // Handler handles one message. It returns nil once the work is committed or
@@ -133,11 +135,8 @@ func (c *Consumer) Warehouse() (up bool, state string, reason error, since time.
 }
 
 func newDeadLetterer(js jetstream.JetStream, cfg Config) *deadLetterer {
-	t := cfg.Tracer
-	if t == nil {
-		t = noopTracer
-	}
-	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout, tracer: t, stored: cfg.DeadLettered}
+	return &deadLetterer{js: js, stream: cfg.DLQStream, prefix: cfg.DLQSubjectPrefix, timeout: cfg.AckTimeout,
+		tracer: tracing.OrNoop(cfg.Tracer), stored: cfg.DeadLettered}
 }
 
 // Run consumes until stopped, by Stop or by ctx's cancellation (which

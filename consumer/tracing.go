@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idem-data/idem/internal/tracing"
 )
@@ -28,14 +27,7 @@ import (
 // AttrGroupSize is the number of messages a group load takes.
 const AttrGroupSize = attribute.Key("idem.group_size")
 
-var noopTracer = noop.NewTracerProvider().Tracer("")
-
-func (c *Consumer) tracer() trace.Tracer {
-	if c.cfg.Tracer == nil {
-		return noopTracer
-	}
-	return c.cfg.Tracer
-}
+func (c *Consumer) tracer() trace.Tracer { return tracing.OrNoop(c.cfg.Tracer) }
 
 // traceMsg is what the messaging spans say about d.
 func (c *Consumer) traceMsg(d *delivery) tracing.Message {

@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idem-data/idem/internal/tracing"
 )
@@ -16,14 +15,7 @@ import (
 // run_id are not recorded: they are bound values of the load's statements.
 const AttrDataset = attribute.Key("idem.dataset")
 
-var noopTracer = noop.NewTracerProvider().Tracer("")
-
-func (h *Handler) tracer() trace.Tracer {
-	if h.Tracer == nil {
-		return noopTracer
-	}
-	return h.Tracer
-}
+func (h *Handler) tracer() trace.Tracer { return tracing.OrNoop(h.Tracer) }
 
 // traceOf is the stored trace context an attempt's downstream events
 // carry: the delivery's own (a member of a group has its own, not the

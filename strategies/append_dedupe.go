@@ -289,13 +289,5 @@ func (s *AppendDedupe) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Par
 	}
 	res := &Result{Route: "append"}
 	b.Queue(stmt, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
-	return res, func(err error) error {
-		if err != nil {
-			return dp.stale(err)
-		}
-		if res.Inserted == 0 && !s.spec.AllowEmpty {
-			return ErrEmptySource
-		}
-		return nil
-	}, nil
+	return res, queuedFinish(dp, res, s.spec.AllowEmpty), nil
 }

@@ -301,13 +301,20 @@ func (s *DeleteInsert) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Par
 	}
 	res := &Result{Route: pl.route, Deleted: -1}
 	pl.queue(b, p, res)
-	return res, func(err error) error {
+	return res, queuedFinish(dp, res, s.spec.AllowEmpty), nil
+}
+
+// queuedFinish is a queued load's finish: the batch's error as the load's
+// (a stale description of the source), or an empty partition, as Execute
+// would say.
+func queuedFinish(dp *Plan, res *Result, allowEmpty bool) func(error) error {
+	return func(err error) error {
 		if err != nil {
 			return dp.stale(err)
 		}
-		if res.Inserted == 0 && !s.spec.AllowEmpty {
+		if res.Inserted == 0 && !allowEmpty {
 			return ErrEmptySource
 		}
 		return nil
-	}, nil
+	}
 }

@@ -35,7 +35,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
@@ -257,11 +256,7 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 	msg := &nats.Msg{Subject: m.Subject, Data: m.Body, Header: nats.Header{}}
 	// The load's trace goes on in the downstream event: its traceparent
 	// names this span (or, without a tracer, the load's own).
-	tracer := r.Tracer
-	if tracer == nil {
-		tracer = noopTracer
-	}
-	ctx, span := tracing.StartPublish(tracing.Load(ctx, row.Trace), tracer,
+	ctx, span := tracing.StartPublish(tracing.Load(ctx, row.Trace), tracing.OrNoop(r.Tracer),
 		tracing.Message{Subject: m.Subject, Header: msg.Header, MsgID: m.MsgID, BodySize: len(m.Body)})
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
@@ -272,8 +267,6 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 	}
 	return ack, err
 }
-
-var noopTracer = noop.NewTracerProvider().Tracer("")
 
 func msgID(row audit.OutboxRow) string {
 	if row.Lineage != nil {

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // The attributes idem adds to the messaging conventions.
@@ -112,4 +113,16 @@ func StartPublish(ctx context.Context, t trace.Tracer, m Message) (context.Conte
 		trace.WithAttributes(m.attributes(semconv.MessagingOperationTypeSend, "publish")...))
 	Inject(ctx, m.Header)
 	return ctx, span
+}
+
+var noopTracer = noop.NewTracerProvider().Tracer("")
+
+// OrNoop is t, or a tracer that records nothing when t is nil: what a
+// component configured without tracing starts its spans with (they still
+// pass a trace context on).
+func OrNoop(t trace.Tracer) trace.Tracer {
+	if t == nil {
+		return noopTracer
+	}
+	return t
 }
