@@ -27,6 +27,7 @@ import (
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/relay"
+	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -497,4 +498,49 @@ func TestConfigNamesWhatIsWrong(t *testing.T) {
 	r, err := relay.New(nil, nil, relay.Config{Stream: stream, SubjectPrefix: "x"}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NotNil(t, r)
+}
+
+// TestResultRowsArePublishedWithTheirHeaders: a result row goes to the
+// results stream with its status, its event's stream and sequence as
+// headers and a message id naming them and the attempt, all read by the
+// claim from the body; a result whose event names no stream (a load the
+// re-verification ran) is published too, never held back.
+func TestResultRowsArePublishedWithTheirHeaders(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	rs, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_RESULTS", Subjects: []string{"idem.result.>"}})
+	require.NoError(t, err)
+	k := audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}
+	id, err := audittest.Start(ctx, f.db.Pool, audit.Attempt{RunKey: k})
+	require.NoError(t, err)
+	body, err := json.Marshal(results.Result{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1",
+		Status: results.StatusLoaded, Stream: stream, StreamSeq: 41, AuditID: id})
+	require.NoError(t, err)
+	require.NoError(t, audit.EnqueueResult(ctx, f.db.Pool, k, id, body, false))
+	k2 := k
+	k2.Partition = "2026-11-02"
+	id2, err := audittest.Start(ctx, f.db.Pool, audit.Attempt{RunKey: k2})
+	require.NoError(t, err)
+	body2, err := json.Marshal(results.Result{Pipeline: "p", Dataset: "orders", Partition: "2026-11-02", RunID: "r1",
+		Status: results.StatusSkipped, StreamSeq: 42, AuditID: id2})
+	require.NoError(t, err)
+	require.NoError(t, audit.EnqueueResult(ctx, f.db.Pool, k2, id2, body2, false))
+
+	cfg := config()
+	cfg.ResultsStream, cfg.ResultsSubjectPrefix = "IDEM_RESULTS", "idem.result"
+	r := f.relay(t, f.js, cfg)
+	require.Equal(t, relay.Pass{Claimed: 2, Sent: 2}, flush(t, r))
+	m, err := rs.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "idem.result.orders", m.Subject)
+	require.Equal(t, results.MsgID(stream, 41, id), m.Header.Get(jetstream.MsgIDHeader))
+	require.Equal(t, stream, m.Header.Get(results.HeaderEventStream))
+	require.Equal(t, "41", m.Header.Get(results.HeaderEventSeq))
+	require.Equal(t, results.StatusLoaded, m.Header.Get(results.HeaderStatus))
+	require.JSONEq(t, string(body), string(m.Data), "the body as written")
+	m, err = rs.GetMsg(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, results.StatusSkipped, m.Header.Get(results.HeaderStatus))
+	require.Equal(t, "42", m.Header.Get(results.HeaderEventSeq))
+	require.Equal(t, results.MsgID("", 42, id2), m.Header.Get(jetstream.MsgIDHeader))
 }

@@ -225,7 +225,7 @@ func (r *Reverifier) pass(ctx context.Context, res *Result) error {
 			continue
 		}
 		res.Missing++
-		out, err := r.cfg.Loader.Handle(ctx, e.ev, handlers.Meta{StreamSeq: e.seq, Reverify: true})
+		out, err := r.cfg.Loader.Handle(ctx, e.ev, handlers.Meta{StreamSeq: e.seq, Stream: r.cfg.Stream, Reverify: true})
 		switch {
 		case err != nil && (handlers.IsUnavailable(err) || ctx.Err() != nil):
 			return fmt.Errorf("reverify: stream seq %d: %w", e.seq, err)
