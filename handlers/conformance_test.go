@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -18,17 +19,31 @@ import (
 // PostgreSQL, must pass the same idempotency cases.
 func TestConformance(t *testing.T) {
 	for _, f := range fixtures {
-		t.Run(f.name, func(t *testing.T) {
-			t.Parallel()
-			t.Run("reruns_leave_identical_contents", func(t *testing.T) { t.Parallel(); testReruns(t, f) })
-			t.Run("redelivery_is_skipped", func(t *testing.T) { t.Parallel(); testRedelivery(t, f) })
-			t.Run("killed_mid_statement_keeps_previous_state", func(t *testing.T) { t.Parallel(); testKilled(t, f) })
-			t.Run("concurrent_loads_one_copy", func(t *testing.T) { t.Parallel(); testConcurrent(t, f) })
-			t.Run("other_partitions_untouched", func(t *testing.T) { t.Parallel(); testOtherPartitions(t, f) })
-			t.Run("empty_source_is_fatal", func(t *testing.T) { t.Parallel(); testEmpty(t, f) })
-			t.Run("hostile_run_id_is_data", func(t *testing.T) { t.Parallel(); testHostile(t, f) })
-		})
+		testConformance(t, f)
 	}
+}
+
+// TestConformanceGrouped: the same cases, every load through the group
+// path (merge, which does not group, takes the single path inside it).
+func TestConformanceGrouped(t *testing.T) {
+	for _, f := range fixtures {
+		f.grouped = true
+		f.name += "_grouped"
+		testConformance(t, f)
+	}
+}
+
+func testConformance(t *testing.T, f fixture) {
+	t.Run(f.name, func(t *testing.T) {
+		t.Parallel()
+		t.Run("reruns_leave_identical_contents", func(t *testing.T) { t.Parallel(); testReruns(t, f) })
+		t.Run("redelivery_is_skipped", func(t *testing.T) { t.Parallel(); testRedelivery(t, f) })
+		t.Run("killed_mid_statement_keeps_previous_state", func(t *testing.T) { t.Parallel(); testKilled(t, f) })
+		t.Run("concurrent_loads_one_copy", func(t *testing.T) { t.Parallel(); testConcurrent(t, f) })
+		t.Run("other_partitions_untouched", func(t *testing.T) { t.Parallel(); testOtherPartitions(t, f) })
+		t.Run("empty_source_is_fatal", func(t *testing.T) { t.Parallel(); testEmpty(t, f) })
+		t.Run("hostile_run_id_is_data", func(t *testing.T) { t.Parallel(); testHostile(t, f) })
+	})
 }
 
 func testReruns(t *testing.T, f fixture) {
@@ -88,13 +103,24 @@ func testKilled(t *testing.T, f fixture) {
 		errc <- err
 	}()
 	// Wait until the load sits inside its statement, then kill its backend.
-	var pid int64
-	require.Eventually(t, func() bool {
-		err := e.db.Pool.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()`).Scan(&pid)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond)
-	e.db.Exec(t, "SELECT pg_terminate_backend($1)", pid)
+	killed := []int64{} // not nil: NULL would match no pid
+	kill := func() {
+		var pid int64
+		require.Eventually(t, func() bool {
+			err := e.db.Pool.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()
+				  AND pid <> ALL ($1::bigint[])`, killed).Scan(&pid)
+			return err == nil
+		}, 30*time.Second, 20*time.Millisecond)
+		killed = append(killed, pid)
+		e.db.Exec(t, "SELECT pg_terminate_backend($1)", pid)
+	}
+	kill()
+	if f.grouped && e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}) > 1 {
+		// A group that fails loads its events alone: kill that load too.
+		require.Equal(t, before, e.db.Checksum(t, f.raw), "the killed group changed the table")
+		kill()
+	}
 	err := <-errc
 	require.Error(t, err)
 	require.False(t, handlers.IsFatal(err), "a killed backend is transient: %v", err)

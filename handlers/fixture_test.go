@@ -39,6 +39,11 @@ type fixture struct {
 	spec     strategies.Spec
 	visible  string // what readers see, as a query
 	raw      string // the physical table
+	// grouped sends every load of the env through HandleGroup, the event
+	// the group's one valid member (beside an event of no configured
+	// dataset, which writes nothing): the group's statements and its
+	// fallback, on every conformance case.
+	grouped bool
 }
 
 var fixtures = []fixture{
@@ -120,7 +125,17 @@ func (e *env) load(partition, runID string, force bool) (handlers.Outcome, error
 func (e *env) loadCtx(ctx context.Context, partition, runID string, force bool) (handlers.Outcome, error) {
 	body, err := schemas.PartitionReady{Dataset: "ds", Partition: partition, RunID: runID, Force: force}.Marshal()
 	require.NoError(e.t, err)
-	return e.h.HandleMessage(ctx, "idem.ready.ds", body, handlers.Meta{})
+	if !e.f.grouped {
+		return e.h.HandleMessage(ctx, "idem.ready.ds", body, handlers.Meta{})
+	}
+	ev, err := schemas.Decode("idem.ready.ds", body, e.h.Lookup)
+	if err != nil {
+		return handlers.Outcome{}, err
+	}
+	stray := schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "not_configured", Partition: partition, RunID: runID}}
+	outs, errs := e.h.HandleGroup(ctx, []schemas.Event{ev, stray}, []handlers.Meta{{}, {}})
+	require.True(e.t, handlers.IsFatal(errs[1]), "the stray member: %v", errs[1])
+	return outs[0], errs[0]
 }
 
 func (e *env) mustLoad(partition, runID string, force bool) handlers.Outcome {
