@@ -320,7 +320,13 @@ func (r *Results) Verdicts() []Verdict {
 			continue
 		}
 		x := idem.Throughput.PerSec / ref.Throughput.PerSec
-		add(x >= 1, fmt.Sprintf("small, max_in_flight %d: idem ≥ 1.0× pgbench 1 tx", p.InFlight),
+		// Where events queue, level with the hand-written transaction;
+		// under concurrency, group loads are to go beyond it.
+		want := 1.0
+		if p.InFlight >= 4 {
+			want = 1.5
+		}
+		add(x >= want, fmt.Sprintf("small, max_in_flight %d: idem ≥ %.1f× pgbench 1 tx", p.InFlight, want),
 			"%s vs %s events/s = %.2f×; limit (i) %.2f×, floor (ii) %.2f×", num(idem.Throughput.PerSec), num(ref.Throughput.PerSec), x,
 			frac(idem, p.Methods[MLimit]), frac(idem, p.Methods[MFloor]))
 	}
