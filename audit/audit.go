@@ -3,11 +3,17 @@
 // redelivery a no-op, and the queries operators ask at 3 a.m. ("what failed?",
 // "which partitions are missing?").
 //
+// It also keeps what a load leaves for others, written in the load's
+// transaction: the outbox of downstream events, results and lineage events
+// (outbox.go), the checks' outcomes (checks.go), and, for a group load,
+// the same statements set-based over the group's events (group.go).
+//
 // Functions take a Querier, so the caller decides the transaction: the
 // `started` row is written in its own short transaction (it must survive a
 // crash), the success and the ledger entry inside the load's transaction. This
-// package never opens a transaction of its own except in Migrate, and knows
-// nothing of NATS.
+// package never opens a transaction of its own except in Migrate and in
+// EnqueueLineage (a failed attempt's lineage, after its load rolled back),
+// and knows nothing of NATS.
 package audit
 
 import (
@@ -247,6 +253,21 @@ const (
      SELECT $7::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
              WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
                AND stream_seq = $7 AND status = 'success') AS yes`
+)
+
+// loadedBy is the run's load, from the ledger, as a skip's result names
+// it (its audit id and rows), for the run the four SQL expressions name.
+func loadedBy(pipeline, dataset, partition, runID string) string {
+	return `coalesce((
+			SELECT jsonb_build_object('loaded_by_audit_id', a.id, 'rows', jsonb_build_object(
+			       'inserted', coalesce(a.rows_inserted, a.row_count, 0), 'updated', coalesce(a.rows_updated, 0),
+			       'deleted', coalesce(a.rows_deleted, -1)))
+			  FROM idem.run_ledger l JOIN idem.pipeline_audit a ON a.id = l.audit_id
+			 WHERE l.dag_id = ` + pipeline + ` AND l.task_id = ` + dataset + ` AND l.partition_key = ` + partition +
+		` AND l.run_id = ` + runID + `), '{}'::jsonb)`
+}
+
+var (
 	// skipResult writes, when the statement decides a skip, that skip's
 	// result ($11: its body without the audit id) into the outbox in the
 	// same statement, with the skipped row's id and the run's load from the
@@ -255,21 +276,10 @@ const (
 	skipResult = `,
 res AS (
      INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-     SELECT $2, $4, $5, ins.id, $11::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBySQL + `
+     SELECT $2, $4, $5, ins.id, $11::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
        FROM ins WHERE ins.status = 'skipped'
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
-	// loadedBySQL is the run's load, from the ledger, as a skip's result
-	// names it: its audit id and rows ($1 pipeline, $2 dataset, $4
-	// partition, $5 run id).
-	loadedBySQL = `coalesce((
-			SELECT jsonb_build_object('loaded_by_audit_id', a.id, 'rows', jsonb_build_object(
-			       'inserted', coalesce(a.rows_inserted, a.row_count, 0), 'updated', coalesce(a.rows_updated, 0),
-			       'deleted', coalesce(a.rows_deleted, -1)))
-			  FROM idem.run_ledger l JOIN idem.pipeline_audit a ON a.id = l.audit_id
-			 WHERE l.dag_id = $1 AND l.task_id = $2 AND l.partition_key = $4 AND l.run_id = $5), '{}'::jsonb)`
-)
 
-var (
 	beginOrdinary       = beginWith(doneOrdinary, "")
 	beginForce          = beginWith(doneForce, "")
 	beginOrdinaryResult = beginWith(doneOrdinary, skipResult)

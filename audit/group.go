@@ -132,6 +132,18 @@ const groupChecksSQL = `
 		       "Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
 		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`
 
+// groupDoneSQL is "done?" for the row i of a group statement (i.dag,
+// i.task, i.part, i.run, i.force, i.seq), as beginSQL and QueueSucceeded
+// ask it for one: a forced attempt is done when this very message loaded,
+// an ordinary one when the ledger holds its run.
+const groupDoneSQL = `CASE WHEN i.force THEN i.seq IS NOT NULL AND EXISTS (
+                SELECT 1 FROM idem.pipeline_audit a
+                 WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
+                   AND a.stream_seq = i.seq AND a.status = 'success')
+            ELSE EXISTS (SELECT 1 FROM idem.run_ledger l
+                 WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run)
+            END`
+
 // beginRow is one attempt of a group as beginGroupSQL reads it.
 type beginRow struct {
 	Ord       int               `json:"ord"`
@@ -154,18 +166,12 @@ type beginRow struct {
 // insert under the same budget and the same skip result, row by row, in
 // one statement. A group's partitions are distinct, so each inserted row
 // is found again by its partition and run.
-const beginGroupSQL = `
+var beginGroupSQL = `
 WITH input AS MATERIALIZED (
      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
             force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb)),
 done AS MATERIALIZED (
-     SELECT i.ord, CASE WHEN i.force THEN i.seq IS NOT NULL AND EXISTS (
-                SELECT 1 FROM idem.pipeline_audit a
-                 WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
-                   AND a.stream_seq = i.seq AND a.status = 'success')
-            ELSE EXISTS (SELECT 1 FROM idem.run_ledger l
-                 WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run)
-            END AS yes
+     SELECT i.ord, ` + groupDoneSQL + ` AS yes
        FROM input i),
 prior AS MATERIALIZED (
      SELECT i.ord, p.n, p.last
@@ -187,12 +193,7 @@ ins AS (
      RETURNING id, partition_key, run_id, status),
 res AS (
      INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-     SELECT i.task, i.part, i.run, ins.id, i.skip || jsonb_build_object('audit_id', ins.id) || coalesce((
-            SELECT jsonb_build_object('loaded_by_audit_id', a.id, 'rows', jsonb_build_object(
-                   'inserted', coalesce(a.rows_inserted, a.row_count, 0), 'updated', coalesce(a.rows_updated, 0),
-                   'deleted', coalesce(a.rows_deleted, -1)))
-              FROM idem.run_ledger l JOIN idem.pipeline_audit a ON a.id = l.audit_id
-             WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run), '{}'::jsonb)
+     SELECT i.task, i.part, i.run, ins.id, i.skip || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("i.dag", "i.task", "i.part", "i.run") + `
        FROM ins JOIN input i ON i.part = ins.partition_key AND i.run = ins.run_id
       WHERE ins.status = 'skipped' AND i.skip IS NOT NULL
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
@@ -323,13 +324,7 @@ func QueueSucceededGroup(b *pgx.Batch, ls []Loaded) error {
 		return fmt.Errorf("audit: ledger: %w", err)
 	}
 	b.Queue(`
-		SELECT i.ord, CASE WHEN i.force THEN i.seq IS NOT NULL AND EXISTS (
-		            SELECT 1 FROM idem.pipeline_audit a
-		             WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
-		               AND a.stream_seq = i.seq AND a.status = 'success')
-		       ELSE EXISTS (SELECT 1 FROM idem.run_ledger l
-		             WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run)
-		       END
+		SELECT i.ord, `+groupDoneSQL+`
 		  FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, force boolean, seq bigint)
 		 ORDER BY i.ord`, string(data)).Query(func(rs pgx.Rows) error {
 		var done bool

@@ -48,33 +48,31 @@ func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
 // QueueEnqueueResult queues on b, inside the caller's transaction, the
 // result of attempt auditID (body: its JSON, package results) for the
 // relay to publish on the results stream. A second result of the same
-// attempt is left alone. For a skip (loadedBy), the body gains the rows
+// attempt is left alone. For a skip, the body gains the rows
 // and the audit id of the run's load, from the ledger: what a scheduler
 // that asked again wants to know.
-func QueueEnqueueResult(b *pgx.Batch, k RunKey, auditID int64, body []byte, loadedBy bool) {
-	sql, args := enqueueResultSQL(k, auditID, body, loadedBy)
+func QueueEnqueueResult(b *pgx.Batch, k RunKey, auditID int64, body []byte, skip bool) {
+	sql, args := enqueueResultSQL(k, auditID, body, skip)
 	b.Queue(sql, args...)
 }
 
-func enqueueResultSQL(k RunKey, auditID int64, body []byte, loadedBy bool) (string, []any) {
-	if !loadedBy {
-		return `
-		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-		VALUES ($1, $2, $3, $4, $5::jsonb)
-		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`, []any{k.Dataset, k.Partition, k.RunID, auditID, string(body)}
+func enqueueResultSQL(k RunKey, auditID int64, body []byte, skip bool) (string, []any) {
+	args := []any{k.Dataset, k.Partition, k.RunID, auditID, string(body)}
+	merge := "'{}'::jsonb"
+	if skip {
+		args = append(args, k.Pipeline)
+		merge = loadedBy("$6", "$1", "$2", "$3")
 	}
-	// Numbered as the begin statement numbers them, so both share loadedBySQL.
-	args := []any{k.Pipeline, k.Dataset, auditID, k.Partition, k.RunID, string(body)}
 	return `
 		INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-		SELECT $2, $4, $5, $3, $6::jsonb || ` + loadedBySQL + `
+		SELECT $1, $2, $3, $4, $5::jsonb || ` + merge + `
 		ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING`, args
 }
 
 // EnqueueResult is QueueEnqueueResult as a statement of its own, committed
 // at once: for an attempt whose transaction already ended (a skip).
-func EnqueueResult(ctx context.Context, db Querier, k RunKey, auditID int64, body []byte, loadedBy bool) error {
-	sql, args := enqueueResultSQL(k, auditID, body, loadedBy)
+func EnqueueResult(ctx context.Context, db Querier, k RunKey, auditID int64, body []byte, skip bool) error {
+	sql, args := enqueueResultSQL(k, auditID, body, skip)
 	if _, err := db.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("audit: outbox result: %w", err)
 	}

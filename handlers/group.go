@@ -207,6 +207,13 @@ func (g *group) fallBack(ctx context.Context, why error) {
 	}
 }
 
+// noneRan ends every member with err before any audit row of the group
+// was written: each message is retried as if it had never been handled.
+func (g *group) noneRan(err error) bool {
+	g.each(memberLoad, func(m *member) { m.state, m.err = memberOver, beforeLoad(err) })
+	return false
+}
+
 func (g *group) first() *member {
 	for _, m := range g.mems {
 		if m != nil {
@@ -237,12 +244,7 @@ func (g *group) load(ctx context.Context) bool {
 		}
 	}
 	if err := audit.QueueBeginGroup(b, gbs, &began); err != nil {
-		for _, m := range g.mems {
-			if m != nil {
-				m.state, m.err = memberOver, beforeLoad(err)
-			}
-		}
-		return false
+		return g.noneRan(err)
 	}
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	first := g.first()
@@ -265,12 +267,7 @@ func (g *group) load(ctx context.Context) bool {
 	}
 	audit.QueueTryLocks(b, keys, locked)
 	if err := audit.QueueSucceededGroup(b, ls); err != nil {
-		for _, m := range g.mems {
-			if m != nil {
-				m.state, m.err = memberOver, beforeLoad(err)
-			}
-		}
-		return false
+		return g.noneRan(err)
 	}
 	for _, m := range g.mems {
 		if m == nil {
@@ -286,12 +283,7 @@ func (g *group) load(ctx context.Context) bool {
 	if !committed {
 		// Nothing of the batch committed: no attempt ran.
 		first.l.close(ctx)
-		for _, m := range g.mems {
-			if m != nil {
-				m.state, m.err = memberOver, beforeLoad(err)
-			}
-		}
-		return false
+		return g.noneRan(err)
 	}
 	for _, m := range g.mems {
 		if m == nil {

@@ -35,6 +35,20 @@ func groupEvents(t *testing.T, e *env, runID string, seq uint64, parts ...string
 	return evs, ms
 }
 
+// loadGroup loads evs as one group and requires every event to succeed
+// with rows inserted, each with its own audit row.
+func loadGroup(t *testing.T, e *env, evs []schemas.Event, ms []handlers.Meta, rows int64) []handlers.Outcome {
+	t.Helper()
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range evs {
+		require.NoError(t, errs[i], evs[i].Key.Key)
+		require.Equal(t, audit.StatusSuccess, outs[i].Status)
+		require.EqualValues(t, rows, outs[i].Rows.Inserted)
+		require.NotZero(t, outs[i].AuditID)
+	}
+	return outs
+}
+
 // TestGroupLoadsEachEventOnce: a group of five loads every partition in one
 // transaction, each event with its own audit row, ledger entry and outcome.
 func TestGroupLoadsEachEventOnce(t *testing.T) {
@@ -45,13 +59,7 @@ func TestGroupLoadsEachEventOnce(t *testing.T) {
 	}
 	require.Equal(t, handlers.DefaultMaxGroup, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
 	evs, ms := groupEvents(t, e, "r1", 1, parts...)
-	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
-	for i := range parts {
-		require.NoError(t, errs[i], parts[i])
-		require.Equal(t, audit.StatusSuccess, outs[i].Status)
-		require.EqualValues(t, 10, outs[i].Rows.Inserted)
-		require.NotZero(t, outs[i].AuditID)
-	}
+	loadGroup(t, e, evs, ms, 10)
 	require.Equal(t, e.expected(parts...), e.visible())
 	require.EqualValues(t, 5, e.auditCount("success"))
 	require.EqualValues(t, 5, e.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
@@ -59,7 +67,7 @@ func TestGroupLoadsEachEventOnce(t *testing.T) {
 	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(DISTINCT xmin::text) FROM idem.pipeline_audit WHERE status = 'success'"))
 
 	// The same group again, the runs loaded: every event skipped.
-	outs, errs = e.h.HandleGroup(context.Background(), evs, ms)
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
 	for i := range parts {
 		require.NoError(t, errs[i])
 		require.Equal(t, audit.StatusSkipped, outs[i].Status)
@@ -200,11 +208,9 @@ func TestGroupResults(t *testing.T) {
 	for i := range ms {
 		ms[i].Stream = "IDEM_EVENTS"
 	}
-	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
+	outs := loadGroup(t, e, evs, ms, 10)
 	loaded := map[string]int64{}
 	for i, p := range parts {
-		require.NoError(t, errs[i])
-		require.Equal(t, audit.StatusSuccess, outs[i].Status)
 		loaded[p] = outs[i].AuditID
 	}
 	type res struct {
@@ -245,7 +251,7 @@ func TestGroupResults(t *testing.T) {
 	for i := range ms {
 		ms[i].Stream = "IDEM_EVENTS"
 	}
-	outs, errs = e.h.HandleGroup(context.Background(), evs, ms)
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
 	for i := range parts {
 		require.NoError(t, errs[i])
 		require.Equal(t, audit.StatusSkipped, outs[i].Status)
@@ -279,12 +285,7 @@ func TestGroupAppendDedupe(t *testing.T) {
 	}
 	require.Equal(t, handlers.DefaultMaxGroup, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
 	evs, ms := groupEvents(t, e, "r1", 1, parts...)
-	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
-	for i := range parts {
-		require.NoError(t, errs[i], parts[i])
-		require.Equal(t, audit.StatusSuccess, outs[i].Status)
-		require.EqualValues(t, 10, outs[i].Rows.Inserted)
-	}
+	loadGroup(t, e, evs, ms, 10)
 	require.Equal(t, e.expected(parts...), e.visible())
 	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(DISTINCT xmin::text) FROM idem.pipeline_audit WHERE status = 'success'"), "one transaction")
 	require.EqualValues(t, 4, e.db.Int(t, "SELECT count(DISTINCT load_seq) FROM "+fixtureNamed("append_dedupe").raw), "a load_seq per partition")
@@ -295,10 +296,6 @@ func TestGroupAppendDedupe(t *testing.T) {
 		e.stage(p, (i+1)*100, 10, i+7, 1)
 	}
 	evs, ms = groupEvents(t, e, "r2", 10, parts...)
-	outs, errs = e.h.HandleGroup(context.Background(), evs, ms)
-	for i := range parts {
-		require.NoError(t, errs[i])
-		require.Equal(t, audit.StatusSuccess, outs[i].Status)
-	}
+	loadGroup(t, e, evs, ms, 10)
 	require.Equal(t, e.expected(parts...), e.visible())
 }

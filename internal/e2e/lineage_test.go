@@ -163,7 +163,7 @@ func TestLineageEvents(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	require.Empty(t, mq.of("l-down"))
 	mq.down.Store(false)
-	evs = mq.wait(t, "l-down", 2)
+	mq.wait(t, "l-down", 2)
 	time.Sleep(2 * time.Second)
 	require.Equal(t, []string{"START", "COMPLETE"}, types(mq.of("l-down")), "each once")
 
