@@ -65,6 +65,9 @@ type env struct {
 	// stats: pg_stat_statements is loaded; tuples: pgstattuple is available.
 	stats, tuples bool
 	children      []*idemProc
+	// postmaster is the benchmark cluster's postmaster pid (0: not on
+	// this machine, CPU is not measured).
+	postmaster int
 	// configExtra is appended to the next config startIdem writes (a
 	// section of its own, such as tracing:).
 	configExtra string
@@ -107,6 +110,7 @@ func (e *env) start(ctx context.Context) error {
 		return err
 	}
 	e.describeMachine(ctx)
+	e.findPostmaster(ctx)
 	var params []string
 	for k, v := range e.idemParams {
 		params = append(params, k+"="+v)
@@ -182,6 +186,7 @@ func (e *env) startPostgres(ctx context.Context) error {
 			"shared_buffers = 1GB",
 			"shared_preload_libraries = 'pg_stat_statements'",
 			"pg_stat_statements.track = top",
+			"pg_stat_statements.track_planning = on",
 		}
 		if !e.opts.Durable {
 			settings[0] = "shared_buffers = 128MB"

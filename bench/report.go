@@ -110,6 +110,9 @@ func (r *Results) Markdown() string {
 			t.add(row...)
 		}
 		w("%s\n", t)
+		if cpu := r.cpuTable(); cpu != "" {
+			w("%s", cpu)
+		}
 
 		w("### (a) Small partitions: publish-to-commit latency, p50 / p99 ms\n\n")
 		w("Paced at half the rate idem sustained at that max_in_flight (rate in the header), %d events; pgbench rows give its closed-loop average instead.\n\n", r.Sizes.PacedEvents)
@@ -180,13 +183,15 @@ func (r *Results) Markdown() string {
 	}
 	if len(r.Statements) > 0 {
 		w("### Server time per statement during idem's run at max_in_flight %d (pg_stat_statements)\n\n", r.stepsAt())
-		t := &table{head: []string{"statement", "calls / event", "mean µs", "µs / event"}}
-		var total float64
+		t := &table{head: []string{"statement", "calls / event", "mean µs", "µs / event", "plans / call", "planning µs / event"}}
+		var total, plan float64
 		for _, s := range r.Statements {
 			total += s.UsPerEvent
-			t.add("`"+strings.ReplaceAll(s.Query, "|", "\\|")+"`", fmt.Sprintf("%.2f", s.CallsPerEvent), num(s.MeanUs), num(s.UsPerEvent))
+			plan += s.PlanUsPerEvent
+			t.add("`"+strings.ReplaceAll(s.Query, "|", "\\|")+"`", fmt.Sprintf("%.2f", s.CallsPerEvent), num(s.MeanUs), num(s.UsPerEvent),
+				fmt.Sprintf("%.2f", s.PlansPerCall), num(s.PlanUsPerEvent))
 		}
-		t.add("**total server execution**", "", "", "**"+num(total)+"**")
+		t.add("**total server execution**", "", "", "**"+num(total)+"**", "", "**"+num(plan)+"**")
 		w("%s\n", t)
 	}
 
@@ -461,4 +466,46 @@ func (r *Results) loadSummary() string {
 // shared says whether the machine was busy with more than this run.
 func (r *Results) shared() bool {
 	return slices.ContainsFunc(r.Load, func(l LoadSample) bool { return l.At == "start" && l.Load1 >= 0.5 })
+}
+
+// cpuTable is the processor time per event of each closed-loop method, by
+// process: where the box's cores went.
+func (r *Results) cpuTable() string {
+	t := &table{head: []string{"method"}}
+	for _, p := range r.Small {
+		t.head = append(t.head, fmt.Sprintf("max_in_flight %d: PostgreSQL / client / all", p.InFlight))
+	}
+	any := false
+	for _, m := range methodLabels {
+		row := []string{m.label}
+		for _, p := range r.Small {
+			mm := p.Methods[m.key]
+			if mm == nil || mm.CPU == nil {
+				row = append(row, "–")
+				continue
+			}
+			any = true
+			client := mm.CPU.Idem + mm.CPU.Harness
+			cell := num(mm.CPU.Postgres) + " / " + num(client) + " / " + num(mm.CPU.Postgres+client)
+			if m.key == MPgbench1tx || m.key == MPgbenchFloor {
+				cell = num(mm.CPU.Postgres) + " / – / –"
+			}
+			row = append(row, cell)
+		}
+		t.add(row...)
+	}
+	if !any {
+		return ""
+	}
+	var idem []string
+	for _, p := range r.Small {
+		if m := p.Methods[MIdem]; m != nil && m.CPU != nil {
+			idem = append(idem, fmt.Sprintf("%s µs in idem serve and %s µs in NATS and the harness at max_in_flight %d",
+				num(m.CPU.Idem), num(m.CPU.Harness), p.InFlight))
+		}
+	}
+	return "### (a) Small partitions: CPU per event, by process, µs\n\n" +
+		"User and system time read from /proc around each closed-loop run, mean of the runs: PostgreSQL is every process of the cluster (backends, WAL writer, checkpointer, autovacuum); the client is the harness's own process (the pgx loops, the in-process handler, the embedded NATS server, the publisher) and, end to end, idem serve. pgbench's own process is not counted. " +
+		"Of idem end to end's client share: " + strings.Join(idem, "; ") + ".\n\n" +
+		t.String() + "\n"
 }

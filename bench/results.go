@@ -89,6 +89,10 @@ type Method struct {
 	Latency    *Latency   `json:"latency,omitempty"`
 	// AvgLatencyMs is pgbench's own average (closed loop), when it ran.
 	AvgLatencyMs float64 `json:"avg_latency_ms,omitempty"`
+	// CPU is the processor time per event of the closed-loop runs, by
+	// process, when it was measured (pgbench and idem serve).
+	CPU     *CPU `json:"cpu,omitempty"`
+	cpuRuns int
 }
 
 // Names of the small-event methods.
@@ -155,6 +159,11 @@ type Statement struct {
 	CallsPerEvent float64 `json:"calls_per_event"`
 	MeanUs        float64 `json:"mean_us"`
 	UsPerEvent    float64 `json:"us_per_event"`
+	// PlansPerCall is how often the statement was planned per execution
+	// (1: a custom plan every time; near 0: the cached generic plan), and
+	// PlanUsPerEvent what planning it cost per event (track_planning).
+	PlansPerCall   float64 `json:"plans_per_call"`
+	PlanUsPerEvent float64 `json:"plan_us_per_event"`
 }
 
 // BigSize holds the big-partition figures for one partition size.

@@ -208,11 +208,15 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 		}
 	}
 	closed := func(name string, evs []event, do job) error {
+		c0, cok := s.cpuNow(0)
 		el, err := runClosed(ctx, c, len(evs), do)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		pt.method(name).Throughput.add(len(evs), el)
+		if c1, ok := s.cpuNow(0); ok && cok {
+			pt.method(name).addCPU(perEvent(c0, c1, len(evs)))
+		}
 		return nil
 	}
 
@@ -232,11 +236,15 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 			if err := s.fresh(ctx); err != nil {
 				return err
 			}
+			c0, cok := s.cpuNow(0)
 			tps, avg, err := s.runPgbench(ctx, name, c, n)
 			if err != nil {
 				return err
 			}
 			m := pt.method(name)
+			if c1, ok := s.cpuNow(0); ok && cok {
+				m.addCPU(perEvent(c0, c1, n))
+			}
 			m.Throughput.Events = n
 			m.Throughput.Runs = append(m.Throughput.Runs, tps)
 			m.Throughput.PerSec = median(m.Throughput.Runs)
@@ -282,11 +290,15 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 			_ = s.exec(ctx, "SELECT pg_stat_statements_reset()")
 		}
 		evs := smallEvents("idem-"+tag, n)
+		c0, cok := s.cpuNow(proc.cmd.Process.Pid)
 		el, err = s.idemRun(ctx, proc, evs, "idem-"+tag, audit.StatusSuccess)
 		if err != nil {
 			return err
 		}
 		pt.method(MIdem).Throughput.add(n, el)
+		if c1, ok := s.cpuNow(proc.cmd.Process.Pid); ok && cok {
+			pt.method(MIdem).addCPU(perEvent(c0, c1, n))
+		}
 		if withStats {
 			s.recordStatements(ctx, n)
 		}
@@ -486,11 +498,11 @@ func (s *small) recordSteps(spent []time.Duration, n int) {
 // minus the harness's own polling.
 func (s *small) recordStatements(ctx context.Context, n int) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT query, calls, mean_exec_time
+		SELECT query, calls, mean_exec_time, plans, total_plan_time
 		  FROM pg_stat_statements
 		 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		   AND query NOT LIKE '%FILTER (WHERE status%' AND query NOT LIKE '%pg_stat_statements%'
-		 ORDER BY total_exec_time DESC LIMIT 20`)
+		 ORDER BY total_exec_time + total_plan_time DESC LIMIT 20`)
 	if err != nil {
 		s.res.note("pg_stat_statements: %v", err)
 		return
@@ -500,13 +512,19 @@ func (s *small) recordStatements(ctx context.Context, n int) {
 	for rows.Next() {
 		var q string
 		var calls int64
-		var mean float64
-		if err := rows.Scan(&q, &calls, &mean); err != nil {
+		var mean, planTotal float64
+		var plans int64
+		if err := rows.Scan(&q, &calls, &mean, &plans, &planTotal); err != nil {
 			return
 		}
-		s.res.Statements = append(s.res.Statements, Statement{
+		st := Statement{
 			Query: abbrev(q), CallsPerEvent: float64(calls) / float64(n),
 			MeanUs: mean * 1000, UsPerEvent: mean * 1000 * float64(calls) / float64(n),
-		})
+			PlanUsPerEvent: planTotal * 1000 / float64(n),
+		}
+		if calls > 0 {
+			st.PlansPerCall = float64(plans) / float64(calls)
+		}
+		s.res.Statements = append(s.res.Statements, st)
 	}
 }
