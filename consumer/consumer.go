@@ -367,11 +367,18 @@ func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg) {
 }
 
 // prefetch is how many messages are fetched ahead of the running loads: as
-// many as run (with group loads, as many as their groups take), within the
-// ack budget every replica's consumer has by default (a max_in_flight
-// above half of it fetches less ahead).
+// many as run and, with group loads, as many as their groups take plus one
+// group more, so that when a group ends a whole group is already waiting
+// for its slot (with only as many as run, a max_in_flight of 1 alternated
+// groups of 7 and 2: the refill of one group arrived while the next had
+// formed). All within the ack budget every replica's consumer has by
+// default (a max_in_flight above half of it fetches less ahead).
 func prefetch(maxInFlight, maxGroup int) int {
-	return max(0, min(maxInFlight*max(maxGroup, 1), DefaultMaxAckPending-maxInFlight))
+	n := maxInFlight
+	if maxGroup > 1 {
+		n = (maxInFlight + 1) * maxGroup
+	}
+	return max(0, min(n, DefaultMaxAckPending-maxInFlight))
 }
 
 // startLoad waits for a free load slot; false means stopping. Every
