@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,7 +34,16 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}})
+	// The lone-event phase's baseline is an idem binary too: this one,
+	// which migrates a database of its own.
+	baseline := filepath.Join(t.TempDir(), "idem-baseline")
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	build := exec.CommandContext(ctx, "go", "build", "-o", baseline, "./cmd/idem")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	res, err := Run(ctx, Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}, BaselineBin: baseline, BaselineLabel: "the same build"})
 	require.NoError(t, err)
 	sz := res.Sizes
 
@@ -46,6 +57,16 @@ func TestHarnessSmoke(t *testing.T) {
 			require.NotNil(t, m.Latency, name)
 			require.Greater(t, m.Latency.P50, 0.0, name)
 			require.GreaterOrEqual(t, m.Latency.P99, m.Latency.P50, name)
+		}
+	}
+	// CPU per event, by process, around the closed-loop runs: the cluster
+	// is on this machine, so its postmaster is found. (A tiny run can take
+	// less than the 10 ms /proc counts in: TestCPUTimes checks the counts.)
+	for _, p := range res.Small {
+		for _, name := range []string{MIdem, MFloor, MLimit} {
+			c := p.Methods[name].CPU
+			require.NotNil(t, c, "%s at max_in_flight %d: CPU measured", name, p.InFlight)
+			require.GreaterOrEqual(t, min(c.Postgres, c.Idem, c.Harness), 0.0, name)
 		}
 	}
 	// The limit is idem's captured SQL: a load has a transaction in it.
@@ -142,6 +163,16 @@ func TestHarnessSmoke(t *testing.T) {
 	require.NotNil(t, c.Replay)
 	require.Len(t, c.Replay.StepsWith, len(c.Replay.StepsWithout), "a row_count check reads the INSERT's count: no statement; its outcome goes with the success")
 
+	// (i) a lone event, this binary and the baseline, every run measured.
+	l := res.Lone
+	require.NotNil(t, l)
+	require.NotNil(t, l.Baseline)
+	for _, p := range []LonePoint{l.Current, *l.Baseline} {
+		require.Len(t, p.Runs50, l.Reps)
+		require.Greater(t, p.P50, 0.0)
+		require.GreaterOrEqual(t, p.P99, p.P50)
+	}
+
 	// The report renders from the results alone, and from the saved file.
 	path := filepath.Join(t.TempDir(), "results.json")
 	require.NoError(t, res.Save(path))
@@ -150,6 +181,8 @@ func TestHarnessSmoke(t *testing.T) {
 	require.Equal(t, res.Markdown(), again.Markdown())
 	require.Contains(t, again.Markdown(), "(c) Big partitions")
 	require.Contains(t, again.Markdown(), "(g) Checks")
+	require.Contains(t, again.Markdown(), "(i) A lone event")
+	require.Contains(t, again.Markdown(), "CPU per event, by process")
 	require.NotEmpty(t, again.Verdicts())
 	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
 	doc := again.Document("hand-written notes", "bench-events.svg")
@@ -186,4 +219,44 @@ func TestStats(t *testing.T) {
 	require.Equal(t, "1,234,567", thousands(1234567))
 	require.Equal(t, 50.0, niceStep(37))
 	require.InDelta(t, 1.5, drift([]Op{{Ms: 10}, {Ms: 10}, {Ms: 99}, {Ms: 15}, {Ms: 15}}), 1e-9)
+}
+
+// TestCPUTimes checks the CPU counts the harness reads from /proc: its own
+// grow with work it does, and the test cluster's postmaster, found from a
+// backend, has spent some since it started.
+func TestCPUTimes(t *testing.T) {
+	ctx := context.Background()
+	before, err := procTicks(os.Getpid(), false)
+	require.NoError(t, err)
+	x := 0
+	for deadline := time.Now().Add(150 * time.Millisecond); time.Now().Before(deadline); {
+		for i := range 100000 {
+			x ^= i
+		}
+	}
+	after, err := procTicks(os.Getpid(), false)
+	require.NoError(t, err)
+	require.Greater(t, after, before, "150 ms of work in this process (%d)", x)
+
+	conn, err := pgx.Connect(ctx, pgtest.AdminURL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var backend int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend))
+	pm, err := parentOf(backend)
+	require.NoError(t, err)
+	require.Greater(t, pm, 1)
+	total, err := clusterCPU(pm)
+	require.NoError(t, err)
+	require.Greater(t, total, 0.0)
+
+	// perEvent divides the difference.
+	c := perEvent(cpuTimes{postgres: 1, idem: 2, harness: 3}, cpuTimes{postgres: 1.5, idem: 2.25, harness: 3.1}, 1000)
+	require.InDelta(t, 500, c.Postgres, 1e-9)
+	require.InDelta(t, 250, c.Idem, 1e-9)
+	require.InDelta(t, 100, c.Harness, 1e-6)
+	var m Method
+	m.addCPU(c)
+	m.addCPU(&CPU{Postgres: 700, Idem: 50, Harness: 300})
+	require.InDelta(t, 600, m.CPU.Postgres, 1e-9, "the mean of the runs")
 }

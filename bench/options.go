@@ -81,6 +81,11 @@ type Options struct {
 	NATSURL string
 	// IdemBin is a built idem binary; empty builds ./cmd/idem.
 	IdemBin string
+	// BaselineBin is an earlier idem binary the lone-event phase (i)
+	// measures beside this one; empty measures this one only.
+	BaselineBin string
+	// BaselineLabel is what the report calls it (default: its path).
+	BaselineLabel string
 	// Durable keeps fsync on in the throwaway cluster; the full and quick
 	// modes always do, the smoke test does not need to.
 	Durable bool
@@ -96,7 +101,7 @@ type Options struct {
 }
 
 // Phases are the names Options.Only takes, in the order a run takes them.
-var Phases = []string{"small", "big", "backfill", "checks", "tracing"}
+var Phases = []string{"small", "big", "backfill", "checks", "tracing", "lone"}
 
 func labelRows(n int) string {
 	switch {

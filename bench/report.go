@@ -295,6 +295,7 @@ func (r *Results) Markdown() string {
 	}
 	b.WriteString(r.checksMarkdown())
 	b.WriteString(r.tracingMarkdown())
+	b.WriteString(r.loneMarkdown())
 	return b.String()
 }
 
@@ -401,6 +402,11 @@ func (r *Results) Verdicts() []Verdict {
 		}
 		add(s.Idem.Latency.P50 < 2, fmt.Sprintf("skipped duplicate, max_in_flight %d: under 2 ms", s.InFlight),
 			"p50 %s ms, p99 %s ms publish → ack; %s skips/s", num(s.Idem.Latency.P50), num(s.Idem.Latency.P99), num(s.Idem.Throughput.PerSec))
+	}
+	if l := r.Lone; l != nil && l.Baseline != nil && l.Baseline.P50 > 0 {
+		add(l.Current.P50 <= l.Baseline.P50, "a lone event's latency (publish → ack, nothing queued) no worse than the baseline's",
+			"p50 %s ms vs %s ms = %.2f×; p99 %s vs %s ms", num(l.Current.P50), num(l.Baseline.P50), l.Current.P50/l.Baseline.P50,
+			num(l.Current.P99), num(l.Baseline.P99))
 	}
 	r.checksVerdicts(add)
 	return out

@@ -33,6 +33,7 @@ type Results struct {
 	// Tracing is (h): small events with tracing on (the collector down)
 	// and off.
 	Tracing *TracingResult `json:"tracing,omitempty"`
+	Lone    *LoneResult    `json:"lone,omitempty"`
 	// Notes are remarks the run made about itself: fallbacks, warnings.
 	Notes []string `json:"notes,omitempty"`
 }

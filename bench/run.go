@@ -40,6 +40,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{"backfill", "backfill", e.runBackfill},
 		{"checks", "checks: loads with and without", e.runChecks},
 		{"tracing", "tracing: on with the collector down, and off", e.runTracing},
+		{"lone", "a lone event's latency", e.runLone},
 	}
 	for _, p := range phases {
 		if len(opts.Only) > 0 && !slices.Contains(opts.Only, p.key) {

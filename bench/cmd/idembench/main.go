@@ -51,6 +51,8 @@ func run(args []string, out, errOut io.Writer) int {
 	notes := fs.String("notes", "bench/NOTES.md", "hand-written notes included in BENCHMARKS.md")
 	report := fs.String("report", "", "render this results file again instead of running")
 	idemBin := fs.String("idem", "", "a built idem binary (default: go build ./cmd/idem)")
+	baseline := fs.String("baseline", "", "an earlier idem binary the lone-event phase measures beside this one")
+	baselineLabel := fs.String("baseline-label", "", "what the report calls the baseline (default: its path)")
 	keep := fs.Bool("keep", false, "keep the work directory (configs, idem logs)")
 	only := fs.String("only", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", "))
 	checksFrom := fs.String("checks", "", "with -report: take the checks figures (g) from this results file (an -only checks run)")
@@ -92,7 +94,7 @@ func run(args []string, out, errOut io.Writer) int {
 		var err error
 		res, err = bench.Run(ctx, bench.Options{
 			Mode: m, AdminURL: os.Getenv("IDEM_DATABASE_URL"), NATSURL: os.Getenv("IDEM_NATS_URL"),
-			IdemBin: *idemBin, Durable: true, KeepWork: *keep, Progress: errOut,
+			IdemBin: *idemBin, BaselineBin: *baseline, BaselineLabel: *baselineLabel, Durable: true, KeepWork: *keep, Progress: errOut,
 			Command: "idembench " + strings.Join(args, " "), Only: phases(*only),
 		})
 		if err != nil {
