@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CPU is the processor time one method took per event, in microseconds,
@@ -157,4 +158,56 @@ func (m *Method) addCPU(c *CPU) {
 	m.CPU.Idem = (m.CPU.Idem*k + c.Idem) / (k + 1)
 	m.CPU.Harness = (m.CPU.Harness*k + c.Harness) / (k + 1)
 	m.cpuRuns++
+}
+
+// backends are the postmaster's live child processes.
+func (e *env) backends() map[int]bool {
+	out := map[int]bool{}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", e.postmaster, e.postmaster))
+	if err != nil {
+		return out
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out[pid] = true
+		}
+	}
+	return out
+}
+
+// reaped waits (up to 3 s, outside any timing) until every backend that
+// is not in before has exited and been reaped: a client that just
+// disconnected leaves its backend's CPU in neither the backend (gone from
+// /proc) nor the postmaster's children's time (not reaped yet) for a while.
+func (e *env) reaped(before map[int]bool) {
+	if e.postmaster == 0 {
+		return
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		extra := false
+		for pid := range e.backends() {
+			if !before[pid] {
+				if pp, err := parentOf(pid); err == nil && pp == e.postmaster && !isAuxiliary(pid) {
+					extra = true
+					break
+				}
+			}
+		}
+		if !extra {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// isAuxiliary says whether pid is one of the cluster's own workers
+// (autovacuum, parallel workers), which come and go by themselves.
+func isAuxiliary(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return true
+	}
+	c := string(b)
+	return strings.Contains(c, "autovacuum") || strings.Contains(c, "parallel worker") || strings.Contains(c, "logical replication")
 }

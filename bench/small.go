@@ -236,12 +236,14 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 			if err := s.fresh(ctx); err != nil {
 				return err
 			}
+			kids := s.backends()
 			c0, cok := s.cpuNow(0)
 			tps, avg, err := s.runPgbench(ctx, name, c, n)
 			if err != nil {
 				return err
 			}
 			m := pt.method(name)
+			s.reaped(kids) // pgbench's backends: their CPU counted once reaped
 			if c1, ok := s.cpuNow(0); ok && cok {
 				m.addCPU(perEvent(c0, c1, n))
 			}

@@ -290,17 +290,24 @@ func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jets
 		lineageDelay time.Duration
 	)
 	for i, row := range rows {
-		log := r.log.With().Str("dataset", row.Event.Dataset).Str("partition", row.Event.Partition).
-			Str("run_id", row.Event.RunID).Str("msg_id", msgID(row)).Int("attempt", row.Attempts+1).Logger()
+		// The row's fields go on each line as it is logged: most lines
+		// are at debug, and a logger built for each row cost its
+		// allocations whether or not the line was written.
+		fields := func(ev *zerolog.Event) *zerolog.Event {
+			return ev.Str("dataset", row.Event.Dataset).Str("partition", row.Event.Partition).
+				Str("run_id", row.Event.RunID).Str("msg_id", msgID(row)).Int("attempt", row.Attempts+1)
+		}
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, audit.OutboxSent{ID: row.ID, StreamSeq: acks[i].Sequence})
 			if row.Result != nil || row.Lineage != nil {
 				// One or more per event: not worth a line at info.
-				log.Debug().Uint64("results_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).Msg("outbox: result published")
+				if ev := r.log.Debug(); ev.Enabled() {
+					fields(ev).Uint64("results_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).Msg("outbox: result published")
+				}
 				continue
 			}
-			log.Info().Uint64("stream_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).
+			fields(r.log.Info()).Uint64("stream_seq", acks[i].Sequence).Bool("duplicate", acks[i].Duplicate).
 				Msg("outbox: downstream event published")
 		case ctx.Err() != nil:
 			// Stopping, not the row's fault: it is due again at once.
@@ -319,7 +326,9 @@ func (r *Relay) settle(ctx context.Context, rows []audit.OutboxRow, acks []*jets
 			if first == nil {
 				first = err
 			}
-			log.Debug().Err(err).Dur("retry_in", delay).Msg("outbox: publish failed")
+			if ev := r.log.Debug(); ev.Enabled() {
+				fields(ev).Err(err).Dur("retry_in", delay).Msg("outbox: publish failed")
+			}
 		}
 	}
 	if len(failed) > 0 {
