@@ -158,17 +158,12 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (OutboxRow, error) {
 		var o OutboxRow
 		e := &o.Event
-		var result, lin *string
 		var seq int64
-		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &result, &lin, &o.Trace,
+		// Straight into the byte slices (nil for NULL): a result scanned
+		// as a string and copied was two allocations of its body per row.
+		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &o.Result, &o.Lineage, &o.Trace,
 			&o.ResultHead.Status, &o.ResultHead.Stream, &seq)
 		o.ResultHead.StreamSeq = uint64(max(seq, 0))
-		if result != nil {
-			o.Result = []byte(*result)
-		}
-		if lin != nil {
-			o.Lineage = []byte(*lin)
-		}
 		return o, err
 	})
 }

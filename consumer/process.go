@@ -208,20 +208,26 @@ func (c *Consumer) call(ctx context.Context, d *delivery) (err error) {
 func (c *Consumer) apply(d *delivery, in Input, f Fate, handled time.Duration) {
 	// attempt is the load's number as the handler counted it; 0 when no
 	// load ran in this delivery.
-	log := d.log.With().Stringer("fate", f).Int("attempt", in.Attempt).Logger()
 	label := d.label()
-	switch f.Action {
-	case Ack:
+	if f.Action == Ack {
+		// The common case: its one line takes the fate and attempt as
+		// fields, without a logger of its own for them (an allocation per
+		// message).
 		sctx, span := c.startSettle(d, tracing.SettleAck)
 		ctx, cancel := context.WithTimeout(sctx, c.cfg.AckTimeout)
 		err := d.msg.DoubleAck(ctx)
 		cancel()
 		endSettle(span, err)
 		if err != nil {
-			log.Warn().Err(err).Msg("ack not confirmed: a redelivery will find the work done")
+			d.log.Warn().Stringer("fate", f).Int("attempt", in.Attempt).Err(err).Msg("ack not confirmed: a redelivery will find the work done")
 		} else {
-			log.Info().Dur("handled", handled).Msg("acked")
+			d.log.Info().Stringer("fate", f).Int("attempt", in.Attempt).Dur("handled", handled).Msg("acked")
 		}
+		c.cfg.Hooks.event(label, f.Outcome(), handled)
+		return
+	}
+	log := d.log.With().Stringer("fate", f).Int("attempt", in.Attempt).Logger()
+	switch f.Action {
 	case Nak:
 		_, span := c.startSettle(d, tracing.SettleNak)
 		err := d.msg.NakWithDelay(f.Delay)

@@ -178,12 +178,17 @@ func (r *Relay) Flush(ctx context.Context) (Pass, error) {
 	acks := make([]*jetstream.PubAck, len(rows))
 	var wg sync.WaitGroup
 	var lineage []int
+	// Every publish of the pass starts now: one deadline bounds each
+	// one's wait for its PubAck (a timer per row was a tenth of a
+	// result's publish).
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
 	for i := range rows {
 		if rows[i].Lineage != nil {
 			lineage = append(lineage, i)
 			continue
 		}
-		wg.Go(func() { acks[i], errs[i] = r.publish(ctx, rows[i]) })
+		wg.Go(func() { acks[i], errs[i] = r.publish(pctx, rows[i]) })
 	}
 	// Lineage events one after the other, in the order they were written
 	// (an attempt's START before its COMPLETE or FAIL).
@@ -232,6 +237,7 @@ func (r *Relay) sendLineage(ctx context.Context, row audit.OutboxRow) (*jetstrea
 
 // publish sends row with the subject, body and message id schemas derive;
 // a result goes to the results stream, as package results derives it.
+// ctx's deadline (the pass's) bounds the wait for its PubAck.
 func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.PubAck, error) {
 	if row.Result != nil {
 		// The claim read the status and the event's stream and sequence
@@ -244,8 +250,6 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 		if r.cfg.ResultsStream == "" {
 			return nil, errors.New("relay: a result row, and no results stream configured")
 		}
-		ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		defer cancel()
 		m := results.MsgFromParts(r.cfg.ResultsSubjectPrefix, row.Event.Dataset, h.Status, h.Stream, h.StreamSeq, row.AuditID, row.Result)
 		return r.js.PublishMsg(ctx, m, jetstream.WithExpectStream(r.cfg.ResultsStream))
 	}
@@ -259,8 +263,6 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 	ctx, span := tracing.StartPublish(tracing.Load(ctx, row.Trace), tracing.OrNoop(r.Tracer),
 		tracing.Message{Subject: m.Subject, Header: msg.Header, MsgID: m.MsgID, BodySize: len(m.Body)})
 	defer span.End()
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	defer cancel()
 	ack, err := r.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(r.cfg.Stream))
 	if err != nil {
 		span.SetStatus(codes.Error, "not stored")

@@ -103,10 +103,13 @@ func Subject(prefix, dataset string) string { return prefix + "." + dataset }
 // skips, one per event for a dead letter (auditID 0), so a result published
 // twice inside the duplicate window is stored once.
 func MsgID(stream string, seq uint64, auditID int64) string {
+	b := make([]byte, 0, len("idem-result:")+len(stream)+2*21+len(":dead-letter"))
+	b = append(append(append(b, "idem-result:"...), stream...), ':')
+	b = append(strconv.AppendUint(b, seq, 10), ':')
 	if auditID == 0 {
-		return fmt.Sprintf("idem-result:%s:%d:dead-letter", stream, seq)
+		return string(append(b, "dead-letter"...))
 	}
-	return fmt.Sprintf("idem-result:%s:%d:%d", stream, seq, auditID)
+	return string(strconv.AppendInt(b, auditID, 10))
 }
 
 // Msg is the message of r on prefix's subject for its dataset, with its

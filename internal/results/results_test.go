@@ -57,6 +57,10 @@ func TestMsg(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, r, back)
 	require.NotEqual(t, MsgID("IDEM_EVENTS", 42, 0), MsgID("IDEM_EVENTS", 42, 9), "a dead letter's result has its own id")
+	// The ids are part of the wire contract (docs): a waiter and JetStream's
+	// duplicate window both rely on them never changing.
+	require.Equal(t, "idem-result:IDEM_EVENTS:42:9", MsgID("IDEM_EVENTS", 42, 9))
+	require.Equal(t, "idem-result:IDEM_EVENTS:18446744073709551615:dead-letter", MsgID("IDEM_EVENTS", 1<<64-1, 0))
 	_, err = Parse([]byte("{"))
 	require.Error(t, err)
 }
