@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -309,8 +308,7 @@ func (l *loading) result(status string, id int64, rows *results.Rows) []byte {
 		r.PublishedAt = &l.m.Published
 	}
 	r.Finish(time.Now())
-	body, _ := json.Marshal(r) // plain strings and numbers: cannot fail
-	return body
+	return r.AppendJSON(make([]byte, 0, 512))
 }
 
 // queueResult queues the result of attempt id in the load's transaction,

@@ -8,8 +8,9 @@
 //
 // A load's result is written in the load's transaction (an outbox row,
 // published by internal/relay), so a committed load always gets one and a
-// rolled-back load never does; a skip's right after the skip commits; a
-// dead letter's after the dead-letter stream acknowledged it. Each carries
+// rolled-back load never does; a skip's by the statement that decides the
+// skip, so it commits with it; a dead letter's after the dead-letter
+// stream acknowledged it. Each carries
 // the event's stream sequence in a header, which is what a waiter matches.
 package results
 
@@ -115,11 +116,7 @@ func MsgID(stream string, seq uint64, auditID int64) string {
 // Msg is the message of r on prefix's subject for its dataset, with its
 // headers and Nats-Msg-Id.
 func Msg(prefix string, r Result) (*nats.Msg, error) {
-	body, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	return MsgFromBody(prefix, r, body), nil
+	return MsgFromBody(prefix, r, r.AppendJSON(nil)), nil
 }
 
 // MsgFromBody is Msg for a body already marshalled (an outbox row).
