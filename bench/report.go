@@ -405,8 +405,8 @@ func (r *Results) Verdicts() []Verdict {
 	}
 	if l := r.Lone; l != nil && l.Baseline != nil && l.Baseline.P50 > 0 {
 		add(l.Current.P50 <= l.Baseline.P50, "a lone event's latency (publish → ack, nothing queued) no worse than the baseline's",
-			"p50 %s ms vs %s ms = %.2f×; p99 %s vs %s ms", num(l.Current.P50), num(l.Baseline.P50), l.Current.P50/l.Baseline.P50,
-			num(l.Current.P99), num(l.Baseline.P99))
+			"p50 %s ms vs %s ms = %.2f× (runs %s vs %s); p99 %s vs %s ms", num(l.Current.P50), num(l.Baseline.P50), l.Current.P50/l.Baseline.P50,
+			spread(l.Current.Runs50), spread(l.Baseline.Runs50), num(l.Current.P99), num(l.Baseline.P99))
 	}
 	r.checksVerdicts(add)
 	return out
@@ -514,4 +514,12 @@ func (r *Results) cpuTable() string {
 		"User and system time read from /proc around each closed-loop run, mean of the runs: PostgreSQL is every process of the cluster (backends, WAL writer, checkpointer, autovacuum); the client is the harness's own process (the pgx loops, the in-process handler, the embedded NATS server, the publisher) and, end to end, idem serve. pgbench's own process is not counted. " +
 		"Of idem end to end's client share: " + strings.Join(idem, "; ") + ".\n\n" +
 		t.String() + "\n"
+}
+
+// spread is "lo–hi" of xs.
+func spread(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return num(slices.Min(xs)) + "–" + num(slices.Max(xs))
 }
