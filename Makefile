@@ -98,8 +98,18 @@ chaos-cluster-short: postgres ## the short cluster campaign that make test runs 
 # harness at existing servers; by default it starts its own.
 .PHONY: bench bench-quick bench-history
 
-bench: postgres ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg; then bench-history
-	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
+# The lone-event phase (i) compares this build with an earlier one, built
+# from git: by default the last commit before group loads.
+BENCH_BASELINE ?= f354f1f
+BENCH_BASELINE_LABEL ?= $(BENCH_BASELINE), the last commit before group loads
+
+bin/idem-$(BENCH_BASELINE):
+	@mkdir -p bin; d=$$(mktemp -d); git archive $(BENCH_BASELINE) | tar -x -C $$d && \
+		(cd $$d && $(GO) build -o $(CURDIR)/$@ ./cmd/idem); s=$$?; rm -rf $$d; exit $$s
+
+bench: postgres bin/idem-$(BENCH_BASELINE) ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg; then bench-history
+	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs \
+		-baseline bin/idem-$(BENCH_BASELINE) -baseline-label "$(BENCH_BASELINE_LABEL)"
 	$(MAKE) bench-history
 
 bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json

@@ -28,6 +28,7 @@ func (r *Results) Document(notes, chart string) string {
 	w("| `make bench` | the full run (15–40 min): prints the tables, writes `bench/results/full.json`, this file and `docs/bench-events.svg` |\n")
 	w("| `make bench-quick` | one to two minutes, 300 events and 100k-row partitions: a smoke run, writes `bench/results/quick.json` only |\n")
 	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -docs docs` | regenerate this file and the chart from a saved run |\n")
+	w("| `go run ./bench/cmd/idembench -mode full -only lone -baseline OLD_IDEM -baseline-label NAME` | a lone event's latency (i), this build against an earlier binary |\n")
 	w("| `go run ./bench/cmd/idembench -mode full -only checks -json bench/results/checks-full.json` | one phase alone (`-only` takes %s, comma-separated); the other sections stay empty |\n", strings.Join(Phases, ", "))
 	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json -docs docs` | this file with the checks figures (g) of such a run, named as such in their section |\n")
 	w("| `IDEM_DATABASE_URL=postgres://… IDEM_NATS_URL=nats://… make bench` | against your servers: the role needs CREATEDB; the harness works in a new database `idembench_*` and streams `IDEMBENCH_*`, and drops them |\n")
@@ -74,10 +75,14 @@ func (r *Results) Document(notes, chart string) string {
 - **Big partitions (c)**: staging and targets of four partitions of N rows, autovacuum off on the targets (so five reruns show raw accumulation; with 30 partitions autovacuum would not run before ~6 reruns of a bare DELETE + INSERT either). One event at a time, max_in_flight 1; idem's time is publish → ack, the bare statements are timed BEGIN → COMMIT. CHECKPOINT before each. idem and its bare reference alternate over the reruns (each on its own partition of the same table), so both see the same bloat and the same noise; ratios are of the medians. WAL = `+"`pg_current_wal_insert_lsn()`"+` difference; dead tuples exact, from pgstattuple; sizes from `+"`pg_total_relation_size`"+`.
 - **Backfill (d)**: `+"`idem backfill daily --from --to --run-id --reprocess all --wait`"+` of %[2]d daily partitions of %[3]s rows into an empty plain target with index(event_date), against pgx workers running the same DELETE + INSERT .. SELECT.
 - **Memory (e)**: VmHWM of each `+"`idem serve`"+` child (a new process per phase and max_in_flight).
+- **CPU per event**: user and system time from /proc before and after each closed-loop run of (a): every process of the PostgreSQL cluster (its backends, counted once reaped, and its WAL writer, checkpointer and autovacuum), the `+"`idem serve`"+` child, and the harness's own process (the pgx loops, the in-process handler, the embedded NATS server). Only when the cluster runs on this machine.
 `, r.Sizes.Events, r.Sizes.BackfillDays, thousands(int64(r.Sizes.BackfillRows)), thousands(int64(5*r.Sizes.Partitions)))
 	if c := r.Checks; c != nil {
 		w(`- **Checks (g)**: a delete_insert load of one partition of %[1]s rows (a plain table of four such partitions, index(event_date)) by three datasets that differ only in their `+"`checks:`"+` (none; `+"`row_count_change`"+` alone; `+"`unique`"+`, `+"`not_null`"+`, `+"`accepted_values`"+`, `+"`accepted_range`"+` and `+"`row_count_change`"+`), taking turns %[2]d times through one `+"`idem serve`"+`, VACUUM (ANALYZE) and CHECKPOINT before each; then the statements the checks build, captured from idem's handler, timed and EXPLAIN ANALYZEd in a transaction that does the same load and rolls back. Small events: a dataset with `+"`row_count: {min: 1}`"+` and one without, in turns, end to end at each max_in_flight, and their captured SQL replayed round trip by round trip.
 `, thousands(int64(c.Rows)), c.Reps)
+	}
+	if l := r.Lone; l != nil {
+		w("- **A lone event (i)**: %d events, each published once the previous one was acked, through an `idem serve` at max_in_flight 1, %d runs; with `-baseline BIN` an earlier idem takes turns with this one on a database it migrates itself.\n", l.Events, l.Reps)
 	}
 	w("\n")
 
