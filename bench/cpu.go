@@ -139,6 +139,28 @@ func (e *env) cpuNow(idemPid int) (cpuTimes, bool) {
 	return t, true
 }
 
+// withCPU runs fn, n events, and adds the processor time it took per event
+// to m: idem serve's too when idemPid is not 0. With reap, the backends
+// fn's clients opened are waited for until reaped first (they exit with
+// a client such as pgbench), so their time is counted.
+func (e *env) withCPU(m *Method, idemPid, n int, reap bool, fn func() error) error {
+	var before map[int]bool
+	if reap {
+		before = e.backends()
+	}
+	c0, ok0 := e.cpuNow(idemPid)
+	if err := fn(); err != nil {
+		return err
+	}
+	if reap {
+		e.reaped(before)
+	}
+	if c1, ok := e.cpuNow(idemPid); ok && ok0 {
+		m.addCPU(perEvent(c0, c1, n))
+	}
+	return nil
+}
+
 // perEvent is the CPU between two samples, per event, in microseconds.
 func perEvent(a, b cpuTimes, n int) *CPU {
 	us := func(x, y float64) float64 { return (y - x) * 1e6 / float64(n) }

@@ -21,7 +21,15 @@
 //   - big: 100k and 1M-row partitions for every strategy against the floor,
 //     COPY and the bare statements, five reruns for drift, WAL and dead tuples;
 //   - backfill: `idem backfill` of daily partitions at several max_in_flight;
-//   - memory: the peak RSS (VmHWM) of every `idem serve` child.
+//   - memory: the peak RSS (VmHWM) of every `idem serve` child;
+//   - checks: loads with and without a dataset's checks;
+//   - tracing: small events with tracing on (the collector down) and off;
+//   - lone: one event at a time, publish to ack, against an earlier idem
+//     binary (Options.BaselineBin) on a database it migrates itself.
+//
+// Around every closed-loop run of small it reads the CPU time of each
+// process from /proc (cpu.go): the PostgreSQL cluster, `idem serve`, and
+// its own process with the embedded NATS server.
 //
 // # The limit is captured, not hand-written
 //

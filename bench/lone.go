@@ -67,18 +67,12 @@ func (e *env) loneTables(ctx context.Context, pool *pgxpool.Pool, partitions int
 	return nil
 }
 
-// loneSizes are (i)'s events per run and runs per binary.
-func (e *env) loneSizes() (n, reps int) {
-	return max(20, e.sizes.PacedEvents/5), max(e.sizes.Reps, e.sizes.ChecksReps, 2)
-}
-
-// loneReps is (i)'s runs per binary.
-func (e *env) loneReps() int { _, r := e.loneSizes(); return r }
-
 // runLone is (i).
 func (e *env) runLone(ctx context.Context) error {
-	n, reps := e.loneSizes()
-	parts := n*reps + 2
+	n, reps := max(20, e.sizes.PacedEvents/5), max(e.sizes.Reps, e.sizes.ChecksReps, 2)
+	// Run rep loads partitions rep*n up to (rep+1)*n; the warm-ups share
+	// the one after them all.
+	parts := n*reps + 1
 	out := &LoneResult{Events: n, Reps: reps}
 	e.res.Lone = out
 	if err := e.loneTables(ctx, e.pool, parts); err != nil {
@@ -93,7 +87,7 @@ func (e *env) runLone(ctx context.Context) error {
 		defer base.close(ctx, e)
 		out.Baseline, out.BaselineLabel = &LonePoint{}, cmp.Or(e.opts.BaselineLabel, e.opts.BaselineBin)
 	}
-	cur := &loneDB{url: e.dbURL, pool: e.pool, bin: e.idemBin}
+	cur := &loneDB{who: "current", url: e.dbURL, pool: e.pool, bin: e.idemBin}
 	for rep := range reps {
 		ways := []*loneDB{cur}
 		if base != nil {
@@ -103,7 +97,7 @@ func (e *env) runLone(ctx context.Context) error {
 			}
 		}
 		for _, w := range ways {
-			lat, err := e.loneRun(ctx, w, rep, n)
+			lat, err := e.loneRun(ctx, w, rep, n, parts-1)
 			if err != nil {
 				return err
 			}
@@ -123,27 +117,35 @@ func (e *env) runLone(ctx context.Context) error {
 
 // loneDB is where one binary's lone events load.
 type loneDB struct {
-	url, bin string
-	pool     *pgxpool.Pool
-	name     string // a database of its own (the baseline's), dropped at the end
+	who, url, bin string
+	pool          *pgxpool.Pool
 }
 
+// use points the harness (startIdem, waitAudit, exec) at d's binary and
+// database until restore is called.
+func (e *env) use(d *loneDB) (restore func()) {
+	url, pool, bin := e.dbURL, e.pool, e.idemBin
+	e.dbURL, e.pool, e.idemBin = d.url, d.pool, d.bin
+	return func() { e.dbURL, e.pool, e.idemBin = url, pool, bin }
+}
+
+// close drops the baseline's database of its own.
 func (d *loneDB) close(ctx context.Context, e *env) {
 	d.pool.Close()
-	if d.name == "" {
-		return
-	}
 	if admin, err := pgx.Connect(ctx, e.adminURL); err == nil {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.name}.Sanitize()+" WITH (FORCE)")
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{e.baselineName()}.Sanitize()+" WITH (FORCE)")
 		admin.Close(ctx)
 	}
 }
+
+// baselineName is the baseline's database.
+func (e *env) baselineName() string { return e.dbName + "_base" }
 
 // baselineDB makes a database for the earlier binary, whose schema it
 // creates itself with `idem migrate` (an earlier idem refuses a schema
 // newer than it knows), seeded as the harness's own.
 func (e *env) baselineDB(ctx context.Context, parts int) (*loneDB, error) {
-	name := e.dbName + "_base"
+	name := e.baselineName()
 	admin, err := pgx.Connect(ctx, e.adminURL)
 	if err != nil {
 		return nil, err
@@ -153,7 +155,7 @@ func (e *env) baselineDB(ctx context.Context, parts int) (*loneDB, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &loneDB{name: name, bin: e.opts.BaselineBin}
+	d := &loneDB{who: "baseline", bin: e.opts.BaselineBin}
 	if d.url, err = withDatabase(e.adminURL, name); err != nil {
 		return nil, err
 	}
@@ -169,26 +171,17 @@ func (e *env) baselineDB(ctx context.Context, parts int) (*loneDB, error) {
 		return nil, err
 	}
 	// The same history in the audit as the harness's database.
-	saved := e.pool
-	e.pool = d.pool
-	err = e.seedAudit(ctx, 5*e.sizes.Partitions)
-	e.pool = saved
-	return d, err
+	restore := e.use(d)
+	defer restore()
+	return d, e.seedAudit(ctx, 5*e.sizes.Partitions)
 }
 
-// loneRun starts w's binary on w's database and loads n events one at a
-// time, each published once the previous one was acked; it returns each
+// loneRun starts w's binary on w's database, warms it up on partition
+// warmDay and loads n events one at a time, each published once the previous one was acked; it returns each
 // one's time from publish to ack.
-func (e *env) loneRun(ctx context.Context, w *loneDB, rep, n int) ([]time.Duration, error) {
-	saved := [...]any{e.dbURL, e.pool, e.idemBin}
-	e.dbURL, e.pool, e.idemBin = w.url, w.pool, w.bin
-	defer func() {
-		e.dbURL, e.pool, e.idemBin = saved[0].(string), saved[1].(*pgxpool.Pool), saved[2].(string)
-	}()
-	who := "current"
-	if w.name != "" {
-		who = "baseline"
-	}
+func (e *env) loneRun(ctx context.Context, w *loneDB, rep, n, warmDay int) ([]time.Duration, error) {
+	defer e.use(w)()
+	who := w.who
 	proc, err := e.startIdem(ctx, fmt.Sprintf("lone-%s-r%d", who, rep), 1, []dataset{loneDS()})
 	if err != nil {
 		return nil, err
@@ -197,7 +190,7 @@ func (e *env) loneRun(ctx context.Context, w *loneDB, rep, n int) ([]time.Durati
 	s := &small{env: e}
 	d := loneDS()
 	warm := fmt.Sprintf("lone-warm-%s-r%d", who, rep)
-	if _, err := s.idemRun(ctx, proc, []event{{d.Name, dayKey(smallBase, n*e.loneReps()+1), warm}}, warm, audit.StatusSuccess); err != nil {
+	if _, err := s.idemRun(ctx, proc, []event{{d.Name, dayKey(smallBase, warmDay), warm}}, warm, audit.StatusSuccess); err != nil {
 		return nil, fmt.Errorf("%s warm-up: %w", who, err)
 	}
 	if err := e.settle(ctx, "bench.lone_t", "idem.pipeline_audit", "idem.run_ledger"); err != nil {

@@ -91,7 +91,7 @@ type Method struct {
 	// AvgLatencyMs is pgbench's own average (closed loop), when it ran.
 	AvgLatencyMs float64 `json:"avg_latency_ms,omitempty"`
 	// CPU is the processor time per event of the closed-loop runs, by
-	// process, when it was measured (pgbench and idem serve).
+	// process, when it was measured (the cluster is on this machine).
 	CPU     *CPU `json:"cpu,omitempty"`
 	cpuRuns int
 }

@@ -208,16 +208,14 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 		}
 	}
 	closed := func(name string, evs []event, do job) error {
-		c0, cok := s.cpuNow(0)
-		el, err := runClosed(ctx, c, len(evs), do)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		pt.method(name).Throughput.add(len(evs), el)
-		if c1, ok := s.cpuNow(0); ok && cok {
-			pt.method(name).addCPU(perEvent(c0, c1, len(evs)))
-		}
-		return nil
+		return s.withCPU(pt.method(name), 0, len(evs), false, func() error {
+			el, err := runClosed(ctx, c, len(evs), do)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			pt.method(name).Throughput.add(len(evs), el)
+			return nil
+		})
 	}
 
 	for rep := range s.sizes.Reps {
@@ -236,16 +234,15 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 			if err := s.fresh(ctx); err != nil {
 				return err
 			}
-			kids := s.backends()
-			c0, cok := s.cpuNow(0)
-			tps, avg, err := s.runPgbench(ctx, name, c, n)
+			m := pt.method(name)
+			var tps, avg float64
+			// pgbench's backends exit with it: their CPU counts once reaped.
+			err := s.withCPU(m, 0, n, true, func() (err error) {
+				tps, avg, err = s.runPgbench(ctx, name, c, n)
+				return err
+			})
 			if err != nil {
 				return err
-			}
-			m := pt.method(name)
-			s.reaped(kids) // pgbench's backends: their CPU counted once reaped
-			if c1, ok := s.cpuNow(0); ok && cok {
-				m.addCPU(perEvent(c0, c1, n))
 			}
 			m.Throughput.Events = n
 			m.Throughput.Runs = append(m.Throughput.Runs, tps)
@@ -292,14 +289,15 @@ func (s *small) atConcurrency(ctx context.Context, c int) error {
 			_ = s.exec(ctx, "SELECT pg_stat_statements_reset()")
 		}
 		evs := smallEvents("idem-"+tag, n)
-		c0, cok := s.cpuNow(proc.cmd.Process.Pid)
-		el, err = s.idemRun(ctx, proc, evs, "idem-"+tag, audit.StatusSuccess)
+		err = s.withCPU(pt.method(MIdem), proc.cmd.Process.Pid, n, false, func() error {
+			el, err := s.idemRun(ctx, proc, evs, "idem-"+tag, audit.StatusSuccess)
+			if err == nil {
+				pt.method(MIdem).Throughput.add(n, el)
+			}
+			return err
+		})
 		if err != nil {
 			return err
-		}
-		pt.method(MIdem).Throughput.add(n, el)
-		if c1, ok := s.cpuNow(proc.cmd.Process.Pid); ok && cok {
-			pt.method(MIdem).addCPU(perEvent(c0, c1, n))
 		}
 		if withStats {
 			s.recordStatements(ctx, n)

@@ -303,18 +303,3 @@ func (s *DeleteInsert) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Par
 	pl.queue(b, p, res)
 	return res, queuedFinish(dp, res, s.spec.AllowEmpty), nil
 }
-
-// queuedFinish is a queued load's finish: the batch's error as the load's
-// (a stale description of the source), or an empty partition, as Execute
-// would say.
-func queuedFinish(dp *Plan, res *Result, allowEmpty bool) func(error) error {
-	return func(err error) error {
-		if err != nil {
-			return dp.stale(err)
-		}
-		if res.Inserted == 0 && !allowEmpty {
-			return ErrEmptySource
-		}
-		return nil
-	}
-}

@@ -54,14 +54,8 @@ func (p *Publisher) DeadLettered(ctx context.Context, dl deadletter.Envelope, at
 }
 
 func (p *Publisher) publish(ctx context.Context, r Result) {
-	m, err := Msg(p.Prefix, r)
-	if err != nil {
-		p.Log.Error().Err(err).Msg("result not built")
-		return
-	}
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
+	m := Msg(p.Prefix, r)
+	var err error
 	// The dead letter's trace context (ctx's span), for whoever follows it.
 	tracing.Inject(ctx, m.Header)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishBudget)

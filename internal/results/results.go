@@ -115,23 +115,14 @@ func MsgID(stream string, seq uint64, auditID int64) string {
 
 // Msg is the message of r on prefix's subject for its dataset, with its
 // headers and Nats-Msg-Id.
-func Msg(prefix string, r Result) (*nats.Msg, error) {
-	return MsgFromBody(prefix, r, r.AppendJSON(nil)), nil
+func Msg(prefix string, r Result) *nats.Msg {
+	return MsgFromParts(prefix, r.Dataset, r.Status, r.Stream, r.StreamSeq, r.AuditID, r.AppendJSON(nil))
 }
 
-// MsgFromBody is Msg for a body already marshalled (an outbox row).
-func MsgFromBody(prefix string, r Result, body []byte) *nats.Msg {
-	return msgOf(prefix, r.Dataset, r.Status, r.Stream, r.StreamSeq, r.AuditID, body)
-}
-
-// MsgFromParts is MsgFromBody for a caller that has the fields the
-// message's subject and headers need without parsing the body (the
-// relay, from its claim).
+// MsgFromParts is Msg for a body already encoded, with the fields its
+// subject and headers need given apart (the relay reads them in its claim
+// and never parses the body).
 func MsgFromParts(prefix, dataset, status, stream string, seq uint64, auditID int64, body []byte) *nats.Msg {
-	return msgOf(prefix, dataset, status, stream, seq, auditID, body)
-}
-
-func msgOf(prefix, dataset, status, stream string, seq uint64, auditID int64, body []byte) *nats.Msg {
 	m := nats.NewMsg(Subject(prefix, dataset))
 	m.Data = body
 	m.Header.Set(nats.MsgIdHdr, MsgID(stream, seq, auditID))

@@ -48,8 +48,7 @@ func TestMsg(t *testing.T) {
 		PublishedAt: &at, Rows: &Rows{Inserted: 10, Deleted: -1}}
 	r.Finish(at.Add(1500 * time.Millisecond))
 	require.InDelta(t, 1.5, r.Seconds, 1e-9)
-	m, err := Msg("idem.result", r)
-	require.NoError(t, err)
+	m := Msg("idem.result", r)
 	require.Equal(t, "idem.result.orders", m.Subject)
 	require.Equal(t, "idem-result:IDEM_EVENTS:42:9", m.Header.Get(nats.MsgIdHdr))
 	require.Equal(t, "42", m.Header.Get(HeaderEventSeq))

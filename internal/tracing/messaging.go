@@ -75,22 +75,23 @@ func (m Message) incoming(ctx context.Context) context.Context {
 // StartReceive starts the span of fetching m from its consumer (kind
 // client, operation receive); opts add to its options (a start time).
 func StartReceive(ctx context.Context, t trace.Tracer, m Message, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	return m.start(m.incoming(ctx), t, "receive", trace.SpanKindClient, semconv.MessagingOperationTypeReceive, "receive", opts...)
+	return m.start(m.incoming(ctx), t, "receive", trace.SpanKindClient, semconv.MessagingOperationTypeReceive, opts...)
 }
 
-// start starts the span "<verb> <subject>" of m. Its attributes are set
+// start starts the span "<op> <subject>" of m (op is also its
+// messaging.operation.name). Its attributes are set
 // only on a span that records: without tracing (the no-op tracer) or
 // outside the sample, a delivery's three spans cost no attribute list,
 // which was the largest allocation of a load's path.
-func (m Message) start(ctx context.Context, t trace.Tracer, verb string, kind trace.SpanKind, opType attribute.KeyValue, opName string,
+func (m Message) start(ctx context.Context, t trace.Tracer, op string, kind trace.SpanKind, opType attribute.KeyValue,
 	opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	name := verb
+	name := op
 	if t != noopTracer {
-		name = verb + " " + m.Subject
+		name = op + " " + m.Subject
 	}
 	ctx, span := t.Start(ctx, name, append([]trace.SpanStartOption{trace.WithSpanKind(kind)}, opts...)...)
 	if span.IsRecording() {
-		span.SetAttributes(m.attributes(opType, opName)...)
+		span.SetAttributes(m.attributes(opType, op)...)
 	}
 	return ctx, span
 }
@@ -98,7 +99,7 @@ func (m Message) start(ctx context.Context, t trace.Tracer, verb string, kind tr
 // StartProcess starts the span of handling m, the load (kind consumer,
 // operation process); the load's statements are its children.
 func StartProcess(ctx context.Context, t trace.Tracer, m Message) (context.Context, trace.Span) {
-	return m.start(m.incoming(ctx), t, "process", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, "process")
+	return m.start(m.incoming(ctx), t, "process", trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess)
 }
 
 // Settle operations, as messaging.operation.name.
@@ -112,14 +113,14 @@ const (
 // StartSettle starts the span of acknowledging m with op (kind client,
 // operation settle).
 func StartSettle(ctx context.Context, t trace.Tracer, m Message, op string) (context.Context, trace.Span) {
-	return m.start(m.incoming(ctx), t, op, trace.SpanKindClient, semconv.MessagingOperationTypeSettle, op)
+	return m.start(m.incoming(ctx), t, op, trace.SpanKindClient, semconv.MessagingOperationTypeSettle)
 }
 
 // StartPublish starts the span of publishing m (kind producer, operation
 // send) and writes its context into m.Header, which must not be nil, so
 // the consumer of m continues the trace.
 func StartPublish(ctx context.Context, t trace.Tracer, m Message) (context.Context, trace.Span) {
-	ctx, span := m.start(ctx, t, "publish", trace.SpanKindProducer, semconv.MessagingOperationTypeSend, "publish")
+	ctx, span := m.start(ctx, t, "publish", trace.SpanKindProducer, semconv.MessagingOperationTypeSend)
 	Inject(ctx, m.Header)
 	return ctx, span
 }
