@@ -126,7 +126,9 @@ type Config struct {
 	// dataset is invalid and dead-lettered to <DLQSubjectPrefix>._invalid.
 	Datasets map[string]Dataset
 
-	// FetchWait is how long one pull request waits. Default DefaultFetchWait.
+	// FetchWait is how long one pull request waits on average: each waits
+	// between a half and one and a half of it, so that replicas' requests
+	// never keep step. Default DefaultFetchWait.
 	FetchWait time.Duration
 	// ShutdownGrace is how long in-flight handlers may finish after a stop
 	// caused by Run's context. Default DefaultShutdownGrace.

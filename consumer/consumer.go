@@ -271,7 +271,7 @@ func (c *Consumer) fetchLoop(hard context.Context) error {
 		if n == 0 {
 			return nil
 		}
-		fctx, cancel := context.WithTimeout(c.stopCtx, c.cfg.FetchWait)
+		fctx, cancel := context.WithTimeout(c.stopCtx, pullWait(c.cfg.FetchWait, c.cfg.Rand()))
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 		if err != nil {
 			c.release(n)
@@ -302,6 +302,18 @@ func (c *Consumer) fetchLoop(hard context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pullWait is one pull request's wait: FetchWait, jittered by half either
+// way. JetStream hands a message to the request that has waited longest,
+// so the replicas' requests must not fall into step: with one fixed wait
+// the replica whose request goes out first in each round wins nearly
+// every delivery, and an event its config lacks, left for another
+// replica, came back to it again and again (seen: one event bounced for
+// a minute between two replicas, never reaching the one that knows its
+// dataset).
+func pullWait(wait time.Duration, jitter float64) time.Duration {
+	return wait/2 + time.Duration(jitter*float64(wait))
 }
 
 func (c *Consumer) lookup(ctx context.Context) (jetstream.Consumer, error) {

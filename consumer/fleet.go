@@ -251,11 +251,10 @@ func (f *fleet) update(ctx context.Context, datasets []string, version string, d
 }
 
 // fleetDelay is the redelivery delay of an event left for another replica:
-// fleetNakDelay, jittered by half either way. A fixed delay falls in step
-// with the replicas' pull requests (FetchWait is the same 2 s), and the
-// replica that cannot load the event then wins it again and again: seen as
-// one event bounced 30 times in a minute between two replicas, never
-// reaching the one that knows its dataset.
+// fleetNakDelay, jittered by half either way. Which replica wins the
+// redelivery is decided by the order their pull requests wait in, which
+// pullWait's jitter keeps changing; this delay only spreads the
+// redeliveries of many such events.
 func fleetDelay(jitter float64) time.Duration {
 	return fleetNakDelay/2 + time.Duration(jitter*float64(fleetNakDelay))
 }
