@@ -124,8 +124,8 @@ func TestLeftEventReachesTheReplicaThatKnowsIt(t *testing.T) {
 		e.publish("idem.ready.customers", event("customers", fmt.Sprintf("2026-11-%02d", i+1), "r1"), nil)
 	}
 	// Redelivered every 1-3 s: at even odds, 4 events are left about 4
-	// times in all, and 40 s is some 20 deliveries for each.
-	require.Eventually(t, func() bool { return right.count() == events }, 40*time.Second, tick,
+	// times in all, and a minute is some 30 deliveries for each.
+	require.Eventually(t, func() bool { return right.count() == events }, time.Minute, tick,
 		"the replica that knows the dataset loaded %d of %d events; the other left them %d times", right.count(), events, deferred())
 	require.Zero(t, wrong.count())
 	t.Logf("events left for the other replica: %d times", deferred())
