@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -55,17 +56,24 @@ func TestReadFleet(t *testing.T) {
 	require.Empty(t, members[1].Definitions)
 }
 
-// TestPullRequestsDoNotKeepStep: a replica's pull requests vary in length
-// (pullWait), so no two replicas' requests fall into step, which would
-// let one replica win delivery after delivery.
-func TestPullRequestsDoNotKeepStep(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+// newJitteredEnv is newEnv with jitter drawn from a seeded generator, and
+// a subscription that sees every pull request of the test's consumer.
+func newJitteredEnv(t *testing.T) (*env, *nats.Subscription) {
 	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
 	e := newEnv(t, func(c *Config) {
 		c.Rand = func() float64 { mu.Lock(); defer mu.Unlock(); return rng.Float64() }
 	})
 	pulls, err := consumertest.Connect(t, e.srv).SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + testStream + "." + e.cfg.Consumer)
 	require.NoError(t, err)
+	return e, pulls
+}
+
+// TestPullRequestsDoNotKeepStep: a replica's pull requests vary in length
+// (pullWait), so no two replicas' requests fall into step, which would
+// let one replica win delivery after delivery.
+func TestPullRequestsDoNotKeepStep(t *testing.T) {
+	e, pulls := newJitteredEnv(t)
 	e.start(func(context.Context, *Message) error { return nil })
 	var waits []time.Duration
 	for range 8 {
@@ -93,13 +101,7 @@ func TestPullRequestsDoNotKeepStep(t *testing.T) {
 // starts just behind the old one's pull, the unlucky phase: seen in CI as
 // one event bounced for a minute, never loaded.
 func TestLeftEventReachesTheReplicaThatKnowsIt(t *testing.T) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(1, 2))
-	e := newEnv(t, func(c *Config) {
-		c.Rand = func() float64 { mu.Lock(); defer mu.Unlock(); return rng.Float64() }
-	})
-	pulls, err := consumertest.Connect(t, e.srv).SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + testStream + "." + e.cfg.Consumer)
-	require.NoError(t, err)
+	e, pulls := newJitteredEnv(t)
 	nextPull := func() {
 		t.Helper()
 		_, err := pulls.NextMsg(waitFor)
