@@ -45,7 +45,12 @@ func TestMixedConfigVersionsDeadLetterNothing(t *testing.T) {
 		_, err := w.js.Publish(t.Context(), "idem.ready.neworders", []byte(body))
 		require.NoError(t, err)
 	}
-	w.waitCount(20, "SELECT count(*) FROM idem.run_ledger WHERE task_id = 'neworders'")
+	// Each event the old replica wins goes back for 1-3 s and is a fresh
+	// draw between the two (about two deliveries each on average); two
+	// minutes is some 60 draws for the unluckiest one.
+	require.Eventually(t, func() bool {
+		return w.count("SELECT count(*) FROM idem.run_ledger WHERE task_id = 'neworders'") == 20
+	}, 2*time.Minute, 50*time.Millisecond, "every event of the new dataset loaded once")
 	w.waitSettled()
 	require.Empty(t, w.deadLetters(), "an event of the new dataset was dead-lettered by the old replica")
 	require.EqualValues(t, 20, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'neworders' AND status = 'success'"),
