@@ -130,6 +130,11 @@ type OutboxRow struct {
 	// Claim is when the claim lapses; it also names the claim, so a relay
 	// whose claim lapsed cannot decide the fate of a row another one holds.
 	Claim time.Time
+	// Token is the row's own, set when it was written: with the audit id
+	// in the message id of what is published from it, because after a
+	// failover that lost commits a new attempt can get the audit id of a
+	// lost one. Empty for rows written before schema v14.
+	Token string
 }
 
 // ClaimOutbox claims up to limit due events for lease, in one short
@@ -150,7 +155,7 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 		  FROM due WHERE o.id = due.id
 		RETURNING o.id, o.dataset, o.partition_key, o.run_id, o.force, o.attributes, o.audit_id, o.attempts, o.claimed_until, o.result::text, o.lineage::text,
 		          coalesce(o.trace, ''), coalesce(o.result ->> 'status', ''), coalesce(o.result ->> 'stream', ''),
-		          coalesce((o.result ->> 'stream_seq')::bigint, 0)`,
+		          coalesce((o.result ->> 'stream_seq')::bigint, 0), coalesce(o.token::text, '')`,
 		limit, lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("audit: outbox claim: %w", err)
@@ -162,7 +167,7 @@ func ClaimOutbox(ctx context.Context, db Querier, limit int, lease time.Duration
 		// Straight into the byte slices (nil for NULL): a result scanned
 		// as a string and copied was two allocations of its body per row.
 		err := r.Scan(&o.ID, &e.Dataset, &e.Partition, &e.RunID, &e.Force, &e.Attributes, &o.AuditID, &o.Attempts, &o.Claim, &o.Result, &o.Lineage, &o.Trace,
-			&o.ResultHead.Status, &o.ResultHead.Stream, &seq)
+			&o.ResultHead.Status, &o.ResultHead.Stream, &seq, &o.Token)
 		o.ResultHead.StreamSeq = uint64(max(seq, 0))
 		return o, err
 	})

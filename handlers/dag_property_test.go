@@ -168,7 +168,7 @@ func (r *dagRun) relay() {
 	require.NoError(r.t, err)
 	slices.SortFunc(pending, func(a, b audit.OutboxRow) int { return cmp.Compare(a.ID, b.ID) })
 	for _, o := range pending {
-		msgID := o.Event.TriggeredMsgID(o.AuditID) // as the relay derives it
+		msgID := o.Event.TriggeredMsgID(o.AuditID, o.Token) // as the relay derives it
 		r.publish(o.Event, msgID)
 		if r.rng.IntN(5) == 0 {
 			r.publish(o.Event, msgID)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -58,11 +59,16 @@ func (e PartitionReady) MsgID() string {
 func Subject(prefix, dataset string) string { return prefix + "." + dataset }
 
 // TriggeredMsgID is the Nats-Msg-Id of an event that upstream attempt
-// auditID triggered (the outbox of `then:`): one per upstream commit, so a
-// relay that publishes the same row twice is deduplicated, and two
-// upstream commits are two events.
-func (e PartitionReady) TriggeredMsgID(auditID int64) string {
-	return fmt.Sprintf("%s:%d", e.MsgID(), auditID)
+// auditID triggered (the outbox of `then:`), with the token of the outbox
+// row that holds it: one per upstream commit, so a relay that publishes the
+// same row twice is deduplicated, and two upstream commits are two events,
+// even when a failover that lost the first gave the second its audit id.
+func (e PartitionReady) TriggeredMsgID(auditID int64, token string) string {
+	id := e.MsgID() + ":" + strconv.FormatInt(auditID, 10)
+	if token != "" {
+		id += ":" + token
+	}
+	return id
 }
 
 // Marshal renders e as the compact JSON a publisher sends. It refuses what

@@ -38,10 +38,14 @@ func TestNewMessage(t *testing.T) {
 
 func TestNewTriggeredMessage(t *testing.T) {
 	ev := PartitionReady{Dataset: "daily", Partition: "2026-11-01", RunID: "r1", Attributes: map[string]string{"triggered_by": "up:2026-11-01:r1"}}
-	m, err := NewTriggeredMessage("idem.ready", ev, 42)
+	m, err := NewTriggeredMessage("idem.ready", ev, 42, "")
 	require.NoError(t, err)
 	require.Equal(t, "idem.ready.daily", m.Subject)
 	require.Equal(t, "daily:2026-11-01:r1:42", m.MsgID)
+	const token = "0b7e6f4c-3a51-4f7e-9d2a-6c1e2f3a4b5c"
+	m, err = NewTriggeredMessage("idem.ready", ev, 42, token)
+	require.NoError(t, err)
+	require.Equal(t, "daily:2026-11-01:r1:42:"+token, m.MsgID, "the outbox row's token tells apart two attempts with one audit id")
 	want, err := ev.Marshal()
 	require.NoError(t, err)
 	require.Equal(t, want, m.Body)

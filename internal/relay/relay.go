@@ -250,10 +250,10 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 		if r.cfg.ResultsStream == "" {
 			return nil, errors.New("relay: a result row, and no results stream configured")
 		}
-		m := results.MsgFromParts(r.cfg.ResultsSubjectPrefix, row.Event.Dataset, h.Status, h.Stream, h.StreamSeq, row.AuditID, row.Result)
+		m := results.MsgFromParts(r.cfg.ResultsSubjectPrefix, row.Event.Dataset, h.Status, h.Stream, h.StreamSeq, row.AuditID, row.Token, row.Result)
 		return r.js.PublishMsg(ctx, m, jetstream.WithExpectStream(r.cfg.ResultsStream))
 	}
-	m, err := schemas.NewTriggeredMessage(r.cfg.SubjectPrefix, row.Event, row.AuditID)
+	m, err := schemas.NewTriggeredMessage(r.cfg.SubjectPrefix, row.Event, row.AuditID, row.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -275,9 +275,9 @@ func msgID(row audit.OutboxRow) string {
 		return fmt.Sprintf("lineage:%d", row.AuditID)
 	}
 	if row.Result != nil {
-		return results.MsgID(row.ResultHead.Stream, row.ResultHead.StreamSeq, row.AuditID)
+		return results.MsgID(row.ResultHead.Stream, row.ResultHead.StreamSeq, row.AuditID, row.Token)
 	}
-	return row.Event.TriggeredMsgID(row.AuditID)
+	return row.Event.TriggeredMsgID(row.AuditID, row.Token)
 }
 
 // settle records the outcome of each publish of one claim. It runs on a

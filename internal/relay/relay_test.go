@@ -98,6 +98,14 @@ func event(dataset, partition string, auditID int64) audit.OutboxEvent {
 	}}
 }
 
+// token is the token of the one outbox row of upstream attempt auditID.
+func token(t *testing.T, f *fixture, auditID int64) string {
+	t.Helper()
+	var tok string
+	require.NoError(t, f.db.Pool.QueryRow(context.Background(), "SELECT token::text FROM idem.outbox WHERE audit_id = $1", auditID).Scan(&tok))
+	return tok
+}
+
 func (f *fixture) streamMsgs(t *testing.T) uint64 {
 	t.Helper()
 	info, err := f.s.Info(context.Background())
@@ -177,7 +185,7 @@ func TestFlushPublishesTheEventSchemasDerive(t *testing.T) {
 		require.NoError(t, err)
 		got[m.Header.Get(jetstream.MsgIDHeader)] = m
 	}
-	m := got[fmt.Sprintf("daily:2026-11-02:r1:%d", ids[1])]
+	m := got[fmt.Sprintf("daily:2026-11-02:r1:%d:%s", ids[1], token(t, f, ids[1]))]
 	require.NotNil(t, m, "message ids: %v", got)
 	require.Equal(t, "idem.ready.daily", m.Subject)
 	require.JSONEq(t, `{"dataset":"daily","partition":"2026-11-02","run_id":"r1","force":true,
@@ -321,6 +329,49 @@ func TestPublishedButNotMarkedIsDeduplicated(t *testing.T) {
 	f.db.Exec(t, "UPDATE idem.outbox SET next_attempt_at = now()")
 	require.Equal(t, relay.Pass{Claimed: 3, Sent: 3}, flush(t, f.relay(t, f.js, config())))
 	require.EqualValues(t, 3, f.streamMsgs(t), "the re-publish was stored twice")
+}
+
+// TestAReusedAuditIDIsPublishedAgain: a failover to a standby that lacks
+// the last commits loses the audit sequence's last values with them, and
+// the next attempt can be given the audit id of one that was lost after
+// its downstream event and its result were published. The new attempt's
+// event and result are new messages: with the audit id alone in their
+// message ids, JetStream dropped them as duplicates of the lost attempt's.
+func TestAReusedAuditIDIsPublishedAgain(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	rs, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_RESULTS", Subjects: []string{"idem.result.>"}})
+	require.NoError(t, err)
+	cfg := config()
+	cfg.ResultsStream, cfg.ResultsSubjectPrefix = "IDEM_RESULTS", "idem.result"
+	r := f.relay(t, f.js, cfg)
+	k := audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}
+	attempt := func(id int64, status string) {
+		t.Helper()
+		b := &pgx.Batch{}
+		require.NoError(t, audit.QueueEnqueue(b, event("daily", "2026-11-01", id)))
+		require.NoError(t, f.db.Pool.SendBatch(ctx, b).Close())
+		body, err := json.Marshal(results.Result{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1",
+			Status: status, Stream: stream, StreamSeq: 7, AuditID: id})
+		require.NoError(t, err)
+		require.NoError(t, audit.EnqueueResult(ctx, f.db.Pool, k, id, body, status == results.StatusSkipped))
+		require.Equal(t, relay.Pass{Claimed: 2, Sent: 2}, flush(t, r))
+	}
+	id, err := audittest.Start(ctx, f.db.Pool, audit.Attempt{RunKey: k})
+	require.NoError(t, err)
+	attempt(id, results.StatusSkipped)
+	// The failover: the attempt's rows are gone, its messages are not; the
+	// next attempt is given the same audit id.
+	f.db.Exec(t, "DELETE FROM idem.outbox WHERE audit_id = $1", id)
+	attempt(id, results.StatusLoaded)
+
+	require.EqualValues(t, 2, f.streamMsgs(t), "the second attempt's downstream event was dropped as a duplicate")
+	info, err := rs.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, info.State.Msgs, "the second attempt's result was dropped as a duplicate")
+	m, err := rs.GetMsg(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, results.StatusLoaded, m.Header.Get(results.HeaderStatus))
 }
 
 func TestLapsedClaimIsTakenOver(t *testing.T) {
@@ -540,7 +591,7 @@ func TestResultRowsArePublishedWithTheirHeaders(t *testing.T) {
 	m := bySeq["41"]
 	require.NotNil(t, m)
 	require.Equal(t, "idem.result.orders", m.Subject)
-	require.Equal(t, results.MsgID(stream, 41, id), m.Header.Get(jetstream.MsgIDHeader))
+	require.Equal(t, results.MsgID(stream, 41, id, token(t, f, id)), m.Header.Get(jetstream.MsgIDHeader))
 	require.Equal(t, stream, m.Header.Get(results.HeaderEventStream))
 	require.Equal(t, "41", m.Header.Get(results.HeaderEventSeq))
 	require.Equal(t, results.StatusLoaded, m.Header.Get(results.HeaderStatus))
@@ -549,5 +600,5 @@ func TestResultRowsArePublishedWithTheirHeaders(t *testing.T) {
 	require.NotNil(t, m)
 	require.Equal(t, results.StatusSkipped, m.Header.Get(results.HeaderStatus))
 	require.Equal(t, "42", m.Header.Get(results.HeaderEventSeq))
-	require.Equal(t, results.MsgID("", 42, id2), m.Header.Get(jetstream.MsgIDHeader))
+	require.Equal(t, results.MsgID("", 42, id2, token(t, f, id2)), m.Header.Get(jetstream.MsgIDHeader))
 }

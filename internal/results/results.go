@@ -100,32 +100,40 @@ func (r *Result) Finish(at time.Time) {
 // Subject is where the results of dataset go: <prefix>.<dataset>.
 func Subject(prefix, dataset string) string { return prefix + "." + dataset }
 
-// MsgID is a result's Nats-Msg-Id: one per attempt (auditID) for loads and
-// skips, one per event for a dead letter (auditID 0), so a result published
-// twice inside the duplicate window is stored once.
-func MsgID(stream string, seq uint64, auditID int64) string {
-	b := make([]byte, 0, len("idem-result:")+len(stream)+2*21+len(":dead-letter"))
+// MsgID is a result's Nats-Msg-Id: one per attempt for loads and skips
+// (its audit id and the token of the outbox row that holds the result),
+// one per event for a dead letter (auditID 0), so a result published
+// twice inside the duplicate window is stored once. The token tells apart
+// two attempts with one audit id: after a failover that lost commits, a
+// new attempt can be given the audit id of a lost one, whose result may
+// already be in the stream.
+func MsgID(stream string, seq uint64, auditID int64, token string) string {
+	b := make([]byte, 0, len("idem-result:")+len(stream)+2*21+len(":dead-letter")+1+len(token))
 	b = append(append(append(b, "idem-result:"...), stream...), ':')
 	b = append(strconv.AppendUint(b, seq, 10), ':')
 	if auditID == 0 {
 		return string(append(b, "dead-letter"...))
 	}
-	return string(strconv.AppendInt(b, auditID, 10))
+	b = strconv.AppendInt(b, auditID, 10)
+	if token != "" {
+		b = append(append(b, ':'), token...)
+	}
+	return string(b)
 }
 
 // Msg is the message of r on prefix's subject for its dataset, with its
 // headers and Nats-Msg-Id.
 func Msg(prefix string, r Result) *nats.Msg {
-	return MsgFromParts(prefix, r.Dataset, r.Status, r.Stream, r.StreamSeq, r.AuditID, r.AppendJSON(nil))
+	return MsgFromParts(prefix, r.Dataset, r.Status, r.Stream, r.StreamSeq, r.AuditID, "", r.AppendJSON(nil))
 }
 
 // MsgFromParts is Msg for a body already encoded, with the fields its
 // subject and headers need given apart (the relay reads them in its claim
 // and never parses the body).
-func MsgFromParts(prefix, dataset, status, stream string, seq uint64, auditID int64, body []byte) *nats.Msg {
+func MsgFromParts(prefix, dataset, status, stream string, seq uint64, auditID int64, token string, body []byte) *nats.Msg {
 	m := nats.NewMsg(Subject(prefix, dataset))
 	m.Data = body
-	m.Header.Set(nats.MsgIdHdr, MsgID(stream, seq, auditID))
+	m.Header.Set(nats.MsgIdHdr, MsgID(stream, seq, auditID, token))
 	m.Header.Set(HeaderEventStream, stream)
 	m.Header.Set(HeaderEventSeq, strconv.FormatUint(seq, 10))
 	m.Header.Set(HeaderStatus, status)

@@ -55,11 +55,15 @@ func TestMsg(t *testing.T) {
 	back, err := Parse(m.Data)
 	require.NoError(t, err)
 	require.Equal(t, r, back)
-	require.NotEqual(t, MsgID("IDEM_EVENTS", 42, 0), MsgID("IDEM_EVENTS", 42, 9), "a dead letter's result has its own id")
-	// The ids are part of the wire contract (docs): a waiter and JetStream's
-	// duplicate window both rely on them never changing.
-	require.Equal(t, "idem-result:IDEM_EVENTS:42:9", MsgID("IDEM_EVENTS", 42, 9))
-	require.Equal(t, "idem-result:IDEM_EVENTS:18446744073709551615:dead-letter", MsgID("IDEM_EVENTS", 1<<64-1, 0))
+	require.NotEqual(t, MsgID("IDEM_EVENTS", 42, 0, ""), MsgID("IDEM_EVENTS", 42, 9, ""), "a dead letter's result has its own id")
+	// The ids are part of the wire contract (docs): JetStream's duplicate
+	// window relies on them never changing for one outbox row.
+	require.Equal(t, "idem-result:IDEM_EVENTS:42:9", MsgID("IDEM_EVENTS", 42, 9, ""))
+	const token = "0b7e6f4c-3a51-4f7e-9d2a-6c1e2f3a4b5c"
+	require.Equal(t, "idem-result:IDEM_EVENTS:42:9:"+token, MsgID("IDEM_EVENTS", 42, 9, token))
+	require.NotEqual(t, MsgID("IDEM_EVENTS", 42, 9, token), MsgID("IDEM_EVENTS", 42, 9, "5d0c2a7e-0000-4000-8000-000000000001"),
+		"two attempts given one audit id (a failover lost the first) have two ids")
+	require.Equal(t, "idem-result:IDEM_EVENTS:18446744073709551615:dead-letter", MsgID("IDEM_EVENTS", 1<<64-1, 0, token))
 	_, err = Parse([]byte("{"))
 	require.Error(t, err)
 }
