@@ -49,9 +49,9 @@ func NewMessage(prefix string, ev PartitionReady, lookup Lookup, forcedAt time.T
 }
 
 // NewTriggeredMessage is the message of a downstream event that upstream
-// attempt auditID triggered (the outbox of `then:`, its row's token): its
-// message id is TriggeredMsgID. The event was validated when its upstream loaded, so only
-// its shape is checked again.
+// attempt auditID triggered (the outbox of `then:`, token its row's): its
+// message id is TriggeredMsgID. The event was validated when its upstream
+// loaded, so only its shape is checked again.
 func NewTriggeredMessage(prefix string, ev PartitionReady, auditID int64, token string) (Message, error) {
 	body, err := ev.Marshal()
 	if err != nil {

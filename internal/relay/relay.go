@@ -13,8 +13,10 @@
 // rows claimed until the lease lapses, and their re-publish is dropped by
 // JetStream's duplicate window (past it, skipped by the consumer's ledger).
 // The outbox stores what an event is; the subject, the body and the message
-// id are derived here, from package schemas. Sent rows are deleted after
-// Config.Retention.
+// id are derived here, from package schemas. A message id names the
+// upstream attempt by its audit id and the row's token, drawn when the row
+// was written: an audit id alone can come back after a failover that lost
+// commits. Sent rows are deleted after Config.Retention.
 //
 // Watermill's SQL subscriber and forwarder were measured against these
 // needs and do not meet them: see docs/ARCHITECTURE.md.
