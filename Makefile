@@ -5,7 +5,7 @@ PKGS  ?= ./...
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres chromium recipe-tools test test-short tidy-check alerts-test vet lint fuzz demo clean
+.PHONY: help build postgres pgbouncer chromium recipe-tools test test-short tidy-check alerts-test vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -16,6 +16,9 @@ build: ## build bin/idem
 postgres: ## install PostgreSQL server binaries when missing (tests start their own cluster)
 	@bash scripts/ensure-postgres.sh
 
+pgbouncer: ## install Debian's pgbouncer when missing (the pooler tests)
+	@bash scripts/ensure-pgbouncer.sh
+
 chromium: ## install Debian's chromium when missing (the status page's browser tests)
 	@bash scripts/ensure-chromium.sh
 
@@ -25,7 +28,7 @@ recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 test-short: postgres ## the quick tests only (-short: no chaos campaign, no race detector)
