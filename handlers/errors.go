@@ -190,6 +190,12 @@ func Classify(err error) error {
 		// the dataset's fault.
 		return err
 	}
+	if r := Refusal(err); r != nil {
+		// A login refused (a rotated password, a dropped database) stops
+		// every load until a person fixes a setting: an outage, never
+		// the event's fault.
+		return &UnavailableError{Err: r}
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if unavailableState(pgErr.Code) {

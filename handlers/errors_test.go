@@ -147,7 +147,9 @@ func goErrorCases(t *testing.T) []classifyCase {
 		{"connect 57P03 cannot_connect_now", connectRejected(t, pgerrcode.CannotConnectNow), unavailable},
 		{"connect 53300 too_many_connections", connectRejected(t, pgerrcode.TooManyConnections), unavailable},
 		{"connect 28P01 invalid_password", connectRejected(t, pgerrcode.InvalidPassword), unavailable},
-		{"connect 3D000 invalid_catalog_name", connectRejected(t, pgerrcode.InvalidCatalogName), handlers.ReasonConfig},
+		{"connect 3D000 invalid_catalog_name", connectRejected(t, pgerrcode.InvalidCatalogName), unavailable},
+		{"connect 08P01 unsupported startup parameter", connectRejected(t, pgerrcode.ProtocolViolation), unavailable},
+		{"connect 42501 insufficient_privilege", connectRejected(t, pgerrcode.InsufficientPrivilege), unavailable},
 
 		// TLS verification, through pgconn.Connect against a test server.
 		{"tls unknown authority (verify-ca)", connectTLS(t, "verify-ca", otherCA), handlers.ReasonConfig},
@@ -358,12 +360,17 @@ func parseConfigError(t *testing.T) error {
 // connectRejected gets a real *pgconn.ConnectError around a *pgconn.PgError, as
 // when the server refuses a login.
 func connectRejected(t *testing.T, code string) error {
+	return connectRejectedWith(t, code, "rejected by test")
+}
+
+// connectRejectedWith is connectRejected with the server's message.
+func connectRejectedWith(t *testing.T, code, message string) error {
 	addr := fakePostgres(t, func(conn net.Conn) {
 		backend := pgproto3.NewBackend(conn, conn)
 		if _, err := backend.ReceiveStartupMessage(); err != nil {
 			return
 		}
-		backend.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: code, Message: "rejected by test"})
+		backend.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: code, Message: message})
 		_ = backend.Flush()
 	})
 	err := connect(t, "postgres://idem@"+addr+"/warehouse?sslmode=disable")
@@ -478,4 +485,40 @@ func fakePostgres(t *testing.T, serve func(net.Conn)) string {
 		wg.Wait()
 	})
 	return ln.Addr().String()
+}
+
+// TestRefusal holds that each login the server answers and refuses names
+// its cause and the setting to change, and that what a retry can fix is no
+// refusal.
+func TestRefusal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code, message string
+		cause, fix    string
+	}{
+		{pgerrcode.ProtocolViolation, "unsupported startup parameter: jit", "refused startup parameter jit", "restart idem"},
+		{pgerrcode.ProtocolViolation, "unsupported startup parameter: search_path", "refused startup parameter search_path", "ignore_startup_parameters"},
+		{pgerrcode.ProtocolViolation, "no such database: warehouse", `knows no database "warehouse"`, "[databases]"},
+		{pgerrcode.InvalidPassword, `password authentication failed for user "idem"`, "refused the login of idem: password authentication failed", "password in postgres.url"},
+		{pgerrcode.InvalidAuthorizationSpecification, `role "idem" is not permitted to log in`, `refused the login of idem: role "idem" is not permitted to log in`, "ALTER ROLE idem LOGIN"},
+		{pgerrcode.InvalidCatalogName, `database "warehouse" does not exist`, `has no database "warehouse"`, "create it"},
+		{pgerrcode.InsufficientPrivilege, `permission denied for database "warehouse"`, "refused the login of idem", "GRANT CONNECT ON DATABASE warehouse TO idem"},
+	} {
+		t.Run(tc.code+" "+tc.message, func(t *testing.T) {
+			err := connectRejectedWith(t, tc.code, tc.message)
+			r := handlers.Refusal(err)
+			require.NotNil(t, r, "%v", err)
+			assert.Contains(t, r.Cause, tc.cause)
+			assert.Contains(t, r.Fix, tc.fix)
+			assert.Contains(t, r.Cause, "127.0.0.1", "who refused is named")
+			assert.ErrorIs(t, r, err)
+			got := handlers.Classify(err)
+			assert.True(t, handlers.IsUnavailable(got) && handlers.IsRefused(got), "an outage with its reason once running: %v", got)
+			assert.False(t, handlers.IsFatal(got), "never the event's fault")
+		})
+	}
+	for _, code := range []string{pgerrcode.CannotConnectNow, pgerrcode.TooManyConnections, pgerrcode.AdminShutdown} {
+		assert.Nil(t, handlers.Refusal(connectRejected(t, code)), "%s is waited for, not refused", code)
+	}
+	assert.Nil(t, handlers.Refusal(connectRefused(t)))
 }

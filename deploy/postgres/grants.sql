@@ -23,6 +23,16 @@ ALTER ROLE idem_loader PASSWORD :'loader_password';
 -- Timeouts as role settings, never a plain SET on a pooled connection.
 ALTER ROLE idem_loader SET idle_in_transaction_session_timeout = '10min';
 ALTER ROLE idem_loader SET lock_timeout = '1min';
+-- idem's session settings, for every route. Connected to PostgreSQL
+-- itself, idem also sends them in its startup packet; behind a pooler
+-- (PgBouncer refuses startup parameters it does not track) these lines are
+-- their only home. Bookkeeping rows then commit without waiting for the WAL
+-- flush; every load sets synchronous_commit back on (SET LOCAL), and its
+-- flush covers the earlier rows. A cluster that needs remote_apply sets
+-- that here instead of off: idem's loads follow the role's default.
+-- jit off: idem's lookups are short index seeks that JIT only slows.
+ALTER ROLE idem_loader SET synchronous_commit = off;
+ALTER ROLE idem_loader SET jit = off;
 
 -- Schema idem (audit, ledger, outbox, load sequence): read and write its
 -- rows, never DELETE or TRUNCATE them, never change the schema.

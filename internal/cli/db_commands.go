@@ -1,16 +1,19 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/service"
 )
 
 func migrateCmd(e *env) *cobra.Command {
@@ -87,9 +90,10 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 			} else if err != nil {
 				return err
 			}
-			checked := false
+			checked, route := false, ""
 			if len(problems) == 0 && !offline && cfg.Postgres.URL != "" {
-				dbProblems, err := e.checkDatabase(cmd, cfg)
+				dbProblems, r, err := e.checkDatabase(cmd, cfg)
+				route = r
 				if err != nil {
 					problems = append(problems, err.Error())
 				}
@@ -111,6 +115,9 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 				where = "config and database"
 			}
 			fmt.Fprintf(e.out, "%s: ok, %d dataset(s) (%s)\n", e.configPath, len(cfg.Datasets), where)
+			if route != "" {
+				fmt.Fprintf(e.out, "postgres: %s\n", route)
+			}
 			if fleet {
 				return e.validateFleet(cmd.Context(), cfg)
 			}
@@ -122,14 +129,20 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 	return c
 }
 
-// checkDatabase plans every dataset's load in a rolled-back transaction.
-func (e *env) checkDatabase(cmd *cobra.Command, cfg *config.Config) ([]string, error) {
+// checkDatabase plans every dataset's load in a rolled-back transaction,
+// over the route serve would take; it also says what that route is.
+func (e *env) checkDatabase(cmd *cobra.Command, cfg *config.Config) ([]string, string, error) {
 	ctx := cmd.Context()
-	pool, err := connect(ctx, cfg.Postgres.URL)
+	pool, route, err := service.Connect(ctx, cfg.Postgres.URL, cfg.Postgres.StatementMode)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer pool.Close()
+	problems, err := e.planDatasets(ctx, pool, cfg)
+	return problems, route.String(), err
+}
+
+func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) ([]string, error) {
 	var problems []string
 	v, err := audit.Version(ctx, pool)
 	if err != nil {

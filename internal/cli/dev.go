@@ -92,7 +92,7 @@ func (e *env) dev(ctx context.Context, once bool) error {
 		url = srv.URL("postgres")
 		fmt.Fprintf(e.out, "PostgreSQL on 127.0.0.1:%d (throwaway)\n", srv.Port)
 	}
-	pool, err := service.Connect(ctx, url)
+	pool, err := connect(ctx, url)
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,12 @@ import (
 // The commands below share the service's wiring under their old names, so
 // that they connect, build datasets and plan loads exactly as serve does.
 
-// connect opens a pool and checks the server answers within 10 s.
+// connect opens a pool as serve does, fitted to what stands in front of
+// PostgreSQL (statement_mode auto), and checks the server answers within
+// 10 s.
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return service.Connect(ctx, url)
+	pool, _, err := service.Connect(ctx, url, "")
+	return pool, err
 }
 
 // datasets builds the handler's datasets from a validated config.

@@ -97,7 +97,7 @@ func (w *cliWorld) serve() {
 	e := &env{out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, getenv: func(string) string { return "" }, configPath: w.cfg}
 	cfg, err := e.validConfig()
 	require.NoError(w.t, err)
-	pool, err := service.Connect(context.Background(), cfg.Postgres.URL)
+	pool, err := connect(context.Background(), cfg.Postgres.URL)
 	require.NoError(w.t, err)
 	nc, err := nats.Connect(cfg.NATS.URL)
 	require.NoError(w.t, err)

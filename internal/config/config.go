@@ -260,7 +260,31 @@ type Postgres struct {
 	// failover cannot lose acknowledged commits (synchronous replication).
 	// Default true.
 	Reverify *bool `yaml:"reverify,omitempty"`
+	// StatementMode is how statements are sent: StatementAuto (default)
+	// prepares named statements when idem talks to PostgreSQL itself and
+	// sends unnamed ones behind a pooler, which idem detects at start;
+	// StatementPrepare, StatementDescribe and StatementExec force one way.
+	StatementMode string `yaml:"statement_mode,omitempty"`
 }
+
+// The values of postgres.statement_mode.
+const (
+	// StatementAuto picks StatementPrepare directly and StatementDescribe
+	// behind a pooler.
+	StatementAuto = "auto"
+	// StatementPrepare: named prepared statements, cached per connection
+	// (pgx's cache_statement). Behind a transaction pooler only with
+	// protocol-level prepared statement support (PgBouncer 1.21+ with
+	// max_prepared_statements).
+	StatementPrepare = "prepare"
+	// StatementDescribe: unnamed statements whose parameter and result
+	// types are cached per connection (pgx's cache_describe); one round
+	// trip, planned with each execution's values.
+	StatementDescribe = "describe"
+	// StatementExec: unnamed statements, nothing cached, parameter types
+	// from the Go values (pgx's exec).
+	StatementExec = "exec"
+)
 
 // ReverifyOn says whether idem serve re-verifies after a failover.
 func (p Postgres) ReverifyOn() bool { return p.Reverify == nil || *p.Reverify }
@@ -421,6 +445,7 @@ func (c *Config) WithDefaults() {
 	if c.Postgres.ReverifyWindow == 0 {
 		c.Postgres.ReverifyWindow = Duration(DefaultReverifyWindow)
 	}
+	setDefault(&c.Postgres.StatementMode, StatementAuto)
 	if c.Audit.Retention == nil {
 		r := DefaultAuditRetention
 		c.Audit.Retention = &r

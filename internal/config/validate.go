@@ -133,6 +133,11 @@ func (c *Config) validateTop(v *validator) {
 	if w := c.Postgres.ReverifyWindow; w < 0 || w > 0 && w < Duration(time.Minute) {
 		v.add("postgres.reverify_window", "%s: want at least 1m (it must cover the replication lag a failover may lose), or postgres.reverify: false to turn it off", w)
 	}
+	switch c.Postgres.StatementMode {
+	case StatementAuto, StatementPrepare, StatementDescribe, StatementExec:
+	default:
+		v.add("postgres.statement_mode", "%q; use auto (default: prepared statements directly, unnamed ones behind a pooler), prepare, describe or exec", c.Postgres.StatementMode)
+	}
 	if n.MaxGroup < 1 || n.MaxGroup > 256 {
 		v.add("nats.max_group", "%d; use 1 (group loads off) to 256 (default %d)", n.MaxGroup, DefaultMaxGroup)
 	}

@@ -109,15 +109,18 @@ func TestPostgresTLSVerifyFull(t *testing.T) {
 	p.signal(syscall.SIGTERM)
 	require.Equal(t, 0, p.exit(t, 30*time.Second), p.output())
 
-	for _, c := range []struct{ name, url, want string }{
+	// A server that answered and refused says so; one that could not be
+	// talked to (TLS) is not reached.
+	for _, c := range []struct{ name, url, want, opens string }{
 		{"server certificate from another CA", pg.url("idem_tls", "tls-pw-61d0", db.Name, "verify-full", newPKI(t, dir, "other").CAFile),
-			"certificate signed by unknown authority"},
-		{"no TLS", pg.url("idem_tls", "tls-pw-61d0", db.Name, "disable", ""), "no encryption"},
-		{"wrong password", pg.url("idem_tls", "not-it", db.Name, "verify-full", pg.pki.CAFile), "password authentication failed"},
+			"certificate signed by unknown authority", "cannot reach PostgreSQL"},
+		{"no TLS", pg.url("idem_tls", "tls-pw-61d0", db.Name, "disable", ""), "no encryption", "refused the login of idem_tls"},
+		{"wrong password", pg.url("idem_tls", "not-it", db.Name, "verify-full", pg.pki.CAFile), "password authentication failed",
+			"refused the login of idem_tls: password authentication failed"},
 	} {
 		code, out := runIdem(t, []string{"IDEM_DATABASE_URL=" + c.url}, "serve", "--config", w.cfg)
 		require.Equal(t, 1, code, "%s: %s", c.name, out)
 		require.Contains(t, out, c.want, c.name)
-		require.Contains(t, out, "cannot reach PostgreSQL", c.name)
+		require.Contains(t, out, c.opens, c.name)
 	}
 }

@@ -23,24 +23,32 @@ import (
 // defaultConnectTimeout bounds a new connection when the URL sets none.
 const defaultConnectTimeout = 10 * time.Second
 
-// PoolConfig is the pool configuration idem uses for url: at least conns
-// connections (unless the URL sets pool_max_conns), and idem's session
-// settings. A service that runs max_in_flight loads at once needs one
-// connection per load, plus the relay's and a health check's.
+// PoolConfig is the pool configuration idem uses for url when it talks to
+// PostgreSQL itself: at least conns connections (unless the URL sets
+// pool_max_conns), idem's session settings, and named prepared statements.
+// A service that runs max_in_flight loads at once needs one connection per
+// load, plus the relay's and a health check's.
 func PoolConfig(url string, conns int) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	return poolConfig(url, conns, Route{StatementMode: config.StatementPrepare})
+}
+
+// poolConfig is the pool configuration for url over route r.
+func poolConfig(url string, conns int, r Route) (*pgxpool.Config, error) {
+	cfg, err := baseConfig(url, conns)
 	if err != nil {
-		return nil, handlers.Classify(err)
+		return nil, err
 	}
-	if conns > 0 && !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = int32(max(int(cfg.MaxConns), conns))
+	// Set on the URL (default_query_exec_mode) and left on auto: the URL's.
+	if !r.Auto || !strings.Contains(url, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = execMode(r.StatementMode)
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
-	// A server that does not answer (a blackholed address, a failover in
-	// progress) must fail the connect, so the warehouse circuit opens, rather
-	// than hang a load forever. connect_timeout in the URL overrides it.
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	if r.Pooled() {
+		// A pooler refuses startup parameters it does not track (PgBouncer
+		// passes application_name and a few client settings only), and a
+		// plain SET would stay on a server connection that other clients
+		// get. The role's settings (deploy/postgres/grants.sql) and each
+		// load's SET LOCAL take their place.
+		return cfg, nil
 	}
 	// Bookkeeping (the `started` row, failures, skips, outbox marks) commits
 	// without waiting for the WAL flush; every load transaction sets
@@ -56,6 +64,29 @@ func PoolConfig(url string, conns int) (*pgxpool.Config, error) {
 	// it off for their transaction too. jit in the URL overrides it.
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	return cfg, nil
+}
+
+// baseConfig is what every connection of idem's sends, whatever stands in
+// front of PostgreSQL: only application_name among the startup
+// parameters, which every pooler accepts.
+func baseConfig(url string, conns int) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, handlers.Classify(err)
+	}
+	if conns > 0 && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = int32(max(int(cfg.MaxConns), conns))
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "idem"
+	}
+	// A server that does not answer (a blackholed address, a failover in
+	// progress) must fail the connect, so the warehouse circuit opens, rather
+	// than hang a load forever. connect_timeout in the URL overrides it.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	return cfg, nil
 }
@@ -86,36 +117,67 @@ func ServerRemoteApply(ctx context.Context, pool *pgxpool.Pool, url string) (boo
 	return level == "remote_apply", nil
 }
 
-// Connect opens a pool and checks the server answers within 10 s.
-func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return connectSized(ctx, url, 0, nil, nil)
+// Connect finds what stands in front of PostgreSQL, opens a pool that fits
+// it (statement_mode is postgres.statement_mode; empty means auto) and
+// checks the server answers within 10 s.
+func Connect(ctx context.Context, url, statementMode string) (*pgxpool.Pool, Route, error) {
+	return connectSized(ctx, dial{url: url, statementMode: statementMode})
 }
 
-// connectSized opens a pool of at least conns connections (see PoolConfig);
-// hook, when set, sees every new session before it is used; tp, when set,
-// gets a span for every statement sent under a span (a load's).
-func connectSized(ctx context.Context, url string, conns int, hook *connHook, tp trace.TracerProvider) (*pgxpool.Pool, error) {
-	cfg, err := PoolConfig(url, conns)
+// dial is what a pool is opened with: hook, when set, sees every new
+// session before it is used; tp, when set, gets a span for every statement
+// sent under a span (a load's).
+type dial struct {
+	url           string
+	statementMode string
+	conns         int
+	hook          *connHook
+	tp            trace.TracerProvider
+}
+
+// connectSized opens a pool of at least d.conns connections (see
+// poolConfig) over the route DetectRoute finds.
+func connectSized(ctx context.Context, d dial) (*pgxpool.Pool, Route, error) {
+	base, err := baseConfig(d.url, d.conns)
 	if err != nil {
-		return nil, err
-	}
-	if hook != nil {
-		cfg.AfterConnect = hook.call
-	}
-	if tp != nil {
-		cfg.ConnConfig.Tracer = tracing.CombineTracers(cfg.ConnConfig.Tracer, tracing.NewPgxTracerInTraces(tp))
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
+		return nil, Route{}, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	route, err := DetectRoute(pctx, base.ConnConfig)
+	if err != nil {
+		return nil, Route{}, connectError(base.ConnConfig, err)
+	}
+	route = route.resolve(d.statementMode)
+	cfg, err := poolConfig(d.url, d.conns, route)
+	if err != nil {
+		return nil, Route{}, err
+	}
+	if d.hook != nil {
+		cfg.AfterConnect = d.hook.call
+	}
+	if d.tp != nil {
+		cfg.ConnConfig.Tracer = tracing.CombineTracers(cfg.ConnConfig.Tracer, tracing.NewPgxTracerInTraces(d.tp))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, Route{}, err
+	}
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, Route{}, connectError(cfg.ConnConfig, err)
 	}
-	return pool, nil
+	return pool, route, nil
+}
+
+// connectError says why the first connection failed: a refusal names its
+// cause and the setting to change; anything else is a server that could
+// not be reached (yet).
+func connectError(cc *pgx.ConnConfig, err error) error {
+	if r := handlers.Refusal(err); r != nil {
+		return r
+	}
+	return fmt.Errorf("cannot reach PostgreSQL at %s:%d: %w", cc.Host, cc.Port, err)
 }
 
 // poolSize is the pool a service needs: one connection per load in flight,
@@ -166,13 +228,22 @@ func waitUntil[T any](ctx context.Context, log zerolog.Logger, what string, try 
 }
 
 // connectWaiting opens the pool, waiting while PostgreSQL cannot be reached.
-func connectWaiting(ctx context.Context, log zerolog.Logger, url string, conns int, hook *connHook, tp trace.TracerProvider) (*pgxpool.Pool, error) {
-	return waitUntil(ctx, log, "postgres", func() (*pgxpool.Pool, error) { return connectSized(ctx, url, conns, hook, tp) },
-		func(err error) bool {
-			// Unreachable, starting up, too many connections: wait. A
-			// refused password is a configuration error at start.
-			return handlers.IsUnavailable(handlers.Classify(err)) && !strings.HasPrefix(handlers.SQLState(err), "28")
-		})
+func connectWaiting(ctx context.Context, log zerolog.Logger, d dial) (*pgxpool.Pool, Route, error) {
+	type opened struct {
+		pool  *pgxpool.Pool
+		route Route
+	}
+	o, err := waitUntil(ctx, log, "postgres", func() (opened, error) {
+		p, r, err := connectSized(ctx, d)
+		return opened{p, r}, err
+	}, func(err error) bool {
+		// Unreachable, starting up, too many connections: wait. A login
+		// refused (a wrong password, no such database, a startup parameter
+		// the pooler does not take, statement pooling) is a configuration
+		// error at start.
+		return handlers.IsUnavailable(handlers.Classify(err)) && !handlers.IsRefused(err)
+	})
+	return o.pool, o.route, err
 }
 
 // natsWaiting connects to NATS, waiting while no server can be reached.

@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/pgtest"
 )
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
@@ -76,4 +80,61 @@ func TestWaitUntilLogsOncePerReason(t *testing.T) {
 		func(err error) bool { return errors.Is(err, down) })
 	require.ErrorIs(t, err, refused)
 	require.Empty(t, logs.String())
+}
+
+// TestConnectDirect: against PostgreSQL itself, auto prepares named
+// statements and keeps idem's session settings in the startup packet; a
+// forced mode is kept; nothing a pooler refuses is sent before the route
+// is known.
+func TestConnectDirect(t *testing.T) {
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	pool, route, err := Connect(ctx, db.URL, "")
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Equal(t, Route{Pooler: PoolerNone, StatementMode: config.StatementPrepare, Auto: true}, route)
+	require.Equal(t, "PostgreSQL directly, statements: prepare (auto)", route.String())
+	require.Equal(t, pgx.QueryExecModeCacheStatement, pool.Config().ConnConfig.DefaultQueryExecMode)
+	var jit, sc string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('jit'), current_setting('synchronous_commit')").Scan(&jit, &sc))
+	require.Equal(t, "off", jit)
+	require.Equal(t, "off", sc)
+
+	pool2, route, err := Connect(ctx, db.URL, config.StatementExec)
+	require.NoError(t, err)
+	defer pool2.Close()
+	require.Equal(t, Route{StatementMode: config.StatementExec}, route)
+	require.Equal(t, pgx.QueryExecModeExec, pool2.Config().ConnConfig.DefaultQueryExecMode)
+
+	base, err := baseConfig(db.URL, 0)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"application_name": "idem"}, base.ConnConfig.RuntimeParams)
+}
+
+// TestResolve: auto picks by route; a pooler gets unnamed statements and
+// none of the startup parameters a pooler refuses.
+func TestResolve(t *testing.T) {
+	for _, tc := range []struct {
+		pooler, mode, want string
+		auto               bool
+	}{
+		{PoolerNone, "", config.StatementPrepare, true},
+		{PoolerNone, config.StatementAuto, config.StatementPrepare, true},
+		{PoolerTransaction, config.StatementAuto, config.StatementDescribe, true},
+		{PoolerSession, "", config.StatementDescribe, true},
+		{PoolerTransaction, config.StatementPrepare, config.StatementPrepare, false},
+		{PoolerNone, config.StatementDescribe, config.StatementDescribe, false},
+	} {
+		r := Route{Pooler: tc.pooler}.resolve(tc.mode)
+		require.Equal(t, tc.want, r.StatementMode, "%+v", tc)
+		require.Equal(t, tc.auto, r.Auto, "%+v", tc)
+	}
+	cfg, err := poolConfig("postgres://u@127.0.0.1:6432/db", 4, Route{Pooler: PoolerTransaction}.resolve(""))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"application_name": "idem"}, cfg.ConnConfig.RuntimeParams)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode)
+	// The URL's own mode stands while statement_mode is auto.
+	cfg, err = poolConfig("postgres://u@127.0.0.1:6432/db?default_query_exec_mode=simple_protocol", 4, Route{Pooler: PoolerTransaction}.resolve(""))
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeSimpleProtocol, cfg.ConnConfig.DefaultQueryExecMode)
 }

@@ -64,6 +64,7 @@ func Run(ctx context.Context, o Options) error {
 	cfg, log := o.Config, o.Log
 	pool, nc := o.Pool, o.NATS
 	hook := &connHook{}
+	var route Route
 	// First, so that the pool's sessions get the statement tracer. Spans
 	// are exported in the background: nothing on an event's path waits
 	// for the collector, and the shutdown is bounded.
@@ -80,13 +81,24 @@ func Run(ctx context.Context, o Options) error {
 		if cfg.Postgres.URL == "" {
 			return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
 		}
-		p, err := connectWaiting(ctx, log, cfg.Postgres.URL, poolSize(cfg), hook, pgxTP)
+		p, r, err := connectWaiting(ctx, log, dial{url: cfg.Postgres.URL, statementMode: cfg.Postgres.StatementMode,
+			conns: poolSize(cfg), hook: hook, tp: pgxTP})
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		pool = p
+		pool, route = p, r
+	} else {
+		// A pool handed in was opened by its owner; what stands in front
+		// of its server is read for the status page only.
+		r, err := DetectRoute(ctx, pool.Config().ConnConfig)
+		if err != nil {
+			log.Warn().Err(err).Msg("could not tell whether a pooler stands in front of PostgreSQL")
+		}
+		route = r
+		route.StatementMode = statementModeOf(pool.Config().ConnConfig.DefaultQueryExecMode)
 	}
+	logRoute(log, route)
 	if nc == nil {
 		name := o.ClientName
 		if name == "" {
@@ -99,10 +111,10 @@ func Run(ctx context.Context, o Options) error {
 		defer c.Close()
 		nc = c
 	}
-	return run(ctx, o, pool, nc, hook, tp)
+	return run(ctx, o, pool, route, nc, hook, tp)
 }
 
-func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook *connHook, tp *tracing.Provider) error {
+func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *nats.Conn, hook *connHook, tp *tracing.Provider) error {
 	log, cfg := o.Log, o.Config
 	if err := ensureSchema(ctx, pool, log); err != nil {
 		return err
@@ -215,6 +227,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, nc *nats.Conn, hook
 	var cfgNow atomic.Pointer[config.Config]
 	cfgNow.Store(cfg)
 	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, log)
+	st.route = route
 	st.rv = rv
 	page, err := st.page()
 	if err != nil {

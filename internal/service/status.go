@@ -43,6 +43,7 @@ type status struct {
 	log     zerolog.Logger
 	obs     *observer.Observer
 	rv      *reverify.Reverifier // nil when off
+	route   Route
 
 	mu       sync.Mutex
 	dlqAt    time.Time
@@ -117,7 +118,7 @@ func (s *status) datasets() []statuspage.Dataset {
 
 func (s *status) health(ctx context.Context) statuspage.Health {
 	up, state, reason, since := s.c.Warehouse()
-	h := statuspage.Health{WarehouseUp: up, NATS: s.nc.Status().String(), ConfigVersion: *s.version.Load()}
+	h := statuspage.Health{WarehouseUp: up, NATS: s.nc.Status().String(), ConfigVersion: *s.version.Load(), Postgres: s.route.String()}
 	if !up {
 		h.WarehouseReason = fmt.Sprintf("circuit %s for %s: %v", state, time.Since(since).Round(time.Second), reason)
 	}

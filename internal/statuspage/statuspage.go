@@ -55,6 +55,9 @@ type Health struct {
 	AckPending      uint64 // delivered, not yet acknowledged
 	Replicas        []Replica
 	ConfigVersion   string
+	// Postgres says what stands in front of PostgreSQL (a pooler, in
+	// which mode) and how statements are sent, as found at start.
+	Postgres string
 	// Reverified says when the recent events were last checked against
 	// the warehouse (after a failover or a reconnect); empty before.
 	Reverified string
