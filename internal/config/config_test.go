@@ -343,7 +343,7 @@ func TestStrictDecoding(t *testing.T) {
 		{"top-level typo", "pipline: shop\n", []string{`line 1: pipline: unknown key "pipline"; did you mean "pipeline"?`}},
 		{"nats typo", "nats:\n  ack_wiat: 5s\n", []string{`line 2: nats.ack_wiat: unknown key "ack_wiat"; did you mean "ack_wait"?`}},
 		{"tls typo", "nats:\n  tls:\n    cert_file: x\n", []string{`line 3: nats.tls.cert_file: unknown key`, "known keys here: ca, cert, insecure_skip_verify, key"}},
-		{"postgres typo", "postgres:\n  dsn: x\n", []string{"line 2: postgres.dsn: unknown key", "known keys here: reverify, reverify_window, url, url_file"}},
+		{"postgres typo", "postgres:\n  dsn: x\n", []string{"line 2: postgres.dsn: unknown key", "known keys here: reverify, reverify_window, statement_mode, url, url_file"}},
 		{"name is not a key", "datasets:\n  orders:\n    name: orders\n", []string{"line 3: datasets.orders.name: unknown key"}},
 		{"every unknown key", "pipline: x\nnats:\n  urls: y\n", []string{"line 1: pipline", "line 3: nats.urls"}},
 		{"bare number duration", "nats:\n  ack_wait: 30\n", []string{`line 2: nats.ack_wait: "30" is not a duration; add a unit, e.g. "30s" for seconds`}},

@@ -79,6 +79,7 @@ postgres:
 	// postgres:
 	//   url: postgres://idem:REDACTED@db:5432/warehouse
 	//   reverify_window: 15m0s
+	//   statement_mode: auto
 	// http:
 	//   addr: 127.0.0.1:9464
 	// audit:

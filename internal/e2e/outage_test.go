@@ -73,7 +73,7 @@ func TestWarehouseOutagesDeadLetterNothing(t *testing.T) {
 	}{
 		{"stopped", func() { require.NoError(t, srv.Stop(ctx, "fast")) }, func() { require.NoError(t, srv.Restart(ctx, "")) }, "circuit open"},
 		{"password", func() { admin("ALTER ROLE idem_app PASSWORD 'pw-two'"); admin(cutSessions) },
-			func() { admin("ALTER ROLE idem_app PASSWORD 'pw-one'") }, "28P01"},
+			func() { admin("ALTER ROLE idem_app PASSWORD 'pw-one'") }, "refused the login of idem_app: password authentication failed"},
 		{"readonly", func() { admin("ALTER DATABASE " + db + " SET default_transaction_read_only = on"); admin(cutSessions) },
 			func() { admin("ALTER DATABASE " + db + " RESET default_transaction_read_only") }, "25006"},
 	}
@@ -91,6 +91,11 @@ func TestWarehouseOutagesDeadLetterNothing(t *testing.T) {
 		}, outage, 50*time.Millisecond, "%s: /readyz does not say the circuit is open", ph.name)
 		_, metrics := get(t, base+"/metrics")
 		require.Contains(t, metrics, "idem_warehouse_up 0", ph.name)
+		refused := "idem_warehouse_refused 0"
+		if ph.name == "password" {
+			refused = "idem_warehouse_refused 1"
+		}
+		require.Contains(t, metrics, refused, "%s: a login refused is told apart from an outage that passes", ph.name)
 		time.Sleep(time.Until(began.Add(outage))) // the outage lasts; nothing to wait for
 		require.Empty(t, w.deadLetters(), "%s: dead letters during the outage", ph.name)
 		ph.end()

@@ -234,6 +234,21 @@ func (m *Metrics) Tracing(dropped, failed func() uint64) {
 	)
 }
 
+// WarehouseRefused reports, at each scrape, whether the warehouse circuit is
+// open because PostgreSQL or the pooler in front of it refuses idem's login
+// (a rotated password, a dropped role or database): an outage that a
+// person ends by fixing a setting, not one that passes by itself.
+func (m *Metrics) WarehouseRefused(refused func() bool) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idem_warehouse_refused", Help: "1 while the warehouse circuit is open because PostgreSQL (or its pooler) refuses idem's login: a password, role, database or startup parameter to fix; /readyz says which.",
+	}, func() float64 {
+		if refused() {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // Hooks adapts the metrics to the consumer.
 func (m *Metrics) Hooks() consumer.Hooks {
 	return consumer.Hooks{

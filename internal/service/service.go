@@ -219,6 +219,10 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	if err != nil {
 		return err
 	}
+	m.WarehouseRefused(func() bool {
+		up, _, reason, _ := c.Warehouse()
+		return !up && handlers.IsRefused(reason)
+	})
 	rec, err := consumer.NewReconciler(js, ccfg)
 	if err != nil {
 		return err
