@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Bounds of one prune batch.
@@ -21,9 +22,17 @@ const (
 	PruneStatementTimeout = 30 * time.Second
 )
 
-// pruneLockKey is the session advisory lock one prune pass holds: with
-// several replicas, one prunes and the others skip their pass.
-const pruneLockKey = 0x6964656d02 // "idem" 2
+// pruneLease is the lease one prune pass holds: with several replicas, one
+// prunes and the others skip their pass. One per database, as the audit
+// table is shared by every pipeline in it.
+const pruneLease = "prune"
+
+// pruneLeaseTTL is how long the prune lease outlives its last renewal
+// (Hold renews it every 10s, on a pool connection of its own, so a slow
+// batch does not delay it): a pruner killed mid-pass keeps the others out
+// for at most 30s, which costs nothing as they prune once an hour, and a
+// pass survives two renewals the database did not answer.
+const pruneLeaseTTL = 30 * time.Second
 
 // PruneOptions says what Prune deletes.
 type PruneOptions struct {
@@ -61,10 +70,12 @@ type PruneResult struct {
 // The ledger (idem.run_ledger) is never pruned. What is deleted is counted
 // per partition in idem.pruned_attempts.
 //
-// Prune takes a session advisory lock on conn for the pass: with several
-// replicas, one prunes and the others return Busy at once. Each batch runs
-// with PruneLockTimeout and PruneStatementTimeout.
-func Prune(ctx context.Context, conn *pgx.Conn, o PruneOptions) (PruneResult, error) {
+// Prune holds a lease for the pass (pruneLeaseTTL): with several replicas,
+// one prunes and the others return Busy at once. Each batch is a
+// transaction of its own on db, with PruneLockTimeout and
+// PruneStatementTimeout set for it alone, so no state outlives a batch
+// and db may be behind a transaction pooler.
+func Prune(ctx context.Context, db *pgxpool.Pool, o PruneOptions) (PruneResult, error) {
 	var res PruneResult
 	if o.Retention <= 0 {
 		return res, errors.New("audit: prune: the retention must be positive")
@@ -73,23 +84,23 @@ func Prune(ctx context.Context, conn *pgx.Conn, o PruneOptions) (PruneResult, er
 	if batch <= 0 {
 		batch = DefaultPruneBatch
 	}
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pruneLockKey).Scan(&got); err != nil {
+	lease, ok, err := TryLease(ctx, db, pruneLease, pruneLeaseTTL)
+	if err != nil {
 		return res, fmt.Errorf("audit: prune: %w", err)
 	}
-	if !got {
+	if !ok {
 		res.Busy = true
 		return res, nil
 	}
-	defer func() {
-		// Unlock even when ctx is done: the connection goes back to a pool.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", pruneLockKey)
-	}()
+	err = lease.Hold(ctx, func(ctx context.Context) error { return prune(ctx, db, batch, o, &res) })
+	return res, err
+}
+
+// prune is one pass, counted in res.
+func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res *PruneResult) error {
 	var cutoff time.Time
-	if err := conn.QueryRow(ctx, "SELECT now() - $1 * interval '1 microsecond'", o.Retention.Microseconds()).Scan(&cutoff); err != nil {
-		return res, fmt.Errorf("audit: prune: %w", err)
+	if err := db.QueryRow(ctx, "SELECT now() - $1 * interval '1 microsecond'", o.Retention.Microseconds()).Scan(&cutoff); err != nil {
+		return fmt.Errorf("audit: prune: %w", err)
 	}
 	var cursor int64
 	for {
@@ -98,7 +109,7 @@ func Prune(ctx context.Context, conn *pgx.Conn, o PruneOptions) (PruneResult, er
 			deleted int64
 			done    bool
 		)
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d",
 				PruneLockTimeout.Milliseconds(), PruneStatementTimeout.Milliseconds())); err != nil {
 				return err
@@ -106,7 +117,7 @@ func Prune(ctx context.Context, conn *pgx.Conn, o PruneOptions) (PruneResult, er
 			return tx.QueryRow(ctx, pruneSQL, cursor, batch, cutoff).Scan(&last, &deleted, &done)
 		})
 		if err != nil {
-			return res, fmt.Errorf("audit: prune after id %d: %w", cursor, err)
+			return fmt.Errorf("audit: prune after id %d: %w", cursor, err)
 		}
 		res.Batches++
 		res.Deleted += deleted
@@ -114,7 +125,7 @@ func Prune(ctx context.Context, conn *pgx.Conn, o PruneOptions) (PruneResult, er
 			o.Pruned(deleted)
 		}
 		if done || last == nil {
-			return res, nil
+			return nil
 		}
 		cursor = *last
 	}

@@ -14,14 +14,10 @@ import (
 	"github.com/idem-data/idem/internal/pgtest"
 )
 
-// prune runs one pass on a connection of its own.
+// prune runs one pass.
 func prune(t *testing.T, db *pgtest.DB, o audit.PruneOptions) audit.PruneResult {
 	t.Helper()
-	ctx := context.Background()
-	c, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer c.Release()
-	res, err := audit.Prune(ctx, c.Conn(), o)
+	res, err := audit.Prune(context.Background(), db.Pool, o)
 	require.NoError(t, err)
 	return res
 }
@@ -166,10 +162,7 @@ func TestPruneKeepsWhatReadersNeed(t *testing.T) {
 	require.Zero(t, prune(t, db, audit.PruneOptions{Retention: 1000 * 24 * time.Hour}).Deleted)
 	require.Equal(t, n, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
 
-	c, err := db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer c.Release()
-	_, err = audit.Prune(ctx, c.Conn(), audit.PruneOptions{})
+	_, err = audit.Prune(ctx, db.Pool, audit.PruneOptions{})
 	require.ErrorContains(t, err, "retention must be positive")
 }
 
@@ -194,14 +187,8 @@ func TestConcurrentPrunersDoNotConflict(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := db.Pool.Acquire(ctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Release()
 			for range 3 {
-				res, err := audit.Prune(ctx, c.Conn(), audit.PruneOptions{Retention: 24 * time.Hour, Batch: 50})
+				res, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 24 * time.Hour, Batch: 50})
 				if err != nil {
 					errs <- err
 					return
@@ -240,4 +227,44 @@ func TestConcurrentPrunersDoNotConflict(t *testing.T) {
 	require.EqualValues(t, 320, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
 	require.EqualValues(t, 1200, db.Int(t, "SELECT sum(attempts) FROM idem.pruned_attempts"))
 	require.EqualValues(t, 300, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'r5'"), "each partition's old success stays")
+}
+
+// TestPruneHoldsALeaseNotALock: between the batches of a pass no backend
+// holds an advisory lock (behind a transaction pooler a session lock would
+// stay on a server connection other clients get), another pass is Busy all
+// the same, and once the pass is done the next one runs.
+func TestPruneHoldsALeaseNotALock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	db.Exec(t, `
+		INSERT INTO idem.pipeline_audit (dag_id, task_id, logical_date, partition_key, run_id, status, attempt,
+		                                 error_kind, started_at, finished_at)
+		SELECT 'shop', 'orders', date '2020-01-01' + p, to_char(date '2020-01-01' + p, 'YYYY-MM-DD'), 'r' || k,
+		       CASE WHEN k = 3 THEN 'success' ELSE 'failed' END, 1, CASE WHEN k < 3 THEN 'fatal' END,
+		       now() - interval '200 days', now() - interval '200 days'
+		  FROM generate_series(0, 9) p, generate_series(1, 3) k
+		 ORDER BY p, k`)
+	var during []audit.PruneResult
+	var locks []int64
+	res, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 24 * time.Hour, Batch: 6, Pruned: func(int64) {
+		locks = append(locks, advisoryLocks(t, db))
+		other, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 24 * time.Hour})
+		require.NoError(t, err)
+		during = append(during, other)
+	}})
+	require.NoError(t, err)
+	require.False(t, res.Busy)
+	require.EqualValues(t, 20, res.Deleted)
+	require.Greater(t, len(during), 1, "several batches")
+	for i, other := range during {
+		require.True(t, other.Busy, "batch %d: another pass is busy", i)
+		require.Zero(t, other.Batches)
+		require.Zero(t, locks[i], "batch %d: no advisory lock between batches", i)
+	}
+	require.Zero(t, advisoryLocks(t, db), "none after the pass")
+
+	again, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 24 * time.Hour})
+	require.NoError(t, err)
+	require.False(t, again.Busy, "the lease was given back")
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Audit retention runs in every replica; a pass another replica is running
-// is skipped (audit.Prune's lock), so the fleet prunes about once per
+// is skipped (audit.Prune's lease), so the fleet prunes about once per
 // pruneInterval.
 const (
 	pruneInterval   = time.Hour
@@ -47,16 +47,8 @@ func pruneAudit(ctx context.Context, pool *pgxpool.Pool, r config.Retention, m *
 	if r.Forever() {
 		return
 	}
-	c, err := pool.Acquire(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn().Err(err).Msg("audit retention: no connection; next pass in an hour")
-		}
-		return
-	}
-	defer c.Release()
 	start := time.Now()
-	res, err := audit.Prune(ctx, c.Conn(), audit.PruneOptions{Retention: r.Std(), Pruned: func(n int64) { m.AuditPruned.Add(float64(n)) }})
+	res, err := audit.Prune(ctx, pool, audit.PruneOptions{Retention: r.Std(), Pruned: func(n int64) { m.AuditPruned.Add(float64(n)) }})
 	switch {
 	case err != nil && ctx.Err() == nil:
 		log.Warn().Err(err).Int64("pruned", res.Deleted).Msg("audit retention: pass stopped; the next one carries on")

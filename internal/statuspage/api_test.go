@@ -535,10 +535,7 @@ func TestAPIAttemptsCountSurvivesPruning(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("try %d", n), *p.Attempts.List[0].Error)
 
 	ctx := context.Background()
-	conn, err := w.db.Acquire(ctx)
-	require.NoError(t, err)
-	res, err := audit.Prune(ctx, conn.Conn(), audit.PruneOptions{Retention: time.Nanosecond})
-	conn.Release()
+	res, err := audit.Prune(ctx, w.db, audit.PruneOptions{Retention: time.Nanosecond})
 	require.NoError(t, err)
 	require.EqualValues(t, n-1, res.Deleted)
 	p = partition(t, srv, "adhoc", "2026-11-04")
