@@ -30,10 +30,6 @@ const (
 
 var checksVariants = []string{ChecksNone, ChecksRowCountChange, ChecksAll}
 
-// checksWarmDay is a 10-row partition of the big staging table: each
-// dataset's first load in a process (its one-time setup) loads it, untimed.
-const checksWarmDay = 9
-
 func checksYAML(variant string) string {
 	switch variant {
 	case ChecksRowCountChange:
@@ -58,8 +54,7 @@ func checksDataset(l, variant string) dataset {
 
 // checksSmallDS is a small variant: with a row_count check or without.
 func checksSmallDS(with bool) dataset {
-	d := dataset{Name: "chks_without", Strategy: "delete_insert", Target: "bench.chk_small_t", PartitionColumn: "event_date",
-		Source: "SELECT " + rowCols + " FROM bench.chk_small_src WHERE event_date = @partition"}
+	d := smallDataset("chks_without", "chk_small")
 	if with {
 		d.Name, d.Checks = "chks_row_count", "      - row_count: {min: 1}\n"
 	}
@@ -68,26 +63,12 @@ func checksSmallDS(with bool) dataset {
 
 func (e *env) setupChecks(ctx context.Context, rows int) error {
 	l := labelRows(rows)
-	src, t := "bench.chk_src_"+l, "bench.chk_"+l
 	p := e.sizes.Partitions
 	e.logf("checks %s: staging 1 x %d rows, a target of 4 partitions; %d partitions of 10 rows", l, rows, p)
-	return e.exec(ctx,
-		"CREATE TABLE "+src+" "+rowDDL,
-		"INSERT INTO "+src+" "+rowsSQL(bigBase, 0, 1, rows),
-		"INSERT INTO "+src+" "+rowsSQL(bigBase, checksWarmDay, 1, 10),
-		"CREATE INDEX ON "+src+" (event_date)",
-		// Autovacuum off: each load is preceded by a VACUUM of its own.
-		"CREATE TABLE "+t+" "+rowDDL+" WITH (autovacuum_enabled = off)",
-		"CREATE INDEX ON "+t+" (event_date)",
-		"INSERT INTO "+t+" "+rowsSQL(bigBase, 0, 4, rows),
-		"CREATE TABLE bench.chk_small_src "+rowDDL,
-		"INSERT INTO bench.chk_small_src "+rowsSQL(smallBase, 0, p, 10),
-		"CREATE INDEX ON bench.chk_small_src (event_date)",
-		"CREATE TABLE bench.chk_small_t "+rowDDL,
-		"INSERT INTO bench.chk_small_t SELECT * FROM bench.chk_small_src",
-		"CREATE INDEX ON bench.chk_small_t (event_date)",
-		"VACUUM ANALYZE "+src+", "+t+", bench.chk_small_src, bench.chk_small_t",
-	)
+	if err := e.rerunTables(ctx, "bench.chk_src_"+l, "bench.chk_"+l, rows); err != nil {
+		return err
+	}
+	return e.smallTables(ctx, e.pool, "chk_small", p)
 }
 
 // runChecks is (g).
@@ -136,7 +117,7 @@ func (e *env) checksBig(ctx context.Context, out *ChecksResult) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	b := &big{env: e, proc: proc, conn: conn, rows: out.Rows, l: l}
 	for _, d := range dss {
-		if _, err := b.idem(ctx, d.Name, checksWarmDay); err != nil {
+		if _, err := b.idem(ctx, d.Name, warmDay); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -210,7 +191,7 @@ func (b *big) dissectChecks(ctx context.Context, d dataset) (*ChecksDissect, err
 	if err != nil {
 		return nil, err
 	}
-	warm := b.d(checksWarmDay)
+	warm := b.d(warmDay)
 	rec.on = true
 	o, err := handle(ctx, h, event{d.Name, warm, "checks-capture"}, 1)
 	rec.on = false

@@ -42,30 +42,7 @@ func (p *LonePoint) add(lat []time.Duration) {
 	p.P50, p.P99 = median(p.Runs50), median(p.Runs99)
 }
 
-func loneDS() dataset {
-	return dataset{Name: "lone", Strategy: "delete_insert", Target: "bench.lone_t", PartitionColumn: "event_date",
-		Source: "SELECT " + rowCols + " FROM bench.lone_src WHERE event_date = @partition"}
-}
-
-// loneTables creates the lone dataset's source and target (pre-filled:
-// every load is a rerun) through pool.
-func (e *env) loneTables(ctx context.Context, pool *pgxpool.Pool, partitions int) error {
-	for _, s := range []string{
-		"CREATE SCHEMA IF NOT EXISTS bench",
-		"CREATE TABLE bench.lone_src " + rowDDL,
-		"INSERT INTO bench.lone_src " + rowsSQL(smallBase, 0, partitions, 10),
-		"CREATE INDEX ON bench.lone_src (event_date)",
-		"CREATE TABLE bench.lone_t " + rowDDL,
-		"INSERT INTO bench.lone_t SELECT * FROM bench.lone_src",
-		"CREATE INDEX ON bench.lone_t (event_date)",
-		"VACUUM ANALYZE bench.lone_src, bench.lone_t",
-	} {
-		if _, err := pool.Exec(ctx, s); err != nil {
-			return fmt.Errorf("%w\nSQL: %s", err, s)
-		}
-	}
-	return nil
-}
+func loneDS() dataset { return smallDataset("lone", "lone") }
 
 // runLone is (i).
 func (e *env) runLone(ctx context.Context) error {
@@ -75,7 +52,7 @@ func (e *env) runLone(ctx context.Context) error {
 	parts := n*reps + 1
 	out := &LoneResult{Events: n, Reps: reps}
 	e.res.Lone = out
-	if err := e.loneTables(ctx, e.pool, parts); err != nil {
+	if err := e.smallTables(ctx, e.pool, "lone", parts); err != nil {
 		return err
 	}
 	var base *loneDB
@@ -167,7 +144,7 @@ func (e *env) baselineDB(ctx context.Context, parts int) (*loneDB, error) {
 	if d.pool, err = pgxpool.New(ctx, d.url); err != nil {
 		return nil, err
 	}
-	if err := e.loneTables(ctx, d.pool, parts); err != nil {
+	if err := e.smallTables(ctx, d.pool, "lone", parts); err != nil {
 		return nil, err
 	}
 	// The same history in the audit as the harness's database.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
@@ -114,12 +115,45 @@ func (s *small) capture(ctx context.Context) error {
 	return nil
 }
 
-func smallEvents(prefix string, n int) []event {
+func smallEvents(prefix string, n int) []event { return eventsOf("small", prefix, n) }
+
+// eventsOf are n events of dataset ds, one for each of the first n small
+// partitions, their run ids prefix-00000 on.
+func eventsOf(ds, prefix string, n int) []event {
 	evs := make([]event, n)
 	for i := range evs {
-		evs[i] = event{"small", dayKey(smallBase, i), fmt.Sprintf("%s-%05d", prefix, i)}
+		evs[i] = event{ds, dayKey(smallBase, i), fmt.Sprintf("%s-%05d", prefix, i)}
 	}
 	return evs
+}
+
+// smallDataset is a delete_insert dataset named name over the tables
+// smallTables made for tables.
+func smallDataset(name, tables string) dataset {
+	return dataset{Name: name, Strategy: "delete_insert", Target: "bench." + tables + "_t", PartitionColumn: "event_date",
+		Source: "SELECT " + rowCols + " FROM bench." + tables + "_src WHERE event_date = @partition"}
+}
+
+// smallTables creates, through pool, the 10-row partitions of a phase of
+// its own: a source bench.<tables>_src of parts partitions and a target
+// bench.<tables>_t pre-filled with them (every load is a rerun, as in (a)).
+func (e *env) smallTables(ctx context.Context, pool *pgxpool.Pool, tables string, parts int) error {
+	src, t := "bench."+tables+"_src", "bench."+tables+"_t"
+	for _, s := range []string{
+		"CREATE SCHEMA IF NOT EXISTS bench",
+		"CREATE TABLE " + src + " " + rowDDL,
+		"INSERT INTO " + src + " " + rowsSQL(smallBase, 0, parts, 10),
+		"CREATE INDEX ON " + src + " (event_date)",
+		"CREATE TABLE " + t + " " + rowDDL,
+		"INSERT INTO " + t + " SELECT * FROM " + src,
+		"CREATE INDEX ON " + t + " (event_date)",
+		"VACUUM ANALYZE " + src + ", " + t,
+	} {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%w\nSQL: %s", err, s)
+		}
+	}
+	return nil
 }
 
 // fresh vacuums and analyses the tables every run writes, before a run.

@@ -32,10 +32,7 @@ type TracingPoint struct {
 	Ratio    float64    `json:"ratio"`
 }
 
-func tracingDS() dataset {
-	return dataset{Name: "trc_small", Strategy: "delete_insert", Target: "bench.trc_small_t", PartitionColumn: "event_date",
-		Source: "SELECT " + rowCols + " FROM bench.trc_small_src WHERE event_date = @partition"}
-}
+func tracingDS() dataset { return smallDataset("trc_small", "trc_small") }
 
 // closedEndpoint is an OTLP/HTTP endpoint nothing listens on: a port just
 // taken and given back.
@@ -53,15 +50,7 @@ func closedEndpoint() (string, error) {
 func (e *env) runTracing(ctx context.Context) error {
 	p := e.sizes.Partitions
 	e.logf("tracing: %d partitions of 10 rows", p)
-	if err := e.exec(ctx,
-		"CREATE TABLE bench.trc_small_src "+rowDDL,
-		"INSERT INTO bench.trc_small_src "+rowsSQL(smallBase, 0, p, 10),
-		"CREATE INDEX ON bench.trc_small_src (event_date)",
-		"CREATE TABLE bench.trc_small_t "+rowDDL,
-		"INSERT INTO bench.trc_small_t SELECT * FROM bench.trc_small_src",
-		"CREATE INDEX ON bench.trc_small_t (event_date)",
-		"VACUUM ANALYZE bench.trc_small_src, bench.trc_small_t",
-	); err != nil {
+	if err := e.smallTables(ctx, e.pool, "trc_small", p); err != nil {
 		return err
 	}
 	// The two ways differ by a few percent: more turns than the other
@@ -127,11 +116,7 @@ func (e *env) tracingRun(ctx context.Context, c, rep int, on bool, n int) (el ti
 		return 0, err
 	}
 	prefix := fmt.Sprintf("trc-%s-c%d-r%d", way, c, rep)
-	evs := make([]event, n)
-	for i := range evs {
-		evs[i] = event{d.Name, dayKey(smallBase, i), fmt.Sprintf("%s-%05d", prefix, i)}
-	}
-	if el, err = s.idemRun(ctx, proc, evs, prefix, audit.StatusSuccess); err != nil {
+	if el, err = s.idemRun(ctx, proc, eventsOf(d.Name, prefix, n), prefix, audit.StatusSuccess); err != nil {
 		return 0, err
 	}
 	if err := proc.stop(); err != nil {
