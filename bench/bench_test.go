@@ -173,6 +173,33 @@ func TestHarnessSmoke(t *testing.T) {
 		require.GreaterOrEqual(t, p.P99, p.P50)
 	}
 
+	// (j) every statement mode, and auto through PgBouncer, ran in the
+	// mode it says, at every max_in_flight and size.
+	sm := res.StatementModes
+	require.NotNil(t, sm)
+	require.NotEmpty(t, sm.Pooler, "make test installs pgbouncer (make pgbouncer)")
+	ways := []string{StmPrepare, StmDescribe, StmExec, StmPooled}
+	require.Contains(t, sm.Routes[StmPooled], "transaction pooler")
+	require.Contains(t, sm.Routes[StmPooled], "describe (auto)")
+	require.Len(t, sm.Small, len(sz.StatementsInFlight))
+	for _, p := range sm.Small {
+		for _, k := range ways {
+			require.NotNil(t, p.Ways[k], k)
+			require.Len(t, p.Ways[k].Throughput.Runs, sz.StatementsReps, k)
+			require.Greater(t, p.Ways[k].Throughput.PerSec, 0.0, k)
+			require.NotNil(t, p.Ways[k].CPU, k)
+		}
+	}
+	require.Len(t, sm.Big, len(sz.StatementsBig))
+	for _, bs := range sm.Big {
+		for _, k := range ways {
+			require.Len(t, bs.Ways[k], sz.StatementsReps, k)
+			require.Greater(t, bs.Ways[k][0].Ms, 0.0, k)
+			require.EqualValues(t, bs.Rows, bs.Ways[k][0].Rows, k)
+			require.Equal(t, "delete", bs.Ways[k][0].Route, k)
+		}
+	}
+
 	// The report renders from the results alone, and from the saved file.
 	path := filepath.Join(t.TempDir(), "results.json")
 	require.NoError(t, res.Save(path))
@@ -182,12 +209,20 @@ func TestHarnessSmoke(t *testing.T) {
 	require.Contains(t, again.Markdown(), "(c) Big partitions")
 	require.Contains(t, again.Markdown(), "(g) Checks")
 	require.Contains(t, again.Markdown(), "(i) A lone event")
+	require.Contains(t, again.Markdown(), "(j) Statement modes")
 	require.Contains(t, again.Markdown(), "CPU per event, by process")
 	require.NotEmpty(t, again.Verdicts())
 	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
 	doc := again.Document("hand-written notes", "bench-events.svg")
 	require.Contains(t, doc, "## Targets")
 	require.Contains(t, doc, "hand-written notes")
+
+	// A report of another run takes (j) from this one, named as such.
+	other := &Results{Mode: ModeTiny, Command: "idembench -mode tiny"}
+	require.NoError(t, other.TakeStatements(again))
+	require.Error(t, other.TakeStatements(again), "it has (j) of its own now")
+	require.Contains(t, other.Document("", ""), "(j), the statement modes")
+	require.Contains(t, other.Markdown(), "_These figures come from a run of their own")
 }
 
 // TestBind checks the replay rebinds the sample event's values wherever the

@@ -22,10 +22,12 @@ type CPU struct {
 	// Harness is the benchmark's own process: the embedded NATS server,
 	// the publisher and the ack watcher.
 	Harness float64 `json:"harness_us"`
+	// Pooler is the pgbouncer in front of the cluster, while one runs.
+	Pooler float64 `json:"pooler_us,omitempty"`
 }
 
 // cpuTimes is a snapshot of cumulative CPU seconds.
-type cpuTimes struct{ postgres, idem, harness float64 }
+type cpuTimes struct{ postgres, idem, harness, pooler float64 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
 // every Linux architecture Go builds for.
@@ -136,6 +138,11 @@ func (e *env) cpuNow(idemPid int) (cpuTimes, bool) {
 			return cpuTimes{}, false
 		}
 	}
+	if e.poolerPid != 0 {
+		if t.pooler, err = procTicks(e.poolerPid, false); err != nil {
+			return cpuTimes{}, false
+		}
+	}
 	return t, true
 }
 
@@ -164,7 +171,7 @@ func (e *env) withCPU(m *Method, idemPid, n int, reap bool, fn func() error) err
 // perEvent is the CPU between two samples, per event, in microseconds.
 func perEvent(a, b cpuTimes, n int) *CPU {
 	us := func(x, y float64) float64 { return (y - x) * 1e6 / float64(n) }
-	return &CPU{Postgres: us(a.postgres, b.postgres), Idem: us(a.idem, b.idem), Harness: us(a.harness, b.harness)}
+	return &CPU{Postgres: us(a.postgres, b.postgres), Idem: us(a.idem, b.idem), Harness: us(a.harness, b.harness), Pooler: us(a.pooler, b.pooler)}
 }
 
 // addCPU accumulates one run's CPU per event into m: the mean over runs.
@@ -179,6 +186,7 @@ func (m *Method) addCPU(c *CPU) {
 	m.CPU.Postgres = (m.CPU.Postgres*k + c.Postgres) / (k + 1)
 	m.CPU.Idem = (m.CPU.Idem*k + c.Idem) / (k + 1)
 	m.CPU.Harness = (m.CPU.Harness*k + c.Harness) / (k + 1)
+	m.CPU.Pooler = (m.CPU.Pooler*k + c.Pooler) / (k + 1)
 	m.cpuRuns++
 }
 

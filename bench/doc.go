@@ -26,6 +26,10 @@
 //   - tracing: small events with tracing on (the collector down) and off;
 //   - lone: one event at a time, publish to ack, against an earlier idem
 //     binary (Options.BaselineBin) on a database it migrates itself.
+//   - statements: 10-row partitions and a big load through `idem serve`
+//     with postgres.statement_mode prepare, describe and exec, and auto
+//     through a pgbouncer the harness starts (transaction pooling), in
+//     turns.
 //
 // Around every closed-loop run of small it reads the CPU time of each
 // process from /proc (cpu.go): the PostgreSQL cluster, `idem serve`, and

@@ -18,9 +18,15 @@ func (r *Results) Document(notes, chart string) string {
 	w("measured in the same run on the same servers. Absolute numbers drift on a shared machine; ratios hold better. ")
 	w("Every figure below comes from one `%s` run (mode **%s**) that started %s UTC and took %s.\n\n",
 		orDefault(r.Command, "idembench"), r.Mode, r.Started.Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Round(1e9))
+	var own []string
 	if r.Checks != nil && r.Checks.From != nil {
-		w("The one exception is (g), the checks, which comes from a run of its own (`%s`, %s UTC), named in its section.\n\n",
-			orDefault(r.Checks.From.Command, "idembench"), r.Checks.From.Started.Format("2006-01-02 15:04"))
+		own = append(own, fmt.Sprintf("(g), the checks (`%s`, %s UTC)", orDefault(r.Checks.From.Command, "idembench"), r.Checks.From.Started.Format("2006-01-02 15:04")))
+	}
+	if s := r.StatementModes; s != nil && s.From != nil {
+		own = append(own, fmt.Sprintf("(j), the statement modes (`%s`, %s UTC)", orDefault(s.From.Command, "idembench"), s.From.Started.Format("2006-01-02 15:04")))
+	}
+	if len(own) > 0 {
+		w("The exceptions come from runs of their own, each named in its section: %s.\n\n", strings.Join(own, "; "))
 	}
 
 	w("## How to run\n\n")
@@ -30,7 +36,7 @@ func (r *Results) Document(notes, chart string) string {
 	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -docs docs` | regenerate this file and the chart from a saved run |\n")
 	w("| `go run ./bench/cmd/idembench -mode full -only lone -baseline OLD_IDEM -baseline-label NAME` | a lone event's latency (i), this build against an earlier binary |\n")
 	w("| `go run ./bench/cmd/idembench -mode full -only checks -json bench/results/checks-full.json` | one phase alone (`-only` takes %s, comma-separated); the other sections stay empty |\n", strings.Join(Phases, ", "))
-	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json -docs docs` | this file with the checks figures (g) of such a run, named as such in their section |\n")
+	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json -statements bench/results/statements-full.json -docs docs` | this file with the checks figures (g) and the statement-mode figures (j) of such runs, named as such in their sections |\n")
 	w("| `IDEM_DATABASE_URL=postgres://… IDEM_NATS_URL=nats://… make bench` | against your servers: the role needs CREATEDB; the harness works in a new database `idembench_*` and streams `IDEMBENCH_*`, and drops them |\n")
 	w("| `go test ./bench/` | the smoke test (`make test` runs it): a tiny run, checks the numbers are sane, never their speed |\n\n")
 
@@ -81,6 +87,10 @@ func (r *Results) Document(notes, chart string) string {
 		w(`- **Checks (g)**: a delete_insert load of one partition of %[1]s rows (a plain table of four such partitions, index(event_date)) by three datasets that differ only in their `+"`checks:`"+` (none; `+"`row_count_change`"+` alone; `+"`unique`"+`, `+"`not_null`"+`, `+"`accepted_values`"+`, `+"`accepted_range`"+` and `+"`row_count_change`"+`), taking turns %[2]d times through one `+"`idem serve`"+`, VACUUM (ANALYZE) and CHECKPOINT before each; then the statements the checks build, captured from idem's handler, timed and EXPLAIN ANALYZEd in a transaction that does the same load and rolls back. Small events: a dataset with `+"`row_count: {min: 1}`"+` and one without, in turns, end to end at each max_in_flight, and their captured SQL replayed round trip by round trip.
 `, thousands(int64(c.Rows)), c.Reps)
 	}
+	if s := r.StatementModes; s != nil {
+		w("- **Statement modes (j)**: `postgres.statement_mode` prepare, describe and exec against PostgreSQL itself and auto through a real PgBouncer in transaction pooling (%s), taking turns %d times, each turn an `idem serve` of its own: %d small events at max_in_flight %s, and one load of %s rows.\n",
+			orDefault(s.Pooler, "none found"), s.Reps, s.Events, joinInts(r.Sizes.StatementsInFlight), strings.Join(bigLabels(s.Big), " and "))
+	}
 	if l := r.Lone; l != nil {
 		w("- **A lone event (i)**: %d events, each published once the previous one was acked, through an `idem serve` at max_in_flight 1, %d runs; with `-baseline BIN` an earlier idem takes turns with this one on a database it migrates itself.\n", l.Events, l.Reps)
 	}
@@ -113,4 +123,12 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+func bigLabels(bs []StatementModesBig) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = thousands(int64(b.Rows))
+	}
+	return out
 }

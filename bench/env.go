@@ -71,6 +71,24 @@ type env struct {
 	// configExtra is appended to the next config startIdem writes (a
 	// section of its own, such as tracing:).
 	configExtra string
+	// serve is where the configs startIdem writes point idem, and how it
+	// sends statements there (see serveThrough).
+	serve serveRoute
+	// poolerPid is a pooler's process, whose CPU withCPU counts while
+	// it is not 0.
+	poolerPid int
+}
+
+// serveRoute is the postgres: section of idem's config: url (empty: the
+// harness's database itself) and statement_mode (empty: left out, auto).
+type serveRoute struct{ url, statementMode string }
+
+// serveThrough makes the configs startIdem writes use r until restore is
+// called.
+func (e *env) serveThrough(r serveRoute) (restore func()) {
+	old := e.serve
+	e.serve = r
+	return func() { e.serve = old }
 }
 
 func (e *env) logf(format string, args ...any) {

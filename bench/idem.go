@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,6 +162,10 @@ func seqRange(from, n int) []uint64 {
 
 // writeConfig writes the idem config of a phase and returns its path.
 func (e *env) writeConfig(name string, inFlight int, dss []dataset) (string, error) {
+	var mode string
+	if e.serve.statementMode != "" {
+		mode = "  statement_mode: " + e.serve.statementMode + "\n"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `pipeline: %s
 nats:
@@ -174,10 +179,10 @@ nats:
   max_in_flight: %d
 postgres:
   url: %s
-http:
+%shttp:
   addr: 127.0.0.1:0
 datasets:
-`, pipeline, e.natsURL, streamName, dlqName, consumerName, subjectPre, dlqPre, inFlight, e.dbURL)
+`, pipeline, e.natsURL, streamName, dlqName, consumerName, subjectPre, dlqPre, inFlight, cmp.Or(e.serve.url, e.dbURL), mode)
 	for _, d := range dss {
 		b.WriteString(d.yaml())
 	}

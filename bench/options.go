@@ -46,6 +46,12 @@ type Sizes struct {
 	// ChecksReps times with and without.
 	ChecksRows int `json:"checks_rows,omitempty"`
 	ChecksReps int `json:"checks_reps,omitempty"`
+	// StatementsInFlight are the max_in_flight of (j)'s small events (Events
+	// of them per run), StatementsBig the rows of its big loads (run at the
+	// first max_in_flight); every statement mode takes StatementsReps turns.
+	StatementsInFlight []int `json:"statements_in_flight,omitempty"`
+	StatementsBig      []int `json:"statements_big,omitempty"`
+	StatementsReps     int   `json:"statements_reps,omitempty"`
 }
 
 // SizesFor returns the sizes of mode m.
@@ -54,15 +60,18 @@ func SizesFor(m Mode) (Sizes, error) {
 	case ModeFull:
 		return Sizes{Events: 2000, Partitions: 20000, InFlight: []int{1, 4, 8}, Reps: 3, PacedEvents: 1000,
 			Big: []int{100_000, 1_000_000}, Reruns: 5, BackfillDays: 365, BackfillRows: 10_000, BackfillInFlight: []int{1, 2, 4},
-			ChecksRows: 1_000_000, ChecksReps: 5}, nil
+			ChecksRows: 1_000_000, ChecksReps: 5,
+			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000, 1_000_000}, StatementsReps: 5}, nil
 	case ModeQuick:
 		return Sizes{Events: 300, Partitions: 2000, InFlight: []int{1, 4, 8}, Reps: 1, PacedEvents: 100,
 			Big: []int{100_000}, Reruns: 5, BackfillDays: 30, BackfillRows: 10_000, BackfillInFlight: []int{1, 4},
-			ChecksRows: 100_000, ChecksReps: 3}, nil
+			ChecksRows: 100_000, ChecksReps: 3,
+			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000}, StatementsReps: 2}, nil
 	case ModeTiny:
 		return Sizes{Events: 12, Partitions: 40, InFlight: []int{2}, Reps: 1, PacedEvents: 6,
 			Big: []int{2000}, Reruns: 2, BackfillDays: 4, BackfillRows: 100, BackfillInFlight: []int{2},
-			ChecksRows: 2000, ChecksReps: 1}, nil
+			ChecksRows: 2000, ChecksReps: 1,
+			StatementsInFlight: []int{2}, StatementsBig: []int{2000}, StatementsReps: 1}, nil
 	}
 	return Sizes{}, fmt.Errorf("unknown mode %q (want full, quick or tiny)", m)
 }
@@ -101,7 +110,7 @@ type Options struct {
 }
 
 // Phases are the names Options.Only takes, in the order a run takes them.
-var Phases = []string{"small", "big", "backfill", "checks", "tracing", "lone"}
+var Phases = []string{"small", "big", "backfill", "checks", "tracing", "lone", "statements"}
 
 func labelRows(n int) string {
 	switch {

@@ -296,6 +296,7 @@ func (r *Results) Markdown() string {
 	b.WriteString(r.checksMarkdown())
 	b.WriteString(r.tracingMarkdown())
 	b.WriteString(r.loneMarkdown())
+	b.WriteString(r.statementModesMarkdown())
 	return b.String()
 }
 

@@ -34,6 +34,9 @@ type Results struct {
 	// and off.
 	Tracing *TracingResult `json:"tracing,omitempty"`
 	Lone    *LoneResult    `json:"lone,omitempty"`
+	// StatementModes is (j): idem with each postgres.statement_mode, and
+	// through PgBouncer.
+	StatementModes *StatementModesResult `json:"statement_modes,omitempty"`
 	// Notes are remarks the run made about itself: fallbacks, warnings.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -323,10 +326,32 @@ func (r *Results) TakeChecks(o *Results) error {
 	}
 	c := *o.Checks
 	if c.From == nil {
-		c.From = &RunRef{Command: o.Command, Mode: o.Mode, Started: o.Started, Finished: o.Finished, Commit: o.Machine.Commit, Load: o.Load}
+		c.From = o.ref()
 	}
 	r.Checks = &c
 	return nil
+}
+
+// TakeStatements puts o's statement-mode figures (j) into r, which has
+// none, naming the run that measured them, as TakeChecks does for (g).
+func (r *Results) TakeStatements(o *Results) error {
+	if o.StatementModes == nil {
+		return errors.New("the results hold no statement-mode figures (j)")
+	}
+	if r.StatementModes != nil {
+		return errors.New("the report's run has statement-mode figures (j) of its own")
+	}
+	s := *o.StatementModes
+	if s.From == nil {
+		s.From = o.ref()
+	}
+	r.StatementModes = &s
+	return nil
+}
+
+// ref names run r.
+func (r *Results) ref() *RunRef {
+	return &RunRef{Command: r.Command, Mode: r.Mode, Started: r.Started, Finished: r.Finished, Commit: r.Machine.Commit, Load: r.Load}
 }
 
 // Save writes r as indented JSON.

@@ -41,6 +41,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{"checks", "checks: loads with and without", e.runChecks},
 		{"tracing", "tracing: on with the collector down, and off", e.runTracing},
 		{"lone", "a lone event's latency", e.runLone},
+		{"statements", "statement modes: prepare, describe, exec, and through PgBouncer", e.runStatements},
 	}
 	for _, p := range phases {
 		if len(opts.Only) > 0 && !slices.Contains(opts.Only, p.key) {

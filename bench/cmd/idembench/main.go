@@ -7,10 +7,13 @@
 //	go run ./bench/cmd/idembench -report bench/results/full.json -docs docs
 //
 // -only runs some phases alone (the others' sections stay empty), and with
-// -report, -checks takes the checks figures (g) from another results file:
+// -report, -checks and -statements take the checks figures (g) and the
+// statement-mode figures (j) from other results files:
 //
 //	go run ./bench/cmd/idembench -mode full -only checks -json bench/results/checks-full.json
-//	go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json -docs docs
+//	go run ./bench/cmd/idembench -mode full -only statements -json bench/results/statements-full.json
+//	go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json \
+//		-statements bench/results/statements-full.json -docs docs
 package main
 
 import (
@@ -56,6 +59,7 @@ func run(args []string, out, errOut io.Writer) int {
 	keep := fs.Bool("keep", false, "keep the work directory (configs, idem logs)")
 	only := fs.String("only", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", "))
 	checksFrom := fs.String("checks", "", "with -report: take the checks figures (g) from this results file (an -only checks run)")
+	statementsFrom := fs.String("statements", "", "with -report: take the statement-mode figures (j) from this results file (an -only statements run)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -66,19 +70,25 @@ func run(args []string, out, errOut io.Writer) int {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
-		if *checksFrom != "" {
-			o, err := bench.Load(*checksFrom)
+		for _, from := range []struct {
+			path string
+			take func(*bench.Results) error
+		}{{*checksFrom, res.TakeChecks}, {*statementsFrom, res.TakeStatements}} {
+			if from.path == "" {
+				continue
+			}
+			o, err := bench.Load(from.path)
 			if err == nil {
-				err = res.TakeChecks(o)
+				err = from.take(o)
 			}
 			if err != nil {
-				fmt.Fprintln(errOut, "idembench:", *checksFrom+":", err)
+				fmt.Fprintln(errOut, "idembench:", from.path+":", err)
 				return 1
 			}
 		}
 	} else {
-		if *checksFrom != "" {
-			fmt.Fprintln(errOut, "idembench: -checks goes with -report")
+		if *checksFrom != "" || *statementsFrom != "" {
+			fmt.Fprintln(errOut, "idembench: -checks and -statements go with -report")
 			return 2
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
