@@ -12,16 +12,10 @@ import (
 // recent events the warehouse still has a verdict for, and which server it
 // is.
 
-// ReverifyLockKey is the key text of the session lock one re-verification
-// pass of a pipeline holds: replicas take turns.
-func ReverifyLockKey(pipeline string) string { return pipeline + "\x1freverify" }
-
-// SessionLockSQL takes the session advisory lock whose key text is $1,
-// waiting for it; SessionUnlockSQL releases it.
-const (
-	SessionLockSQL   = "SELECT pg_advisory_lock(" + lockIDSQL + ") FROM (SELECT $1::text AS lock_key) k"
-	SessionUnlockSQL = "SELECT pg_advisory_unlock(" + lockIDSQL + ") FROM (SELECT $1::text AS lock_key) k"
-)
+// ReverifyLease is the name of the lease (TryLease) one re-verification
+// pass of a pipeline holds: replicas take turns. The prefix keeps it apart
+// from the prune lease, whatever the pipeline's name.
+func ReverifyLease(pipeline string) string { return "reverify:" + pipeline }
 
 // Delivered is one event of the stream as a re-verification reads it.
 type Delivered struct {

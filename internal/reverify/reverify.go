@@ -163,8 +163,9 @@ func (r *Reverifier) Run(ctx context.Context) {
 	}
 }
 
-// Pass checks the window once, holding the pipeline's re-verification lock
-// (a replica whose turn comes after another's finds nothing left to do).
+// Pass checks the window once, holding the pipeline's re-verification
+// lease (a replica whose turn comes after another's finds nothing left to
+// do).
 func (r *Reverifier) Pass(ctx context.Context, reason string) Result {
 	res := Result{Reason: reason, Started: r.cfg.Now(), Window: r.cfg.Window}
 	res.Err = r.pass(ctx, &res)
@@ -185,25 +186,50 @@ func (r *Reverifier) Pass(ctx context.Context, reason string) Result {
 	return res
 }
 
+// The re-verification passes of a pipeline take turns through a lease
+// (audit.ReverifyLease), never a session lock: a pass runs many
+// transactions, which behind a transaction pooler run on any server
+// connection. A replica whose pass finds the lease taken tries again every
+// leasePoll. leaseTTL is how long a replica killed mid-pass keeps the
+// others' passes (and so their loads) waiting; the lease is renewed every
+// 10s, so a pass survives two renewals the database did not answer.
+const (
+	leaseTTL  = 30 * time.Second
+	leasePoll = 500 * time.Millisecond
+)
+
 func (r *Reverifier) pass(ctx context.Context, res *Result) error {
-	conn, err := r.cfg.DB.Acquire(ctx)
+	lease, err := r.lease(ctx)
 	if err != nil {
-		return fmt.Errorf("reverify: %w", err)
+		return err
 	}
-	defer conn.Release()
-	key := audit.ReverifyLockKey(r.cfg.Pipeline)
-	if _, err := conn.Exec(ctx, audit.SessionLockSQL, key); err != nil {
-		return fmt.Errorf("reverify: lock: %w", err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, audit.SessionUnlockSQL, key); err != nil {
-			// A session that lost its lock state must not go back to the pool.
-			_ = conn.Conn().Close(uctx)
+	return lease.Hold(ctx, func(ctx context.Context) error { return r.verify(ctx, res) })
+}
+
+// lease waits for the pipeline's re-verification lease.
+func (r *Reverifier) lease(ctx context.Context) (*audit.Lease, error) {
+	name := audit.ReverifyLease(r.cfg.Pipeline)
+	for {
+		l, ok, err := audit.TryLease(ctx, r.cfg.DB, name, leaseTTL)
+		if err != nil {
+			return nil, fmt.Errorf("reverify: %w", err)
 		}
-	}()
-	id, err := audit.CurrentIdentity(ctx, conn)
+		if ok {
+			return l, nil
+		}
+		t := time.NewTimer(leasePoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("reverify: waiting for another replica's pass: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// verify is one pass, holding the lease.
+func (r *Reverifier) verify(ctx context.Context, res *Result) error {
+	id, err := audit.CurrentIdentity(ctx, r.cfg.DB)
 	if err != nil {
 		return err
 	}
@@ -216,7 +242,7 @@ func (r *Reverifier) pass(ctx context.Context, res *Result) error {
 	for i, e := range events {
 		keys[i] = audit.Delivered{Dataset: e.ev.Dataset, Partition: e.ev.Key.Key, StreamSeq: e.seq}
 	}
-	settled, err := audit.Settled(ctx, conn, r.cfg.Pipeline, keys)
+	settled, err := audit.Settled(ctx, r.cfg.DB, r.cfg.Pipeline, keys)
 	if err != nil {
 		return err
 	}

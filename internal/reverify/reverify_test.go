@@ -3,6 +3,7 @@ package reverify_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +212,94 @@ func (r *rig) str(sql string) string {
 	var s string
 	require.NoError(r.t, r.db.Pool.QueryRow(context.Background(), sql).Scan(&s))
 	return s
+}
+
+// advisoryLocks counts the advisory locks any backend holds or waits for
+// in the rig's database, read from a connection of their own.
+func (r *rig) advisoryLocks() int64 {
+	r.t.Helper()
+	return r.db.Int(r.t, `SELECT count(*) FROM pg_locks
+	                       WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+}
+
+// another is a second replica of the rig's pipeline.
+func (r *rig) another() *reverify.Reverifier {
+	return reverify.New(reverify.Config{JS: r.js, Stream: r.cfg.NATS.Stream, Consumer: r.cfg.NATS.Consumer, SubjectPrefix: r.cfg.NATS.SubjectPrefix,
+		DLQStream: r.cfg.NATS.DLQStream, DLQSubjectPrefix: r.cfg.NATS.DLQSubjectPrefix, DB: r.db.Pool, Pipeline: r.cfg.Pipeline,
+		Loader: r.h, Log: zerolog.Nop()})
+}
+
+// TestPassWaitsForAnotherReplicasPass: while another replica's pass holds
+// the pipeline's lease, a pass waits, holding no advisory lock (behind a
+// transaction pooler a session lock would stay on a server connection
+// other clients get); it runs once the lease is given back, and leaves no
+// lock behind.
+func TestPassWaitsForAnotherReplicasPass(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.publish("events", "2026-11-01", "r1")
+	r.ackAll(1)
+	other, ok, err := audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	done := make(chan reverify.Result, 1)
+	go func() { done <- r.rv.Pass(ctx, "test") }()
+	var locks atomic.Int64
+	require.Never(t, func() bool {
+		locks.Add(r.advisoryLocks())
+		return len(done) > 0
+	}, 1500*time.Millisecond, 100*time.Millisecond, "the pass waits for the other replica's")
+	require.Zero(t, locks.Load(), "no advisory lock while waiting")
+	require.NoError(t, other.Release(ctx))
+	select {
+	case res := <-done:
+		require.NoError(t, res.Err)
+		require.Equal(t, 1, res.Reloaded)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pass did not run once the lease was given back")
+	}
+	require.Zero(t, r.advisoryLocks(), "no advisory lock after the pass")
+	_, ok, err = audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "the pass gave the lease back")
+}
+
+// TestPassTakesOverAKilledReplicasLease: a replica killed mid-pass never
+// gives its lease back; the next pass runs once it expires.
+func TestPassTakesOverAKilledReplicasLease(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.publish("events", "2026-11-01", "r1")
+	r.ackAll(1)
+	_, ok, err := audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res := r.rv.Pass(pctx, "test")
+	require.NoError(t, res.Err)
+	require.Equal(t, 1, res.Reloaded)
+}
+
+// TestTwoReplicasTakeTurns: two replicas' passes at once: one reloads what
+// was lost, the other, whose turn comes after, finds nothing left to do.
+func TestTwoReplicasTakeTurns(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.publish("events", "2026-11-01", "r1")
+	r.publish("customers", "2026-11-01", "c1")
+	r.ackAll(2)
+	results := make(chan reverify.Result, 2)
+	for _, rv := range []*reverify.Reverifier{r.rv, r.another()} {
+		go func() { results <- rv.Pass(ctx, "test") }()
+	}
+	var missing []int
+	for range 2 {
+		res := <-results
+		require.NoError(t, res.Err)
+		missing = append(missing, res.Missing)
+	}
+	require.ElementsMatch(t, []int{2, 0}, missing)
+	require.Zero(t, r.advisoryLocks())
 }
