@@ -196,10 +196,14 @@ func (s *Merge) mergeStatement(cols []string) string {
 }
 
 // The merge route plans its statement with these join methods off: the
-// join to the target is then a nested loop of index probes.
+// join to the target is then a nested loop of index probes. They are put
+// back for the rest of the transaction with SET LOCAL ... TO DEFAULT, never
+// RESET: RESET is a session-level SET, which outlives the transaction and,
+// behind a transaction pooler, stays on a server connection other clients
+// get next.
 var (
 	mergeJoinsOff = []string{"SET LOCAL enable_hashjoin = off", "SET LOCAL enable_mergejoin = off"}
-	mergeJoinsOn  = []string{"RESET enable_hashjoin", "RESET enable_mergejoin"}
+	mergeJoinsOn  = []string{"SET LOCAL enable_hashjoin TO DEFAULT", "SET LOCAL enable_mergejoin TO DEFAULT"}
 )
 
 // countsSQL reads how many rows this transaction inserted into and updated
@@ -269,7 +273,7 @@ func (s *Merge) useMerge(ctx context.Context, tx pgx.Tx, dp *Plan, cols []string
 		b.Queue(q)
 	}
 	b.Queue("EXPLAIN (FORMAT JSON) "+s.mergeStatement(cols), p.args()).QueryRow(func(r pgx.Row) error { return r.Scan(&plan) })
-	for _, q := range append(mergeJoinsOn, "RESET enable_seqscan") {
+	for _, q := range append(mergeJoinsOn, "SET LOCAL enable_seqscan TO DEFAULT") {
 		b.Queue(q)
 	}
 	b.Queue("RELEASE SAVEPOINT idem_merge_check")
