@@ -61,7 +61,7 @@ func SizesFor(m Mode) (Sizes, error) {
 		return Sizes{Events: 2000, Partitions: 20000, InFlight: []int{1, 4, 8}, Reps: 3, PacedEvents: 1000,
 			Big: []int{100_000, 1_000_000}, Reruns: 5, BackfillDays: 365, BackfillRows: 10_000, BackfillInFlight: []int{1, 2, 4},
 			ChecksRows: 1_000_000, ChecksReps: 5,
-			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000, 1_000_000}, StatementsReps: 5}, nil
+			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000, 1_000_000}, StatementsReps: 7}, nil
 	case ModeQuick:
 		return Sizes{Events: 300, Partitions: 2000, InFlight: []int{1, 4, 8}, Reps: 1, PacedEvents: 100,
 			Big: []int{100_000}, Reruns: 5, BackfillDays: 30, BackfillRows: 10_000, BackfillInFlight: []int{1, 4},

@@ -174,8 +174,7 @@ func (e *env) runStatements(ctx context.Context) error {
 	for _, pt := range out.Small {
 		for _, w := range ways {
 			if m := pt.Ways[w.key]; m != nil {
-				e.logf("statement modes c=%d: %s %.0f events/s (%.2f× prepare)", pt.InFlight, w.key, m.Throughput.PerSec,
-					m.Throughput.PerSec/max(pt.Ways[StmPrepare].Throughput.PerSec, 1e-9))
+				e.logf("statement modes c=%d: %s %.0f events/s, %s prepare's", pt.InFlight, w.key, m.Throughput.PerSec, pt.paired(w.key))
 			}
 		}
 	}
@@ -260,6 +259,12 @@ func (e *env) stmRun(ctx context.Context, out *StatementModesResult, r stmRun, d
 		bs := &out.Big[i]
 		bs.Ways[w.key] = append(bs.Ways[w.key], op)
 	}
+	var loads []string
+	for i := range r.bigs {
+		ops := out.Big[i].Ways[w.key]
+		loads = append(loads, fmt.Sprintf("%s %.3f s", out.Big[i].Label, ops[len(ops)-1].Ms/1000))
+	}
+	e.logf("statement modes c=%d rep %d: %s %.0f events/s %s", r.c, r.rep+1, w.key, m.Throughput.Runs[len(m.Throughput.Runs)-1], strings.Join(loads, ", "))
 	if err := proc.stop(); err != nil {
 		return err
 	}
