@@ -133,7 +133,8 @@ func RecordAction(ctx context.Context, db Querier, pipeline, action, requestedBy
 	err = db.QueryRow(ctx, `
 		INSERT INTO idem.operator_actions (dag_id, action, requested_by, remote_addr, detail)
 		VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-		pipeline, action, requestedBy, nullString(remoteAddr), b).Scan(&id)
+		// As text: in statement_mode exec a []byte is sent as bytea.
+		pipeline, action, requestedBy, nullString(remoteAddr), string(b)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("audit: record %s: %w", action, err)
 	}

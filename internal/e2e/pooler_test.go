@@ -125,6 +125,20 @@ func TestBehindPgBouncer(t *testing.T) {
 			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 			require.Contains(t, string(body), `"w1"`)
 
+			// A backfill through the pooler, and a dead letter replayed once
+			// its cause is fixed.
+			code, stdout, stderr := rbExec(t, w, []string{"backfill", "orders", "--from", "2026-11-22", "--to", "2026-11-24", "--wait", "--timeout", "60s"})
+			require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+			w.waitCount(3, "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'orders' AND status = 'success' AND partition_key >= '2026-11-22'")
+			w.db.Exec(t, "ALTER TABLE raw.events RENAME TO events_away")
+			w.publishBody("events", `{"dataset":"events","partition":"2026-11-03","run_id":"e2"}`)
+			dl := w.waitDeadLetters(1)
+			w.db.Exec(t, "ALTER TABLE raw.events_away RENAME TO events")
+			code, stdout, stderr = rbExec(t, w, []string{"dlq", "replay", fmt.Sprint(dl[0].Sequence)})
+			require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+			w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'events' AND run_id = 'e2' AND status = 'success'")
+			w.waitSettled()
+
 			// With b idle and running: nothing on any pooled server
 			// connection, nothing held by an idle backend.
 			requireNoLeftovers(ctx, t, w, bouncer)

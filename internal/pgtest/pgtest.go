@@ -125,7 +125,7 @@ func NewDBAt(t testing.TB, adminURL string) *DB {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
-	url := withDB(adminURL, name)
+	url := withStatementMode(withDB(adminURL, name))
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +183,31 @@ func (db *DB) Checksum(t testing.TB, relationOrQuery string) string {
 		t.Fatalf("pgtest: checksum: %v", err)
 	}
 	return sum
+}
+
+// EnvStatementMode names the variable that runs a test binary's pools, and
+// the idem processes given a test database's URL, in one of
+// postgres.statement_mode's modes (prepare, describe): `make
+// test-statement-modes` runs the strategy and handler suites in each.
+const EnvStatementMode = "IDEM_TEST_STATEMENT_MODE"
+
+// withStatementMode adds the mode EnvStatementMode names to url, as pgx's
+// default_query_exec_mode (idem keeps a URL's mode under statement_mode
+// auto).
+func withStatementMode(url string) string {
+	v := os.Getenv(EnvStatementMode)
+	if v == "" {
+		return url
+	}
+	mode, ok := map[string]string{"prepare": "cache_statement", "describe": "cache_describe"}[v]
+	if !ok {
+		panic(fmt.Sprintf("pgtest: %s=%q: want prepare or describe", EnvStatementMode, v))
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "default_query_exec_mode=" + mode
 }
 
 func withDB(url, db string) string {
