@@ -5,7 +5,7 @@ PKGS  ?= ./...
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres pgbouncer chromium recipe-tools test test-short tidy-check alerts-test vet lint fuzz demo clean
+.PHONY: help build postgres pgbouncer chromium recipe-tools test test-statement-modes test-short tidy-check alerts-test vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,8 +28,18 @@ recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed), and the conformance suites with unnamed statements
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	IDEM_TEST_STATEMENT_MODE=describe $(GO) test -count=1 -run '^TestConformance' ./handlers/
+
+# The statement modes (postgres.statement_mode): the suites that send idem's
+# SQL, with every pool in the mode named (make test runs the conformance
+# suites in describe; behind a pooler auto picks describe).
+STATEMENT_MODE_PKGS = ./handlers/ ./strategies/ ./audit/ ./internal/relay/ ./internal/reverify/ ./internal/statuspage/ ./internal/deadletter/
+
+test-statement-modes: postgres chromium ## the suites that send idem's SQL, in statement_mode prepare and describe (about 5 min)
+	for m in prepare describe; do echo "== statement_mode $$m"; \
+		IDEM_TEST_STATEMENT_MODE=$$m $(GO) test -count=1 $(STATEMENT_MODE_PKGS) || exit 1; done
 
 test-short: postgres ## the quick tests only (-short: no chaos campaign, no race detector)
 	$(GO) test -short -count=1 $(PKGS)
