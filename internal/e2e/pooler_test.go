@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/internal/browsertest"
 	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/internal/pgtest"
 )
@@ -124,6 +126,12 @@ func TestBehindPgBouncer(t *testing.T) {
 			resp.Body.Close()
 			require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 			require.Contains(t, string(body), `"w1"`)
+
+			// The status page says what idem found, in a real browser.
+			bctx := browsertest.New(t)
+			require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("http://"+b.httpAddr()+"/"), chromedp.WaitVisible("#grid")))
+			require.Contains(t, browsertest.Eval[string](t, bctx, `document.querySelector('#h-postgres').textContent`),
+				"a "+mode+" pooler")
 
 			// A backfill through the pooler, and a dead letter replayed once
 			// its cause is fixed.

@@ -53,6 +53,8 @@ func TestStatusPageOnARunningServe(t *testing.T) {
 	ctx := browsertest.New(t)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/?from=2026-11-01&to=2026-11-05"), chromedp.WaitVisible("#grid")))
 	cells := browsertest.Eval[map[string]map[string]string](t, ctx, cellClassesJS)
+	require.Equal(t, "PostgreSQL directly, statements: prepare (auto)",
+		browsertest.Eval[string](t, ctx, `document.querySelector('#h-postgres').textContent`), "the route found at start")
 	// The calendar started on 11-01 with a one-hour deadline: every day not
 	// loaded is late by now.
 	require.Equal(t, map[string]map[string]string{"orders": {
