@@ -37,7 +37,7 @@ test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet
 # suites in describe; behind a pooler auto picks describe).
 STATEMENT_MODE_PKGS = ./handlers/ ./strategies/ ./audit/ ./internal/relay/ ./internal/reverify/ ./internal/statuspage/ ./internal/deadletter/
 
-test-statement-modes: postgres chromium ## the suites that send idem's SQL, in statement_mode prepare and describe (about 5 min)
+test-statement-modes: postgres chromium ## the suites that send idem's SQL, in statement_mode prepare and describe (about 5 min each)
 	for m in prepare describe; do echo "== statement_mode $$m"; \
 		IDEM_TEST_STATEMENT_MODE=$$m $(GO) test -count=1 $(STATEMENT_MODE_PKGS) || exit 1; done
 
@@ -75,7 +75,7 @@ CHAOS_SEED     ?=
 CHAOS_REPLICAS ?= 3
 CHAOS_ENV = CHAOS_EVENTS=$(CHAOS_EVENTS) CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_REPLICAS=$(CHAOS_REPLICAS)
 
-.PHONY: chaos chaos-short chaos-cluster chaos-cluster-short chaos-groups
+.PHONY: chaos chaos-short chaos-pooler chaos-cluster chaos-cluster-short chaos-groups
 
 chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED, CHAOS_REPLICAS); a random seed unless CHAOS_SEED; figures in bin/chaos-report.json
 	@mkdir -p bin
@@ -87,6 +87,9 @@ chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED
 
 chaos-short: postgres ## the short chaos campaign that make test runs (about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
 	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./internal/chaos/
+
+chaos-pooler: postgres pgbouncer ## the short chaos campaign with the replicas behind a real PgBouncer (transaction mode) and pooler restarts among the faults (about 3 min)
+	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosPoolerShort$$' -v ./internal/chaos/
 
 # The cluster campaign: three nats-server processes, R3 streams, Toxiproxy on
 # the client links and the routes. Its own defaults (100,000 events over
