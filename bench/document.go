@@ -36,7 +36,7 @@ func (r *Results) Document(notes, chart string) string {
 	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -docs docs` | regenerate this file and the chart from a saved run |\n")
 	w("| `go run ./bench/cmd/idembench -mode full -only lone -baseline OLD_IDEM -baseline-label NAME` | a lone event's latency (i), this build against an earlier binary |\n")
 	w("| `go run ./bench/cmd/idembench -mode full -only checks -json bench/results/checks-full.json` | one phase alone (`-only` takes %s, comma-separated); the other sections stay empty |\n", strings.Join(Phases, ", "))
-	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json -statements bench/results/statements-full.json -docs docs` | this file with the checks figures (g) and the statement-mode figures (j) of such runs, named as such in their sections |\n")
+	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -statements bench/results/statements-full.json -docs docs` | this file with the statement-mode figures (j) of such a run (and with `-checks FILE`, the checks figures (g) of another), named as such in their sections |\n")
 	w("| `IDEM_DATABASE_URL=postgres://… IDEM_NATS_URL=nats://… make bench` | against your servers: the role needs CREATEDB; the harness works in a new database `idembench_*` and streams `IDEMBENCH_*`, and drops them |\n")
 	w("| `go test ./bench/` | the smoke test (`make test` runs it): a tiny run, checks the numbers are sane, never their speed |\n\n")
 

@@ -147,17 +147,27 @@ func (r *Results) statementModesMarkdown() string {
 		w("What each `idem serve` said at start: %s.\n\n", strings.Join(rs, "; "))
 	}
 	w("auto sends named prepared statements when it talks to PostgreSQL itself and unnamed ones (describe) behind a pooler, where a named statement would live on a server connection other clients get. ")
-	var parts []string
+	var parts, cpu []string
 	for _, p := range s.Small {
-		var each []string
+		var each, pg []string
+		ref := p.Ways[StmPrepare]
 		for _, k := range stmOrder[1:] {
 			if r := p.paired(k); r.n > 0 {
 				each = append(each, fmt.Sprintf("%s %.2f×", stmShort[k], r.median))
 			}
+			if m := p.Ways[k]; m != nil && m.CPU != nil && ref != nil && ref.CPU != nil && ref.CPU.Postgres > 0 {
+				pg = append(pg, fmt.Sprintf("%s %.2f×", stmShort[k], m.CPU.Postgres/ref.CPU.Postgres))
+			}
 		}
 		parts = append(parts, fmt.Sprintf("at max_in_flight %d %s", p.InFlight, strings.Join(each, ", ")))
+		if len(pg) > 0 {
+			cpu = append(cpu, fmt.Sprintf("at max_in_flight %d %s", p.InFlight, strings.Join(pg, ", ")))
+		}
 	}
 	w("In this run, small events' events/s against prepare's in the same rep (medians): %s.", strings.Join(parts, "; "))
+	if len(cpu) > 0 {
+		w(" PostgreSQL's CPU per event against prepare's: %s.", strings.Join(cpu, "; "))
+	}
 	w("\n\n")
 	return b.String()
 }
