@@ -29,6 +29,7 @@ type campaign struct {
 	nats     natsServers
 	cluster  *natsCluster // the cluster topology; nil with one server
 	link     *dbLink
+	pooler   Pooler     // between the replicas and the link; nil without Options.PoolMode
 	nc       *nats.Conn // the checker's: the servers' own ports, never a proxy
 	js       jetstream.JetStream
 	pubNC    *nats.Conn // the publisher's: through the proxies in a cluster
@@ -55,6 +56,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Cluster {
 		r.Topology = fmt.Sprintf("%d nats-server processes, R%d streams, Toxiproxy on client ports and routes", clusterSize, clusterSize)
 	}
+	if o.pooled() {
+		r.Pooler = o.PoolMode
+		r.Topology += fmt.Sprintf("; replicas behind a pooler in %s mode, in front of the PostgreSQL link", o.PoolMode)
+	}
 	if o.NoFaults {
 		r.CrashProb = 0
 	}
@@ -80,7 +85,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
 	nem := &nemesis{replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
-		link: c.link, logf: o.Logf}
+		link: c.link, pooler: c.pooler, logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
 	rd := &reader{}
@@ -140,6 +145,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.Logf("chaos: stopping replicas")
 	for _, rep := range c.replicas {
 		rep.stop(40 * time.Second)
+	}
+	if c.pooler != nil {
+		c.checkPooled(ctx, r)
 	}
 
 	stopReader()
@@ -232,6 +240,14 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 		return err
 	}
 	pgURL := fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", c.link.addr, dbName)
+	if o.pooled() {
+		// idem, the pooler, the link, PostgreSQL: the link's toxics and a
+		// failover's re-pointing act on the pooler's server connections.
+		if c.pooler, err = o.Pooler(pgURL); err != nil {
+			return fmt.Errorf("chaos: start the pooler: %w", err)
+		}
+		pgURL = c.pooler.URL(dbName)
+	}
 	c.cfg = filepath.Join(o.Dir, "idem.yaml")
 	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)), 0o600); err != nil {
 		return err
@@ -455,6 +471,8 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 				r.violate("failover at %s: idem finished no load within %s of the promotion, through the same address and config",
 					f.Start.Format(time.RFC3339), resumeBound)
 			}
+		case FaultPoolerRestart:
+			r.Faults.LongestPoolerOutageSeconds = max(r.Faults.LongestPoolerOutageSeconds, f.Outage.Seconds())
 		case FaultNATSDown, FaultNATSRestart:
 			r.Faults.LongestNATSOutageSeconds = max(r.Faults.LongestNATSOutageSeconds, f.Outage.Seconds())
 		case FaultRollingRestart:
@@ -517,6 +535,24 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 	r.Check.CleanStops = x.CleanFinal == len(c.replicas)
 	if len(finals) != len(c.replicas) {
 		r.violate("%d of %d replicas were running at the end", len(finals), len(c.replicas))
+	}
+}
+
+// checkPooled looks, once the replicas have stopped, at what they left on
+// the pooler's server connections: behind a transaction pooler those go to
+// other clients, so any session state there (an advisory lock above all)
+// is a violation.
+func (c *campaign) checkPooled(ctx context.Context, r *Report) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	findings, err := c.pooler.Leftovers(pctx, dbName, c.wh.url(""))
+	if err != nil {
+		r.violate("pooled server connections could not be inspected: %v", err)
+		return
+	}
+	r.Check.PooledLeftovers = len(findings)
+	for _, f := range findings {
+		r.violate("left on a pooled server connection after the replicas stopped: %s", f)
 	}
 }
 

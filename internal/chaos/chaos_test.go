@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/internal/pgtest"
 )
 
 // The idem binary (with the crash hook) and the PostgreSQL cluster are made
@@ -115,6 +116,12 @@ func runCampaign(t *testing.T, o Options) *Report {
 		t.Fatal(err)
 	}
 	o.Bin, o.PG = binary(t), pg(t)
+	if o.PoolMode != "" && o.Pooler == nil {
+		mode := o.PoolMode
+		o.Pooler = func(upstreamURL string) (Pooler, error) {
+			return pgBouncer{pgtest.StartPgBouncer(t, upstreamURL, mode)}, nil
+		}
+	}
 	if o.Cluster {
 		o.NATSBin = natsServerBinary(t)
 	}
@@ -211,6 +218,52 @@ func requireLongFaults(t *testing.T, r *Report) {
 	}
 }
 
+// poolerShortSeed is TestChaosPoolerShort's seed, one whose schedule holds
+// every long fault and pooler restarts early in the phase
+// (TestPoolerShortScheduleHasPoolerRestarts); CHAOS_SEED overrides it.
+const poolerShortSeed = 20261766
+
+var poolerShortOptions = Options{Seed: poolerShortSeed, PoolMode: PoolTransaction}
+
+// TestChaosPoolerShort is TestChaosShort with the replicas behind a real
+// PgBouncer in transaction mode, its settings at their defaults (idem,
+// PgBouncer, the Toxiproxy link, PostgreSQL), and pooler_restart among the
+// faults: every client connection dropped at once, mid-load, the pooler
+// down for up to 2 s. At the end nothing may be left on the pooler's
+// server connections. `make chaos-pooler` runs it; `make test` does not.
+func TestChaosPoolerShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign: not in -short")
+	}
+	if os.Getenv("CHAOS_LONG") == "1" {
+		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
+	}
+	if _, err := pgtest.PgBouncerVersion(); err != nil {
+		t.Fatalf("the pooler campaign needs pgbouncer: %v", err)
+	}
+	r := runCampaign(t, poolerShortOptions)
+	requireLongFaults(t, r)
+	requireFaults(t, r, FaultPoolerRestart)
+}
+
+// pgBouncer is a real PgBouncer as the campaign's Pooler.
+type pgBouncer struct{ *pgtest.PgBouncer }
+
+var _ Pooler = pgBouncer{}
+
+// Leftovers opens as many client connections as PgBouncer's default pool
+// holds server connections (default_pool_size, 20), so that it sees every
+// server connection the replicas used, and asks each what it carries.
+func (b pgBouncer) Leftovers(ctx context.Context, db, serverURL string) ([]string, error) {
+	const defaultPoolSize = 20
+	found, err := pgtest.SessionLeftovers(ctx, b.URL(db), defaultPoolSize)
+	if err != nil {
+		return nil, err
+	}
+	idle, err := pgtest.IdleAdvisoryLocks(ctx, serverURL, db)
+	return append(found, idle...), err
+}
+
 // clusterShortSeed is TestChaosClusterShort's seed, one whose 120 s
 // schedule holds every cluster fault (TestClusterShortScheduleHasEveryKind);
 // CHAOS_SEED overrides it.
@@ -237,7 +290,7 @@ func TestChaosClusterShort(t *testing.T) {
 	// TestClusterShortScheduleHasEveryKind), but slow heals can push the
 	// last ones past the phase: require the ones that come early.
 	if os.Getenv("CHAOS_SEED") == "" {
-		requireClusterFaults(t, r, FaultLeaderKill, FaultFollowerKill, FaultPartition, FaultNATSBlackhole, FaultNATSReset, FaultNATSRolling)
+		requireFaults(t, r, FaultLeaderKill, FaultFollowerKill, FaultPartition, FaultNATSBlackhole, FaultNATSReset, FaultNATSRolling)
 	}
 }
 
@@ -253,7 +306,7 @@ func TestChaosClusterCampaign(t *testing.T) {
 		DrainBound: 3 * time.Minute, LongRounds: 4, WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 2 * time.Minute,
 		FaultGapMin: 500 * time.Millisecond, FaultGapMax: 2 * time.Second})
 	requireLongFaults(t, r)
-	requireClusterFaults(t, r, clusterKinds()...)
+	requireFaults(t, r, clusterKinds()...)
 }
 
 // clusterKinds are the cluster faults of the schedule.
@@ -267,8 +320,9 @@ func clusterKinds() []string {
 	return out
 }
 
-// requireClusterFaults fails t when one of kinds was never injected.
-func requireClusterFaults(t *testing.T, r *Report, kinds ...string) {
+// requireFaults fails t when one of kinds was never injected (or
+// only drawn and skipped).
+func requireFaults(t *testing.T, r *Report, kinds ...string) {
 	t.Helper()
 	if r == nil || r.NoFaults {
 		return

@@ -114,8 +114,11 @@ var (
 	// attemptFaults end a load that ran: the process dies in it (kill,
 	// crash_commit), stops in it past the ack wait (pause), or its
 	// connection is lost mid-load (a server crash, a failover's SIGKILL of
-	// the primary, a reset, a timeout).
-	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultFailover, FaultResetPeer, FaultTimeout}
+	// the primary, a reset, a timeout, the pooler restarted: each cuts the
+	// connection without a word, so only the next connect tells idem
+	// whether the warehouse is gone).
+	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultFailover, FaultResetPeer, FaultTimeout,
+		FaultPoolerRestart}
 	// diedFaults are the attemptFaults that leave an attempt without a
 	// verdict, which a "crashed" dead letter reports.
 	diedFaults = []string{FaultKill, FaultCrashCommit, FaultPause}

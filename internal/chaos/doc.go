@@ -51,6 +51,24 @@
 // (faults_cluster.go). nats_restart and nats_down stop every server. The
 // checker is the same; every cluster fault counts as an outage.
 //
+// # Behind a pooler
+//
+// With Options.PoolMode (CHAOS_POOLER=transaction or session; `make
+// chaos-pooler` runs TestChaosPoolerShort in transaction mode) the replicas
+// reach PostgreSQL through a real PgBouncer with its default settings, which
+// the test harness starts (Options.Pooler: this package does not know how a
+// pooler is run) in front of the Toxiproxy link: idem, PgBouncer, the link,
+// PostgreSQL. The link's toxics, the PostgreSQL restarts and the failover's
+// re-pointing act as before, on PgBouncer's server connections; `idem
+// migrate` and `idem streams` go through the pooler too, and the
+// campaign's own pool does not. The schedule adds pooler_restart, as often
+// as pg_terminate: a load in flight loses its connection without a word,
+// which spends an attempt as pg_immediate does. Once the replicas have
+// stopped, the campaign opens as many client connections as the pool
+// holds server connections and reports as a violation anything a replica
+// left there (an advisory lock, a SET, a prepared statement, a temporary
+// table, a LISTEN, a cursor), and any advisory lock an idle backend holds.
+//
 // # Determinism
 //
 // The workload (every event, copy, delay and staging change) and the fault
@@ -77,6 +95,9 @@
 //	reset_peer    Toxiproxy reset_peer: connections reset (TCP RST)
 //	timeout       Toxiproxy timeout: data dropped, connections closed after
 //	              the toxic's timeout
+//	pooler_restart  behind a pooler only (Options.PoolMode): the pooler
+//	                stopped, every client connection dropped at once, down
+//	                0-2 s, started on the same port
 //
 // Long faults, Options.LongRounds rounds of each (one in TestChaosShort,
 // four in `make chaos`, none in TestChaosClusterShort), in an order the seed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ const (
 	FaultLatency     = "latency"
 	FaultResetPeer   = "reset_peer"
 	FaultTimeout     = "timeout"
+	// FaultPoolerRestart is drawn only with Options.PoolMode (pooler.go).
+	FaultPoolerRestart = "pooler_restart"
 
 	// The cluster faults (Options.Cluster): servers of the NATS cluster
 	// killed, stopped, partitioned away or restarted one by one, and the
@@ -75,11 +78,14 @@ func planned(f *fault) time.Duration {
 // a start. The real one takes what it takes; later faults wait for it.
 func rollingRestartPlan(replicas int) time.Duration { return time.Duration(replicas) * 3 * time.Second }
 
-// faultWeights is how often each scheduled kind is drawn.
-var faultWeights = []struct {
+// weightedKind is a kind of short fault and how often it is drawn.
+type weightedKind struct {
 	kind   string
 	weight int
-}{
+}
+
+// faultWeights is how often each scheduled kind is drawn.
+var faultWeights = []weightedKind{
 	{FaultKill, 22},
 	{FaultPause, 12},
 	{FaultPGFast, 7},
@@ -94,10 +100,7 @@ var faultWeights = []struct {
 // clusterFaultWeights replace faultWeights in the cluster topology: the
 // same faults of idem and PostgreSQL, and the cluster's own instead of the
 // single server's restart.
-var clusterFaultWeights = []struct {
-	kind   string
-	weight int
-}{
+var clusterFaultWeights = []weightedKind{
 	{FaultKill, 14},
 	{FaultPause, 7},
 	{FaultPGFast, 4},
@@ -114,6 +117,18 @@ var clusterFaultWeights = []struct {
 	{FaultNATSLatency, 5},
 	{FaultNATSReset, 6},
 	{FaultNATSBlackhole, 6},
+}
+
+// poolerWeight is how often pooler_restart is drawn when the replicas are
+// behind a pooler: as often as pg_terminate, the other fault that drops
+// every idem connection at once.
+func poolerWeight(weights []weightedKind) int {
+	for _, w := range weights {
+		if w.kind == FaultPGTerminate {
+			return w.weight
+		}
+	}
+	return 1
 }
 
 // natsServers is what the nemesis stops and starts for nats_restart and
@@ -224,6 +239,9 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 	if o.Cluster {
 		weights = clusterFaultWeights
 	}
+	if o.pooled() {
+		weights = append(slices.Clone(weights), weightedKind{FaultPoolerRestart, poolerWeight(weights)})
+	}
 	total := 0
 	for _, w := range weights {
 		total += w.weight
@@ -246,6 +264,8 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		f.Hold = ms(0, 3000)
 	case FaultNATSRestart:
 		f.Hold = ms(0, 2000)
+	case FaultPoolerRestart:
+		f.Hold = ms(0, int(poolerRestartMaxDown/time.Millisecond))
 	case FaultLatency:
 		f.Hold, f.Param = ms(2000, 8000), 50+rng.IntN(350)
 	case FaultResetPeer:
@@ -298,6 +318,7 @@ type nemesis struct {
 	cluster  *natsCluster        // nil with one server
 	js       jetstream.JetStream // direct to the servers, to find the stream's leader
 	link     *dbLink
+	pooler   Pooler // nil without Options.PoolMode
 	logf     func(string, ...any)
 
 	mu      sync.Mutex
@@ -326,7 +347,7 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// A fault the harness cannot heal (PostgreSQL that will not start)
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
-			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown,
+			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
 				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
@@ -382,6 +403,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		err := n.nats.up()
 		f.Outage = time.Since(down)
 		return err
+	case FaultPoolerRestart:
+		return n.poolerRestart(ctx, heal, f)
 	case FaultRollingRestart:
 		// A deploy: one replica at a time, the next only once its
 		// predecessor's successor has started.

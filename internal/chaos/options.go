@@ -109,6 +109,17 @@ type Options struct {
 	// ports and on the routes, and adds the cluster faults to the schedule.
 	// Otherwise NATS is one in-process server.
 	Cluster bool
+	// PoolMode puts a real pooler between the replicas and PostgreSQL, in
+	// that pool mode ("transaction" or "session"): idem, the pooler, the
+	// Toxiproxy link, PostgreSQL. Every link fault and failover still acts
+	// on the link; the schedule adds pooler_restart. Empty: no pooler.
+	// Pooler must be set with it.
+	PoolMode string
+	// Pooler starts the pooler in front of upstreamURL (a URL to the
+	// campaign's database through the Toxiproxy link), in PoolMode. The
+	// caller provides it (the test harness starts a real PgBouncer); the
+	// campaign stops nothing it returns, but restarts it for pooler_restart.
+	Pooler func(upstreamURL string) (Pooler, error)
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
@@ -176,6 +187,14 @@ func (o Options) Validate() error {
 	if o.Dir == "" {
 		add("Dir is required")
 	}
+	switch o.PoolMode {
+	case "", PoolTransaction, PoolSession:
+	default:
+		add("PoolMode %q: use %q or %q, or leave it empty for no pooler", o.PoolMode, PoolTransaction, PoolSession)
+	}
+	if o.PoolMode != "" && o.Pooler == nil {
+		add("Pooler is required with PoolMode %q: a function that starts the pooler in front of the URL it is given", o.PoolMode)
+	}
 	if o.Replicas < 1 || o.Replicas > 9 {
 		add("Replicas %d: use 1 to 9", o.Replicas)
 	}
@@ -211,6 +230,9 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// pooled says the replicas reach PostgreSQL through a pooler.
+func (o Options) pooled() bool { return o.PoolMode != "" }
+
 // streamReplicas is the replicas of the streams idem creates: one per
 // server of the topology.
 func (o Options) streamReplicas() int {
@@ -229,8 +251,10 @@ func (o Options) longRoundMax() time.Duration {
 // FromEnv reads the knobs of `make chaos` over o: CHAOS_SEED, CHAOS_EVENTS,
 // CHAOS_DURATION, CHAOS_REPLICAS, CHAOS_PARTITIONS, CHAOS_CRASH_PROB,
 // CHAOS_DRAIN_BOUND, CHAOS_LONG_ROUNDS, CHAOS_WAREHOUSE_DOWN_MIN,
-// CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN, and CHAOS_NO_FAULTS=1 for a
-// control run without faults.
+// CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN, CHAOS_POOLER=transaction (or
+// session: the replicas behind a real pooler in that mode, which the caller
+// starts through Options.Pooler), and CHAOS_NO_FAULTS=1 for a control run
+// without faults.
 // An unreadable value is an error naming the variable.
 func FromEnv(o Options) (Options, error) {
 	var errs []error
@@ -270,6 +294,13 @@ func FromEnv(o Options) (Options, error) {
 			errs = append(errs, fmt.Errorf("CHAOS_CRASH_PROB=%q: want a probability such as 0.005", v))
 		} else {
 			o.CrashProb = p
+		}
+	}
+	if v := os.Getenv("CHAOS_POOLER"); v != "" {
+		if v != PoolTransaction && v != PoolSession {
+			errs = append(errs, fmt.Errorf("CHAOS_POOLER=%q: want %q or %q", v, PoolTransaction, PoolSession))
+		} else {
+			o.PoolMode = v
 		}
 	}
 	if os.Getenv("CHAOS_NO_FAULTS") == "1" {

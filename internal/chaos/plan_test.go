@@ -331,3 +331,34 @@ func checkerNATS(t *testing.T) jetstream.JetStream {
 	require.NoError(t, err)
 	return js
 }
+
+// pooler_restart is drawn only behind a pooler, and TestChaosPoolerShort's
+// seed draws some in the first half of the phase, where slow heals cannot
+// push them out, with every long fault and the failover 30 s before the end.
+func TestPoolerShortScheduleHasPoolerRestarts(t *testing.T) {
+	for _, o := range []Options{{Seed: shortSeed}, clusterShortOptions} {
+		o = o.WithDefaults()
+		for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+			require.NotEqual(t, FaultPoolerRestart, f.Kind, "seed %d: a pooler_restart without a pooler", o.Seed)
+		}
+	}
+	o := poolerShortOptions.WithDefaults()
+	early := 0
+	long := map[string]int{}
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		if f.Kind == FaultPoolerRestart {
+			require.LessOrEqual(t, f.Hold, poolerRestartMaxDown)
+			if f.At < o.Duration/2 {
+				early++
+			}
+		}
+		if f.Kind == FaultFailover {
+			require.Less(t, f.At+planned(f), o.Duration-30*time.Second, "seed %d: failover at %s", o.Seed, f.At)
+		}
+		if slices.Contains(longKinds, f.Kind) {
+			long[f.Kind]++
+		}
+	}
+	require.GreaterOrEqual(t, early, 2, "seed %d: pooler restarts in the first half of the phase", o.Seed)
+	require.Equal(t, map[string]int{FaultWarehouseDown: 1, FaultNATSDown: 1, FaultRollingRestart: 1, FaultFailover: 1}, long)
+}

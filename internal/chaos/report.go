@@ -11,8 +11,11 @@ import (
 // Report holds the figures of one campaign. Its JSON is what
 // docs/RELIABILITY.md quotes; the text block (Print) is the same, for people.
 type Report struct {
-	Seed       int64    `json:"seed"`
-	Topology   string   `json:"topology"`
+	Seed     int64  `json:"seed"`
+	Topology string `json:"topology"`
+	// Pooler is the pool mode of the pooler in front of PostgreSQL; empty
+	// without one.
+	Pooler     string   `json:"pooler,omitempty"`
 	Replicas   int      `json:"replicas"`
 	Datasets   []string `json:"datasets"`
 	Partitions int      `json:"partitions_per_dataset"`
@@ -88,6 +91,9 @@ type FaultFigures struct {
 	// The longest time PostgreSQL and NATS were down, stop to start.
 	LongestWarehouseOutageSeconds float64 `json:"longest_warehouse_outage_seconds"`
 	LongestNATSOutageSeconds      float64 `json:"longest_nats_outage_seconds"`
+	// LongestPoolerOutageSeconds is the longest pooler_restart, stop to
+	// start (Options.PoolMode only).
+	LongestPoolerOutageSeconds float64 `json:"longest_pooler_outage_seconds,omitempty"`
 	// SlowestResumeSeconds is the longest time from PostgreSQL coming back
 	// after a warehouse_down to idem finishing a load again.
 	SlowestResumeSeconds float64 `json:"slowest_resume_seconds"`
@@ -185,6 +191,11 @@ type CheckFigures struct {
 	// Results counts the results stream against the audit.
 	Results ResultFigures `json:"results"`
 
+	// PooledLeftovers counts what the replicas left on the pooler's server
+	// connections once stopped (Options.PoolMode only): session state, or
+	// advisory locks of idle backends.
+	PooledLeftovers int `json:"pooled_leftovers,omitempty"`
+
 	Panics     int  `json:"panics"`
 	Drained    bool `json:"drained_within_bound"`
 	CleanStops bool `json:"clean_final_stops"`
@@ -262,6 +273,10 @@ func (r *Report) Print(w io.Writer) {
 		c.FatalRedelivered, c.FatalRedeliveredExpl, c.ValidEventsDeadLettered, c.TransientDeadLtrs, c.TransientExplained,
 		c.ValidDeadLetteredInOutage, c.ValidJudgedFatal, c.UnknownDeadLetters)
 	fmt.Fprintf(w, "processes     panics %d, drained within bound %v, clean final stops %v\n", c.Panics, c.Drained, c.CleanStops)
+	if r.Pooler != "" {
+		fmt.Fprintf(w, "pooler        %s mode: %d pooler_restart, longest %.1fs down; %d things left on pooled server connections after the final stop\n",
+			r.Pooler, r.Faults.ByKind[FaultPoolerRestart], r.Faults.LongestPoolerOutageSeconds, c.PooledLeftovers)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)
 	}
