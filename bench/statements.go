@@ -16,15 +16,16 @@ import (
 )
 
 // (j) Statement modes: the same small events and big loads through `idem
-// serve` with postgres.statement_mode prepare, describe and exec against
-// PostgreSQL itself, and auto through a real PgBouncer in transaction
+// serve` with postgres.statement_mode prepare and describe, and pgx's exec
+// mode (through the URL), against PostgreSQL itself, and auto through a
+// real PgBouncer in transaction
 // pooling (which idem resolves to describe), the four taking turns.
 
 // The ways (j) runs idem: a statement mode, and where idem connects.
 const (
 	StmPrepare  = "prepare"        // statement_mode prepare, PostgreSQL directly
 	StmDescribe = "describe"       // statement_mode describe, PostgreSQL directly
-	StmExec     = "exec"           // statement_mode exec, PostgreSQL directly
+	StmExec     = "exec"           // pgx's exec mode through the URL, PostgreSQL directly
 	StmPooled   = "pgbouncer_auto" // statement_mode auto, through PgBouncer (transaction pooling)
 )
 
@@ -40,7 +41,10 @@ type stmWay struct {
 var stmWays = []stmWay{
 	{StmPrepare, config.StatementPrepare, false, config.StatementPrepare},
 	{StmDescribe, config.StatementDescribe, false, config.StatementDescribe},
-	{StmExec, config.StatementExec, false, config.StatementExec},
+	// pgx's exec mode is no statement_mode (it binds a []byte as bytea,
+	// and idem passes JSON so): measured through the URL, which idem
+	// keeps under auto.
+	{StmExec, "", false, "exec"},
 	{StmPooled, "", true, config.StatementDescribe},
 }
 
@@ -158,8 +162,11 @@ func (e *env) runStatements(ctx context.Context) error {
 			for turn := range ways {
 				w := ways[(rep+turn)%len(ways)]
 				url := ""
-				if w.pooled {
+				switch {
+				case w.pooled:
 					url = bouncer.url(e.dbName)
+				case w.key == StmExec:
+					url = withQueryExecMode(e.dbURL, "exec")
 				}
 				run := stmRun{way: w, url: url, c: c, rep: rep, small: &out.Small[ci]}
 				if ci == 0 {
@@ -317,4 +324,13 @@ func (p *idemProc) connected() (route, mode string, err error) {
 		return strings.TrimPrefix(l.Message, "postgres: connected to "), l.StatementMode, nil
 	}
 	return "", "", fmt.Errorf("idem serve did not say how it connected to PostgreSQL:\n%s", p.tail())
+}
+
+// withQueryExecMode adds pgx's default_query_exec_mode to url.
+func withQueryExecMode(url, mode string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "default_query_exec_mode=" + mode
 }

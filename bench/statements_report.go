@@ -9,7 +9,7 @@ import (
 var stmLabels = map[string]string{
 	StmPrepare:  "prepare (named prepared statements), directly",
 	StmDescribe: "describe (unnamed, descriptions cached), directly",
-	StmExec:     "exec (unnamed, nothing cached), directly",
+	StmExec:     "pgx's exec (unnamed, nothing cached; not a statement_mode), directly",
 	StmPooled:   "auto through PgBouncer, transaction pooling (→ describe)",
 }
 
@@ -87,7 +87,7 @@ func (r *Results) statementModesMarkdown() string {
 	if s.Pooler != "" {
 		pooler = s.Pooler + ", default settings otherwise; idem's session settings (synchronous_commit = off, jit = off) set on its role for the database, as deploy/postgres/grants.sql does, since behind a pooler idem sends none at connect"
 	}
-	w("The same delete_insert loads through `idem serve` with `postgres.statement_mode` prepare, describe and exec against PostgreSQL itself, and auto through PgBouncer (%s). "+
+	w("The same delete_insert loads through `idem serve` with `postgres.statement_mode` prepare and describe, and pgx's exec mode (set through the URL's default_query_exec_mode; it is no statement_mode, since it binds a []byte as bytea and idem passes JSON so), against PostgreSQL itself, and auto through PgBouncer (%s). "+
 		"Every rep each way runs in turn, the order rotating, each in an `idem serve` of its own after a warm-up event; %d rep(s). Small events: %d 10-row partitions (every load a rerun) published at once, first publish → last ack, VACUUM (ANALYZE) and CHECKPOINT before each run; CPU per event from /proc over the same run. "+
 		"Big loads: one partition into a plain table of four such partitions (index(event_date)), publish → ack, VACUUM (ANALYZE) and CHECKPOINT before each. Medians. Ratios are to prepare, the mode auto picks when idem talks to PostgreSQL itself, and taken rep by rep (each way against prepare's run of the same rep, one turn apart), so the box's drift between reps falls out; their range is the spread.\n\n",
 		pooler, s.Reps, s.Events)

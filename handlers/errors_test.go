@@ -520,5 +520,12 @@ func TestRefusal(t *testing.T) {
 	for _, code := range []string{pgerrcode.CannotConnectNow, pgerrcode.TooManyConnections, pgerrcode.AdminShutdown} {
 		assert.Nil(t, handlers.Refusal(connectRejected(t, code)), "%s is waited for, not refused", code)
 	}
+	// What PgBouncer says while its server is down or its pool is full.
+	for _, msg := range []string{"server login has been failing, try again later (server_login_retry)",
+		"no more connections allowed (max_client_conn)", "query_wait_timeout", "pgbouncer cannot connect to server"} {
+		err := connectRejectedWith(t, pgerrcode.ProtocolViolation, msg)
+		assert.Nil(t, handlers.Refusal(err), "%q is waited for, not refused", msg)
+		assert.True(t, handlers.IsUnavailable(handlers.Classify(err)), "%q: an outage", msg)
+	}
 	assert.Nil(t, handlers.Refusal(connectRefused(t)))
 }

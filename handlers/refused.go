@@ -41,10 +41,12 @@ func IsRefused(err error) bool {
 }
 
 // Refusal returns err as a *RefusedError when it is a connection the server
-// answered with a refusal that no retry fixes (SQLSTATE 08P01, 28000, 28P01,
-// 3D000, or 42501 at connect), and nil otherwise. Connection refused,
-// 57P03 (starting up), 53300 (too many connections) and timeouts are not
-// refusals: they pass.
+// answered with a refusal that no retry fixes (SQLSTATE 28000, 28P01,
+// 3D000, or 42501 at connect; 08P01 for a startup parameter a pooler does
+// not take, statement pooling, or a database the pooler does not know), and
+// nil otherwise. Connection refused, 57P03 (starting up), 53300 (too many
+// connections), a pooler's other 08P01 (its server unreachable, its pool
+// full) and timeouts are not refusals: they pass.
 func Refusal(err error) *RefusedError {
 	var r *RefusedError
 	if errors.As(err, &r) {
@@ -80,8 +82,10 @@ func Refusal(err error) *RefusedError {
 			return &RefusedError{Err: err, Cause: fmt.Sprintf("%s knows no database %q", pooler, db),
 				Fix: "add it to the pooler's [databases] section, or fix the database name in postgres.url"}
 		}
-		return &RefusedError{Err: err, Cause: at + " refused the connection: " + msg,
-			Fix: "check that postgres.url points at PostgreSQL or a pooler that speaks its protocol"}
+		// Anything else a pooler says with 08P01 passes: its server is
+		// down or starting (server_login_retry), its pool is full
+		// (max_client_conn, query_wait_timeout).
+		return nil
 	case pgerrcode.InvalidPassword:
 		return &RefusedError{Err: err, Cause: fmt.Sprintf("%s refused the login of %s: password authentication failed", at, user),
 			Fix: "set the role's current password in postgres.url (or the file or secret it is read from)"}

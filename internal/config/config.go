@@ -263,7 +263,7 @@ type Postgres struct {
 	// StatementMode is how statements are sent: StatementAuto (default)
 	// prepares named statements when idem talks to PostgreSQL itself and
 	// sends unnamed ones behind a pooler, which idem detects at start;
-	// StatementPrepare, StatementDescribe and StatementExec force one way.
+	// StatementPrepare and StatementDescribe force one way.
 	StatementMode string `yaml:"statement_mode,omitempty"`
 }
 
@@ -281,9 +281,6 @@ const (
 	// types are cached per connection (pgx's cache_describe); one round
 	// trip, planned with each execution's values.
 	StatementDescribe = "describe"
-	// StatementExec: unnamed statements, nothing cached, parameter types
-	// from the Go values (pgx's exec).
-	StatementExec = "exec"
 )
 
 // ReverifyOn says whether idem serve re-verifies after a failover.

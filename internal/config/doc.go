@@ -102,13 +102,13 @@
 //
 //	url             a libpq URL or keyword/value string; TLS through sslmode and friends
 //	url_file        file holding the URL
-//	statement_mode  auto   how statements are sent: auto, prepare, describe or exec
+//	statement_mode  auto   how statements are sent: auto, prepare or describe
 //
 // statement_mode auto prepares named statements when idem talks to
 // PostgreSQL itself, and sends unnamed statements (pgx's cache_describe)
 // behind a pooler such as PgBouncer, which idem detects when it connects.
 // prepare forces named statements (behind PgBouncer only from 1.21 with
-// max_prepared_statements); describe and exec force unnamed ones. See
+// max_prepared_statements); describe forces unnamed ones. See
 // docs/POOLERS.md.
 //
 // The URL is not required by Validate, so a config can be checked without a

@@ -134,9 +134,9 @@ func (c *Config) validateTop(v *validator) {
 		v.add("postgres.reverify_window", "%s: want at least 1m (it must cover the replication lag a failover may lose), or postgres.reverify: false to turn it off", w)
 	}
 	switch c.Postgres.StatementMode {
-	case StatementAuto, StatementPrepare, StatementDescribe, StatementExec:
+	case StatementAuto, StatementPrepare, StatementDescribe:
 	default:
-		v.add("postgres.statement_mode", "%q; use auto (default: prepared statements directly, unnamed ones behind a pooler), prepare, describe or exec", c.Postgres.StatementMode)
+		v.add("postgres.statement_mode", "%q; use auto (default: prepared statements directly, unnamed ones behind a pooler), prepare or describe", c.Postgres.StatementMode)
 	}
 	if n.MaxGroup < 1 || n.MaxGroup > 256 {
 		v.add("nats.max_group", "%d; use 1 (group loads off) to 256 (default %d)", n.MaxGroup, DefaultMaxGroup)

@@ -33,7 +33,7 @@ func TestValidateProblems(t *testing.T) {
 		{"max_group too big", func(c *Config) { c.NATS.MaxGroup = 1000 }, "", "nats.max_group", []string{"use 1 (group loads off) to 256"}, false},
 		{"token_for_reads without a token", func(c *Config) { c.HTTP.TokenForReads = true; c.HTTP.Token = "" }, "", "http.token_for_reads", []string{"needs http.token"}, false},
 		{"ack_wait under 1s", func(c *Config) { c.NATS.AckWait = Duration(999 * time.Millisecond) }, "", "nats.ack_wait", []string{"999ms is too short", "at least 1s"}, false},
-		{"unknown statement_mode", func(c *Config) { c.Postgres.StatementMode = "named" }, "", "postgres.statement_mode", []string{`"named"`, "use auto", "prepare, describe or exec"}, false},
+		{"unknown statement_mode", func(c *Config) { c.Postgres.StatementMode = "named" }, "", "postgres.statement_mode", []string{`"named"`, "use auto", "prepare or describe"}, false},
 		{"reverify_window under a minute", func(c *Config) { c.Postgres.ReverifyWindow = Duration(10 * time.Second) }, "", "postgres.reverify_window", []string{"10s: want at least 1m", "postgres.reverify: false"}, false},
 		{"ack_wait as long as the duplicate window", func(c *Config) { c.NATS.AckWait = Duration(2 * time.Minute) }, "", "nats.ack_wait", []string{"2m0s is not shorter than the duplicate window nats.duplicates (2m0s)", "Term is lost", "lower ack_wait or raise nats.duplicates"}, false},
 		{"ack_wait beyond a set duplicate window", func(c *Config) {

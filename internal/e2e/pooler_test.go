@@ -265,3 +265,27 @@ func TestPgBouncerRestartUnderLoad(t *testing.T) {
 		strings.Count(a.output()+b.output(), `"load failed"`))
 	requireNoLeftovers(ctx, t, w, bouncer)
 }
+
+// TestServeWaitsForAServerBehindThePooler: with PostgreSQL down behind a
+// running pooler, the pooler takes the login and then says its server is
+// failing (08P01, server_login_retry) or holds the query; a first serve
+// waits for the server, as it does without a pooler, and starts once it is
+// back.
+func TestServeWaitsForAServerBehindThePooler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := localpg.Start(ctx, localpg.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	w, _ := behindPgBouncer(t, pgtest.PoolTransaction, opts{pgAdmin: srv.URL("postgres")})
+	require.NoError(t, srv.Stop(ctx, "fast"))
+	p := w.startServe("10s")
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "waiting for the server to start") }, 60*time.Second, 50*time.Millisecond,
+		"serve did not wait:\n%s", p.output())
+	require.True(t, p.alive(), "serve exited while the server was down:\n%s", p.output())
+	require.NoError(t, srv.Restart(ctx, ""))
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "idem serve started") }, 90*time.Second, 50*time.Millisecond,
+		"serve did not start once the server was back:\n%s", p.output())
+	w.publish("2026-11-02", "r1", nil)
+	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'")
+}

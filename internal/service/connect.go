@@ -153,6 +153,8 @@ func connectSized(ctx context.Context, d dial) (*pgxpool.Pool, Route, error) {
 	if err != nil {
 		return nil, Route{}, err
 	}
+	// Under auto, a mode the URL sets stands: say which.
+	route.StatementMode = statementModeOf(cfg.ConnConfig.DefaultQueryExecMode)
 	if d.hook != nil {
 		cfg.AfterConnect = d.hook.call
 	}
@@ -237,11 +239,12 @@ func connectWaiting(ctx context.Context, log zerolog.Logger, d dial) (*pgxpool.P
 		p, r, err := connectSized(ctx, d)
 		return opened{p, r}, err
 	}, func(err error) bool {
-		// Unreachable, starting up, too many connections: wait. A login
+		// Unreachable, starting up, too many connections, a pooler whose
+		// server does not answer within the check's 10 s: wait. A login
 		// refused (a wrong password, no such database, a startup parameter
-		// the pooler does not take, statement pooling) is a configuration
-		// error at start.
-		return handlers.IsUnavailable(handlers.Classify(err)) && !handlers.IsRefused(err)
+		// the pooler does not take, statement pooling) and a configuration
+		// error (a connection string, a certificate) end the start.
+		return !handlers.IsRefused(err) && !handlers.IsFatal(handlers.Classify(err))
 	})
 	return o.pool, o.route, err
 }

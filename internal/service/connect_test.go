@@ -100,11 +100,11 @@ func TestConnectDirect(t *testing.T) {
 	require.Equal(t, "off", jit)
 	require.Equal(t, "off", sc)
 
-	pool2, route, err := Connect(ctx, db.URL, config.StatementExec)
+	pool2, route, err := Connect(ctx, db.URL, config.StatementDescribe)
 	require.NoError(t, err)
 	defer pool2.Close()
-	require.Equal(t, Route{StatementMode: config.StatementExec}, route)
-	require.Equal(t, pgx.QueryExecModeExec, pool2.Config().ConnConfig.DefaultQueryExecMode)
+	require.Equal(t, Route{StatementMode: config.StatementDescribe}, route)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, pool2.Config().ConnConfig.DefaultQueryExecMode)
 
 	base, err := baseConfig(db.URL, 0)
 	require.NoError(t, err)

@@ -63,8 +63,6 @@ func execMode(mode string) pgx.QueryExecMode {
 	switch mode {
 	case config.StatementDescribe:
 		return pgx.QueryExecModeCacheDescribe
-	case config.StatementExec:
-		return pgx.QueryExecModeExec
 	}
 	return pgx.QueryExecModeCacheStatement
 }
@@ -185,8 +183,6 @@ func statementModeOf(m pgx.QueryExecMode) string {
 		return config.StatementPrepare
 	case pgx.QueryExecModeCacheDescribe:
 		return config.StatementDescribe
-	case pgx.QueryExecModeExec:
-		return config.StatementExec
 	}
 	return m.String()
 }
