@@ -301,4 +301,3 @@ func ptr[T any](v T) *T { return &v }
 func okLineage(url string) *OpenLineage {
 	return &OpenLineage{URL: url, Endpoint: DefaultOpenLineageEndpoint, Namespace: "shop", Timeout: Duration(DefaultOpenLineageTimeout)}
 }
-
