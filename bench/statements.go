@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // (j) Statement modes: the same small events and big loads through `idem
@@ -130,20 +131,22 @@ func (e *env) runStatements(ctx context.Context) error {
 		_ = e.exec(context.WithoutCancel(ctx), "ALTER ROLE CURRENT_USER IN DATABASE "+db+" RESET ALL")
 	}()
 	ways := stmWays
-	bouncer, err := startPgBouncer(ctx, e.dbURL, "transaction")
+	// Not under the harness's work directory: that is root's and closed to
+	// the postgres user pgbouncer runs as.
+	bouncer, err := localpg.StartPgBouncer(ctx, e.dbURL, localpg.PoolTransaction, "")
 	switch {
-	case errors.Is(err, errNoPgBouncer):
+	case errors.Is(err, localpg.ErrNoPgBouncer):
 		e.res.note("statement modes: %v; the PgBouncer rows are empty", err)
 		ways = ways[:len(ways)-1]
 	case err != nil:
 		return fmt.Errorf("pgbouncer: %w", err)
 	default:
-		defer bouncer.stop()
+		defer func() { _ = bouncer.Close() }()
 		out.Pooler = bouncer.Version + ", pool_mode " + bouncer.Mode
-		if err := sessionSettingsOff(ctx, bouncer.url(e.dbName)); err != nil {
+		if err := sessionSettingsOff(ctx, bouncer.URL(e.dbName)); err != nil {
 			return err
 		}
-		e.poolerPid = bouncer.pid()
+		e.poolerPid = bouncer.Pid()
 		defer func() { e.poolerPid = 0 }()
 	}
 
@@ -164,7 +167,7 @@ func (e *env) runStatements(ctx context.Context) error {
 				url := ""
 				switch {
 				case w.pooled:
-					url = bouncer.url(e.dbName)
+					url = bouncer.URL(e.dbName)
 				case w.key == StmExec:
 					url = withQueryExecMode(e.dbURL, "exec")
 				}
@@ -286,12 +289,7 @@ func (e *env) stmRun(ctx context.Context, out *StatementModesResult, r stmRun, d
 // sessionSettingsOff checks a session through the pooler has the settings
 // idem's pool sets when it connects directly.
 func sessionSettingsOff(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		return err
-	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := localpg.ConnectSimple(ctx, url)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,13 @@
 // Package localpg starts a throwaway PostgreSQL cluster from the binaries of the
-// Debian package, for tests, benchmarks and `idem dev`.
+// Debian package, for tests, benchmarks and `idem dev`, and a real pgbouncer
+// (StartPgBouncer) in front of one, for the tests and benchmarks that go
+// through a pooler.
 //
-// It runs the server as the unprivileged "postgres" user when the caller is root
-// (PostgreSQL refuses to run as root, and CI and sessions run as root), listens on
-// 127.0.0.1 only, on a port of its own, with the socket inside the data directory.
-// It must never touch a cluster it did not create.
+// It runs the server and the pooler as the unprivileged "postgres" user when the
+// caller is root (PostgreSQL and pgbouncer refuse to run as root, and CI and
+// sessions run as root); both listen on 127.0.0.1 only, on a port of their own,
+// the server's socket inside its data directory, the pooler's nowhere.
+// It must never touch a cluster or a pooler it did not create.
 package localpg
 
 import (
@@ -313,9 +316,14 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// tail is the last n bytes of s or fewer, from the start of a line.
 func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
 	}
 	return s
 }

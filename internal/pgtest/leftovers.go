@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // PoolerTrackedSettings are the parameters pgbouncer (1.18) carries from a
@@ -39,7 +41,7 @@ func SessionLeftovers(ctx context.Context, pooledURL string, n int) ([]string, e
 		}
 	}()
 	for range n {
-		c, err := connectSimple(ctx, pooledURL)
+		c, err := localpg.ConnectSimple(ctx, pooledURL)
 		if err != nil {
 			return nil, fmt.Errorf("session leftovers: connect: %w", err)
 		}
@@ -106,7 +108,7 @@ func backendLeftovers(ctx context.Context, c *pgx.Conn) ([]string, error) {
 // db limits it to one database; empty means every database. Each finding
 // reads "backend 1234 (db x): advisory lock 42 ExclusiveLock".
 func IdleAdvisoryLocks(ctx context.Context, adminURL, db string) ([]string, error) {
-	c, err := connectSimple(ctx, adminURL)
+	c, err := localpg.ConnectSimple(ctx, adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("idle advisory locks: %w", err)
 	}
