@@ -183,8 +183,9 @@ func connectError(cc *pgx.ConnConfig, err error) error {
 }
 
 // poolSize is the pool a service needs: one connection per load in flight,
-// plus the relay's, the reconciler's, a health check's and a
-// re-verification's two (its lock's session and its loads').
+// plus the relay's, the reconciler's, a health check's and the background
+// passes' (a re-verification's reads and loads, and its or retention's
+// lease renewal). docs/POOLERS.md sizes a pooler from it.
 func poolSize(cfg *config.Config) int { return cfg.NATS.MaxInFlight + 6 }
 
 // Start-up waits for a server that is down (a maintenance window, a node

@@ -60,8 +60,7 @@ func (r Route) String() string {
 
 // execMode is pgx's name for a statement mode.
 func execMode(mode string) pgx.QueryExecMode {
-	switch mode {
-	case config.StatementDescribe:
+	if mode == config.StatementDescribe {
 		return pgx.QueryExecModeCacheDescribe
 	}
 	return pgx.QueryExecModeCacheStatement
