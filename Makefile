@@ -89,7 +89,7 @@ chaos-short: postgres ## the short chaos campaign that make test runs (about 2.5
 	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./internal/chaos/
 
 chaos-pooler: postgres pgbouncer ## the short chaos campaign with the replicas behind a real PgBouncer (transaction mode) and pooler restarts among the faults (about 3 min)
-	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosPoolerShort$$' -v ./internal/chaos/
+	CHAOS_POOLER=transaction CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosPoolerShort$$' -v ./internal/chaos/
 
 # The cluster campaign: three nats-server processes, R3 streams, Toxiproxy on
 # the client links and the routes. Its own defaults (100,000 events over
