@@ -172,14 +172,7 @@ func TestConcurrentPrunersDoNotConflict(t *testing.T) {
 	db := migrated(t)
 	// 300 partitions, each with 4 old failures and a success: 1,200 attempts
 	// to prune, 300 to keep.
-	db.Exec(t, `
-		INSERT INTO idem.pipeline_audit (dag_id, task_id, logical_date, partition_key, run_id, status, attempt,
-		                                 error_kind, started_at, finished_at)
-		SELECT 'shop', 'orders', date '2020-01-01' + p, to_char(date '2020-01-01' + p, 'YYYY-MM-DD'), 'r' || k,
-		       CASE WHEN k = 5 THEN 'success' ELSE 'failed' END, 1, CASE WHEN k < 5 THEN 'fatal' END,
-		       now() - interval '200 days', now() - interval '200 days'
-		  FROM generate_series(0, 299) p, generate_series(1, 5) k
-		 ORDER BY p, k`)
+	oldAttempts(t, db, 300, 5)
 	var pruned sync.Map
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -237,14 +230,7 @@ func TestPruneHoldsALeaseNotALock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t)
-	db.Exec(t, `
-		INSERT INTO idem.pipeline_audit (dag_id, task_id, logical_date, partition_key, run_id, status, attempt,
-		                                 error_kind, started_at, finished_at)
-		SELECT 'shop', 'orders', date '2020-01-01' + p, to_char(date '2020-01-01' + p, 'YYYY-MM-DD'), 'r' || k,
-		       CASE WHEN k = 3 THEN 'success' ELSE 'failed' END, 1, CASE WHEN k < 3 THEN 'fatal' END,
-		       now() - interval '200 days', now() - interval '200 days'
-		  FROM generate_series(0, 9) p, generate_series(1, 3) k
-		 ORDER BY p, k`)
+	oldAttempts(t, db, 10, 3)
 	var during []audit.PruneResult
 	var locks []int64
 	res, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 24 * time.Hour, Batch: 6, Pruned: func(int64) {
@@ -267,4 +253,18 @@ func TestPruneHoldsALeaseNotALock(t *testing.T) {
 	again, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 24 * time.Hour})
 	require.NoError(t, err)
 	require.False(t, again.Busy, "the lease was given back")
+}
+
+// oldAttempts writes 200-day-old attempts of orders for partitions days from
+// 2020-01-01: per partition, runs-1 fatal failures and then a success.
+func oldAttempts(t *testing.T, db *pgtest.DB, partitions, runs int) {
+	t.Helper()
+	db.Exec(t, `
+		INSERT INTO idem.pipeline_audit (dag_id, task_id, logical_date, partition_key, run_id, status, attempt,
+		                                 error_kind, started_at, finished_at)
+		SELECT 'shop', 'orders', date '2020-01-01' + p, to_char(date '2020-01-01' + p, 'YYYY-MM-DD'), 'r' || k,
+		       CASE WHEN k = $2 THEN 'success' ELSE 'failed' END, 1, CASE WHEN k < $2 THEN 'fatal' END,
+		       now() - interval '200 days', now() - interval '200 days'
+		  FROM generate_series(0, $1 - 1) p, generate_series(1, $2) k
+		 ORDER BY p, k`, partitions, runs)
 }
