@@ -6,7 +6,10 @@
 // It also keeps what a load leaves for others, written in the load's
 // transaction: the outbox of downstream events, results and lineage events
 // (outbox.go), the checks' outcomes (checks.go), and, for a group load,
-// the same statements set-based over the group's events (group.go).
+// the same statements set-based over the group's events (group.go). Passes
+// that span many transactions (re-verification, retention) take turns
+// through leases with an expiry (lease.go), never a session lock, which
+// behind a transaction pooler would stay on a server connection.
 //
 // Functions take a Querier, so the caller decides the transaction: the
 // `started` row is written in its own short transaction (it must survive a

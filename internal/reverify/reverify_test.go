@@ -216,6 +216,16 @@ func (r *rig) str(sql string) string {
 
 // advisoryLocks counts the advisory locks any backend holds or waits for
 // in the rig's database, read from a connection of their own.
+// takeLease takes the pipeline's re-verification lease, as another
+// replica's pass would.
+func (r *rig) takeLease(ttl time.Duration) *audit.Lease {
+	r.t.Helper()
+	l, ok, err := audit.TryLease(context.Background(), r.db.Pool, audit.ReverifyLease("rv"), ttl)
+	require.NoError(r.t, err)
+	require.True(r.t, ok)
+	return l
+}
+
 func (r *rig) advisoryLocks() int64 {
 	r.t.Helper()
 	return r.db.Int(r.t, `SELECT count(*) FROM pg_locks
@@ -239,9 +249,7 @@ func TestPassWaitsForAnotherReplicasPass(t *testing.T) {
 	ctx := context.Background()
 	r.publish("events", "2026-11-01", "r1")
 	r.ackAll(1)
-	other, ok, err := audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok)
+	other := r.takeLease(time.Minute)
 
 	done := make(chan reverify.Result, 1)
 	go func() { done <- r.rv.Pass(ctx, "test") }()
@@ -260,7 +268,7 @@ func TestPassWaitsForAnotherReplicasPass(t *testing.T) {
 		t.Fatal("the pass did not run once the lease was given back")
 	}
 	require.Zero(t, r.advisoryLocks(), "no advisory lock after the pass")
-	_, ok, err = audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Minute)
+	_, ok, err := audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Minute)
 	require.NoError(t, err)
 	require.True(t, ok, "the pass gave the lease back")
 }
@@ -272,9 +280,7 @@ func TestPassTakesOverAKilledReplicasLease(t *testing.T) {
 	ctx := context.Background()
 	r.publish("events", "2026-11-01", "r1")
 	r.ackAll(1)
-	_, ok, err := audit.TryLease(ctx, r.db.Pool, audit.ReverifyLease("rv"), time.Second)
-	require.NoError(t, err)
-	require.True(t, ok)
+	r.takeLease(time.Second) // never given back
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res := r.rv.Pass(pctx, "test")
