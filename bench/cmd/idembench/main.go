@@ -14,6 +14,12 @@
 //	go run ./bench/cmd/idembench -mode full -only statements -json bench/results/statements-full.json
 //	go run ./bench/cmd/idembench -report bench/results/full.json -checks bench/results/checks-full.json \
 //		-statements bench/results/statements-full.json -docs docs
+//
+// -cold runs the day-one scenario (a fresh install's first backfill) alone,
+// at -mode's sizes, and -coldreport puts its section first in the report:
+//
+//	go run ./bench/cmd/idembench -mode full -cold bench/results/cold-full.json
+//	go run ./bench/cmd/idembench -report bench/results/full.json -coldreport bench/results/cold-full.json -docs docs
 package main
 
 import (
@@ -60,8 +66,28 @@ func run(args []string, out, errOut io.Writer) int {
 	only := fs.String("only", "", "run only these phases, comma-separated: "+strings.Join(bench.Phases, ", "))
 	checksFrom := fs.String("checks", "", "with -report: take the checks figures (g) from this results file (an -only checks run)")
 	statementsFrom := fs.String("statements", "", "with -report: take the statement-mode figures (j) from this results file (an -only statements run)")
+	coldPath := fs.String("cold", "", "run only the day-one scenario (a fresh install's first backfill) at -mode's sizes and write its results here")
+	coldFrom := fs.String("coldreport", "", "put the day-one section of this results file (a -cold run) first in BENCHMARKS.md")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *coldPath != "" {
+		if *report != "" || *docs != "" || *coldFrom != "" {
+			fmt.Fprintln(errOut, "idembench: -cold writes its results and its table only; render the report with -report FILE -coldreport FILE -docs DIR")
+			return 2
+		}
+		return runCold(bench.Options{
+			Mode: bench.Mode(*mode), AdminURL: os.Getenv("IDEM_DATABASE_URL"), IdemBin: *idemBin, Durable: true, KeepWork: *keep,
+			Progress: errOut, Command: "idembench " + strings.Join(args, " "),
+		}, *coldPath, out, errOut)
+	}
+	var cold *bench.ColdResults
+	if *coldFrom != "" {
+		var err error
+		if cold, err = bench.LoadCold(*coldFrom); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
 	}
 	var res *bench.Results
 	if *report != "" {
@@ -140,11 +166,40 @@ func run(args []string, out, errOut io.Writer) int {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
-		if err := os.WriteFile(filepath.Join(*docs, "BENCHMARKS.md"), []byte(res.Document(string(n), chart)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(*docs, "BENCHMARKS.md"), []byte(res.DocumentWith(string(n), chart, cold)), 0o644); err != nil {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
 		fmt.Fprintln(errOut, "idembench: wrote", filepath.Join(*docs, "BENCHMARKS.md"), "and", filepath.Join(*docs, chart))
 	}
+	return 0
+}
+
+// runCold runs the day-one scenario, writes its results to path and its
+// table on out.
+func runCold(opts bench.Options, path string, out, errOut io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.RunCold(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(errOut, "idembench:", err)
+		if res != nil {
+			partial := strings.TrimSuffix(path, ".json") + ".partial.json"
+			if os.MkdirAll(filepath.Dir(partial), 0o755) == nil && res.Save(partial) == nil {
+				fmt.Fprintln(errOut, "idembench: what was measured is in", partial)
+			}
+		}
+		return 1
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		fmt.Fprintln(errOut, "idembench:", err)
+		return 1
+	}
+	if err := res.Save(path); err != nil {
+		fmt.Fprintln(errOut, "idembench:", err)
+		return 1
+	}
+	fmt.Fprintln(errOut, "idembench: results in", path)
+	fmt.Fprint(out, res.Markdown())
 	return 0
 }
