@@ -160,16 +160,21 @@ type coldSizes struct {
 	histories []HistorySize
 	// vacuumWait bounds the wait for autovacuum after a seed.
 	vacuumWait time.Duration
+	// warmUp runs every pass once at 0 attempts, unrecorded, before the
+	// first size: the harness's new cluster creates its first WAL
+	// segments and the binaries start for the first time there, which a
+	// user's long-running server does not pay for on day one.
+	warmUp bool
 }
 
 func coldSizesFor(m Mode) (coldSizes, error) {
 	young := []HistorySize{{}, {Datasets: 10, Days: 20}}
 	switch m {
 	case ModeFull:
-		return coldSizes{events: 6000, vacuumWait: 10 * time.Minute, histories: append(young,
+		return coldSizes{events: 6000, vacuumWait: 10 * time.Minute, warmUp: true, histories: append(young,
 			HistorySize{Datasets: 20, Days: 100}, HistorySize{Datasets: 50, Days: 400}, HistorySize{Datasets: 500, Days: 4000})}, nil
 	case ModeQuick:
-		return coldSizes{events: 600, vacuumWait: 30 * time.Second, histories: young}, nil
+		return coldSizes{events: 600, vacuumWait: 30 * time.Second, warmUp: true, histories: young}, nil
 	case ModeTiny:
 		return coldSizes{events: 200, histories: young}, nil
 	}
@@ -217,10 +222,17 @@ func RunCold(ctx context.Context, opts Options) (*ColdResults, error) {
 	if err := c.start(ctx); err != nil {
 		return out, err
 	}
+	if sz.warmUp {
+		c.logf("== day one, warm-up at 0 history rows (not recorded)")
+		if err := c.atHistory(ctx, "warmup", &ColdSize{}); err != nil {
+			c.finish()
+			return out, fmt.Errorf("warm-up: %w", err)
+		}
+	}
 	for i, h := range sz.histories {
 		c.logf("== day one at %s history rows", thousands(int64(h.Rows())))
 		s := ColdSize{History: h, Rows: h.Rows()}
-		err := c.atHistory(ctx, i, &s)
+		err := c.atHistory(ctx, strconv.Itoa(i), &s)
 		out.Sizes = append(out.Sizes, s)
 		c.sampleLoad(fmt.Sprintf("cold %s", labelRows(h.Rows())))
 		if err != nil {
@@ -312,9 +324,10 @@ func (c *cold) closeNATS() {
 	}
 }
 
-// atHistory runs every pass on a new database with h's history.
-func (c *cold) atHistory(ctx context.Context, i int, s *ColdSize) error {
-	drop, err := c.freshDB(ctx, i)
+// atHistory runs every pass on a new database with s.History, its
+// databases, configs and logs named by tag.
+func (c *cold) atHistory(ctx context.Context, tag string, s *ColdSize) error {
+	drop, err := c.freshDB(ctx, tag)
 	defer drop()
 	if err != nil {
 		return err
@@ -343,7 +356,7 @@ func (c *cold) atHistory(ctx context.Context, i int, s *ColdSize) error {
 	if s.Autovacuum, err = c.waitAutovacuum(ctx); err != nil {
 		return err
 	}
-	if err := c.startNATS(ctx, i); err != nil {
+	if err := c.startNATS(ctx, tag); err != nil {
 		return err
 	}
 	defer c.closeNATS()
@@ -356,11 +369,11 @@ func (c *cold) atHistory(ctx context.Context, i int, s *ColdSize) error {
 		}
 	}
 	ds := []dataset{smallDataset(coldDataset, coldDataset)}
-	cfg4, err := c.writeConfig(fmt.Sprintf("cold-%d-c%d", i, coldInFlight), coldInFlight, ds)
+	cfg4, err := c.writeConfig(fmt.Sprintf("cold-%s-c%d", tag, coldInFlight), coldInFlight, ds)
 	if err != nil {
 		return err
 	}
-	cfg1, err := c.writeConfig(fmt.Sprintf("cold-%d-c1", i), 1, ds)
+	cfg1, err := c.writeConfig(fmt.Sprintf("cold-%s-c1", tag), 1, ds)
 	if err != nil {
 		return err
 	}
@@ -395,7 +408,7 @@ func (c *cold) atHistory(ctx context.Context, i int, s *ColdSize) error {
 			}
 		}
 		c.logf("%s: %d events at max_in_flight %d", p.name, len(p.evs), p.c)
-		got, err := c.pass(ctx, fmt.Sprintf("%d-%s", i, p.name), p.cfg, p.c, p.evs, p.status)
+		got, err := c.pass(ctx, tag+"-"+p.name, p.cfg, p.c, p.evs, p.status)
 		if err != nil {
 			return fmt.Errorf("%s pass: %w", p.name, err)
 		}
@@ -422,10 +435,10 @@ func (c *cold) atHistory(ctx context.Context, i int, s *ColdSize) error {
 	return nil
 }
 
-// freshDB creates history i's database, runs `idem migrate` on it and
+// freshDB creates a database named by tag, runs `idem migrate` on it and
 // points the harness at it; drop removes it.
-func (c *cold) freshDB(ctx context.Context, i int) (drop func(), err error) {
-	name := fmt.Sprintf("idembench_%d_cold_%d", os.Getpid(), i)
+func (c *cold) freshDB(ctx context.Context, tag string) (drop func(), err error) {
+	name := fmt.Sprintf("idembench_%d_cold_%s", os.Getpid(), tag)
 	ident := pgx.Identifier{name}.Sanitize()
 	drop = func() {
 		if c.pool != nil {
@@ -469,7 +482,7 @@ func (c *cold) freshDB(ctx context.Context, i int) (drop func(), err error) {
 	if err == nil {
 		_, err = c.pool.Exec(ctx, "SELECT pg_stat_statements_reset()")
 	}
-	if c.stats = err == nil; !c.stats && i == 0 {
+	if c.stats = err == nil; !c.stats && !c.described {
 		c.res.note("pg_stat_statements is not available (%v): no top statements", err)
 	}
 	return drop, nil
@@ -838,14 +851,14 @@ type natsChild struct {
 	log  string
 }
 
-// startNATS starts a new nats-server (history i's: a new store, a new
+// startNATS starts a new nats-server (a new store named by tag, a new
 // port) and connects the harness to it.
-func (c *cold) startNATS(ctx context.Context, i int) error {
+func (c *cold) startNATS(ctx context.Context, tag string) error {
 	port, err := localpg.FreePort()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(c.work, fmt.Sprintf("nats-%d", i))
+	dir := filepath.Join(c.work, "nats-"+tag)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
