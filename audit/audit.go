@@ -253,9 +253,10 @@ const (
      SELECT EXISTS (SELECT 1 FROM idem.run_ledger
                      WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5) AS yes`
 	doneForce = `
-     SELECT $7::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
+     SELECT $7::bigint IS NOT NULL AND (SELECT true FROM idem.pipeline_audit
              WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
-               AND stream_seq = $7 AND status = 'success') AS yes`
+               AND stream_seq = $7 AND status = 'success'
+             ORDER BY id DESC LIMIT 1) IS NOT NULL AS yes`
 )
 
 // loadedBy is the run's load, from the ledger, as a skip's result names
@@ -293,11 +294,12 @@ func beginWith(done, result string) string {
 	return `
 WITH done AS MATERIALIZED (` + done + `),
 prior AS (
-     SELECT count(*)::int AS n, (array_agg(status ORDER BY id DESC))[1] AS last
-       FROM idem.pipeline_audit
-      WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
-        AND stream_seq IS NOT DISTINCT FROM $7
-        AND (status = 'started' OR (status = 'failed' AND error_kind = 'transient'))),
+     SELECT count(*)::int AS n, (array_agg(s.status ORDER BY s.id DESC))[1] AS last
+       FROM (SELECT id, status FROM idem.pipeline_audit
+              WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
+                AND stream_seq IS NOT DISTINCT FROM $7
+                AND (status = 'started' OR (status = 'failed' AND error_kind = 'transient'))
+              ORDER BY id DESC LIMIT nullif($10::int, 0)) s),
 ins AS (
      INSERT INTO idem.pipeline_audit
             (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
@@ -355,8 +357,9 @@ func QueueSucceeded(b *pgx.Batch, k RunKey, done *bool) {
 // QueueMessageSucceeded queues on b whether message seq of run k already
 // loaded (a forced event's duplicate check), storing the answer in done.
 func QueueMessageSucceeded(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
-	b.Queue(`SELECT $5::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM idem.pipeline_audit
-	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success')`,
+	b.Queue(`SELECT $5::bigint IS NOT NULL AND (SELECT true FROM idem.pipeline_audit
+	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success'
+	          ORDER BY id DESC LIMIT 1) IS NOT NULL`,
 		k.Pipeline, k.Dataset, k.Partition, k.RunID, nullSeq(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
 }
 
@@ -404,27 +407,66 @@ func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Be
 // second success of the run violates the ledger's primary key (23505).
 // SuccessError turns those into ErrNotStarted and ErrAlreadySucceeded.
 func QueueSucceedAndRecord(b *pgx.Batch, k RunKey, id int64, rows Rows, force bool) {
+	queueSucceed(b, k, id, rows, force, nil)
+}
+
+// queueSucceed is QueueSucceedAndRecord that also writes, when result is
+// not nil, the attempt's result into the outbox (QueueEnqueueResult), in
+// the same statement.
+func queueSucceed(b *pgx.Batch, k RunKey, id int64, rows Rows, force bool, result []byte) {
 	var deleted *int64
 	if rows.Deleted >= 0 {
 		deleted = &rows.Deleted
 	}
-	conflict := ""
+	args := []any{k.Pipeline, k.Dataset, k.Partition, k.RunID, id, rows.Written(), rows.Inserted, rows.Updated, deleted}
+	if result != nil {
+		args = append(args, string(result))
+	}
+	b.Queue(succeedSQL[succeedKind(force, result != nil)], args...)
+}
+
+func succeedKind(force, result bool) int {
+	n := 0
 	if force {
-		conflict = `
+		n++
+	}
+	if result {
+		n += 2
+	}
+	return n
+}
+
+// succeedSQL are the texts of queueSucceed, by succeedKind: each updates
+// one audit row by its id, so it takes the primary key at every size.
+var succeedSQL = func() (texts [4]string) {
+	for _, force := range []bool{false, true} {
+		for _, result := range []bool{false, true} {
+			conflict, res := "", ""
+			if force {
+				conflict = `
 		ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
 		SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
-	}
-	b.Queue(`
+			}
+			if result {
+				res = `,
+		res AS (
+		     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+		     VALUES ($2, $3, $4, $5, $10::jsonb)
+		     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
+			}
+			texts[succeedKind(force, result)] = `
 		WITH done AS (
 		     UPDATE idem.pipeline_audit
 		        SET status = 'success', row_count = $6, rows_inserted = $7, rows_updated = $8,
 		            rows_deleted = $9, finished_at = clock_timestamp()
 		      WHERE id = $5 AND status = 'started'
-		     RETURNING id)
+		     RETURNING id)` + res + `
 		INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
-		VALUES ($1, $2, $3, $4, (SELECT id FROM done))`+conflict,
-		k.Pipeline, k.Dataset, k.Partition, k.RunID, id, rows.Written(), rows.Inserted, rows.Updated, deleted)
-}
+		VALUES ($1, $2, $3, $4, (SELECT id FROM done))` + conflict
+		}
+	}
+	return texts
+}()
 
 // SuccessError maps the server's refusals of QueueSucceedAndRecord's
 // statement to ErrNotStarted and ErrAlreadySucceeded; other errors come

@@ -19,87 +19,24 @@ type Success struct {
 	Checks []CheckResult
 }
 
-// successRow is a Success as the group statement reads it.
-type successRow struct {
-	ID        int64           `json:"id"`
-	Pipeline  string          `json:"dag"`
-	Dataset   string          `json:"task"`
-	Partition string          `json:"part"`
-	RunID     string          `json:"run"`
-	Written   int64           `json:"written"`
-	Inserted  int64           `json:"ins"`
-	Updated   int64           `json:"upd"`
-	Deleted   *int64          `json:"del"`
-	Result    json.RawMessage `json:"result,omitempty"`
-}
-
-// groupSuccessSQL does for every load of a group what
-// QueueSucceedAndRecord and QueueEnqueueResult do for one, in one
-// statement: each started row becomes `success` with its counts, each run
-// gets its ledger entry pointing at it, each result its outbox row. The
-// server checks the same conditions row by row: a row that was not
-// `started` leaves its ledger entry's audit_id NULL (23502), and without
-// force a second success of a run violates the ledger's primary key
-// (23505), so the group's COMMIT never commits past them.
-func groupSuccessSQL(force bool) string {
-	conflict := ""
-	if force {
-		conflict = `
-		ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
-		SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
-	}
-	return `
-		WITH input AS MATERIALIZED (
-		     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(id bigint, dag text, task text, part text, run text,
-		            written bigint, ins bigint, upd bigint, del bigint, result jsonb)),
-		done AS (
-		     UPDATE idem.pipeline_audit a
-		        SET status = 'success', row_count = i.written, rows_inserted = i.ins, rows_updated = i.upd,
-		            rows_deleted = i.del, finished_at = clock_timestamp()
-		       FROM input i
-		      WHERE a.id = i.id AND a.status = 'started'
-		     RETURNING a.id),
-		res AS (
-		     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-		     SELECT i.task, i.part, i.run, i.id, i.result FROM input i WHERE i.result IS NOT NULL
-		     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
-		INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
-		SELECT i.dag, i.task, i.part, i.run, d.id FROM input i LEFT JOIN done d ON d.id = i.id` + conflict
-}
-
-// QueueSucceedGroup queues on b the successes of a group's loads: one
-// statement for the forced ones and one for the others (each as few as
-// the group has), and one for all their checks' outcomes. SuccessError
-// maps the server's refusals as for one load.
+// QueueSucceedGroup queues on b the successes of a group's loads: for each,
+// the statement QueueSucceedAndRecord queues, with its result (when it has
+// one) written by the same statement; then one statement for all their
+// checks' outcomes. SuccessError maps the server's refusals as for one load.
+//
+// Each success is its own statement on purpose: an UPDATE that joins the
+// audit to a set of ids is planned as a join, and the plan a connection
+// keeps was made when the audit was small, where the planner reads the
+// whole table and hashes it (see docs/QUERY-PLANS.md). A statement
+// updating one row by its id takes the primary key at every size.
 func QueueSucceedGroup(b *pgx.Batch, ss []Success) error {
-	var byForce [2][]successRow
 	var checks []checkRow
 	for _, s := range ss {
-		r := successRow{ID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset, Partition: s.Partition, RunID: s.RunID,
-			Written: s.Rows.Written(), Inserted: s.Rows.Inserted, Updated: s.Rows.Updated, Result: s.Result}
-		if s.Rows.Deleted >= 0 {
-			d := s.Rows.Deleted
-			r.Deleted = &d
-		}
-		f := 0
-		if s.Force {
-			f = 1
-		}
-		byForce[f] = append(byForce[f], r)
+		queueSucceed(b, s.RunKey, s.ID, s.Rows, s.Force, s.Result)
 		for _, c := range s.Checks {
 			checks = append(checks, checkRow{AuditID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset,
 				Partition: s.Partition, RunID: s.RunID, CheckResult: c})
 		}
-	}
-	for f, rows := range byForce {
-		if len(rows) == 0 {
-			continue
-		}
-		data, err := json.Marshal(rows)
-		if err != nil {
-			return fmt.Errorf("audit: group success: %w", err)
-		}
-		b.Queue(groupSuccessSQL(f == 1), string(data))
 	}
 	if len(checks) == 0 {
 		return nil
@@ -136,13 +73,35 @@ const groupChecksSQL = `
 // i.task, i.part, i.run, i.force, i.seq), as beginSQL and QueueSucceeded
 // ask it for one: a forced attempt is done when this very message loaded,
 // an ordinary one when the ledger holds its run.
-const groupDoneSQL = `CASE WHEN i.force THEN i.seq IS NOT NULL AND EXISTS (
-                SELECT 1 FROM idem.pipeline_audit a
+//
+// Each answer is a scalar subquery, so each member is a probe of its own
+// index (the ledger's primary key; the audit's partition index, in its
+// order): the planner cannot turn a probe into a join that reads and
+// hashes the whole table, as it did with EXISTS over a set of members
+// while the tables were small.
+const groupDoneSQL = `CASE WHEN i.force THEN i.seq IS NOT NULL AND (
+                SELECT true FROM idem.pipeline_audit a
                  WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
-                   AND a.stream_seq = i.seq AND a.status = 'success')
-            ELSE EXISTS (SELECT 1 FROM idem.run_ledger l
-                 WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run)
+                   AND a.stream_seq = i.seq AND a.status = 'success'
+                 ORDER BY a.id DESC LIMIT 1) IS NOT NULL
+            ELSE (SELECT true FROM idem.run_ledger l
+                 WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run) IS NOT NULL
             END`
+
+// priorSQL counts, for the row i of a group statement, the loads of the
+// same message that ran (rows left started, transient failures) and
+// names the latest one's status. It reads the partition's attempts
+// newest first through pipeline_audit_partition_idx, whose order the
+// ORDER BY asks for, so no plan prefers another index; with a budget it
+// stops counting at the budget, all the decision needs.
+const priorSQL = `
+       CROSS JOIN LATERAL (
+            SELECT count(*)::int AS n, (array_agg(s.status ORDER BY s.id DESC))[1] AS last
+              FROM (SELECT a.id, a.status FROM idem.pipeline_audit a
+                     WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
+                       AND a.stream_seq IS NOT DISTINCT FROM i.seq
+                       AND (a.status = 'started' OR (a.status = 'failed' AND a.error_kind = 'transient'))
+                     ORDER BY a.id DESC LIMIT nullif(i.budget, 0)) s) p`
 
 // beginRow is one attempt of a group as beginGroupSQL reads it.
 type beginRow struct {
@@ -170,25 +129,17 @@ var beginGroupSQL = `
 WITH input AS MATERIALIZED (
      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
             force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb)),
-done AS MATERIALIZED (
-     SELECT i.ord, ` + groupDoneSQL + ` AS yes
-       FROM input i),
-prior AS MATERIALIZED (
-     SELECT i.ord, p.n, p.last
-       FROM input i CROSS JOIN LATERAL (
-            SELECT count(*)::int AS n, (array_agg(a.status ORDER BY a.id DESC))[1] AS last
-              FROM idem.pipeline_audit a
-             WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
-               AND a.stream_seq IS NOT DISTINCT FROM i.seq
-               AND (a.status = 'started' OR (a.status = 'failed' AND a.error_kind = 'transient'))) p),
+look AS MATERIALIZED (
+     SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last
+       FROM input i` + priorSQL + `),
 ins AS (
      INSERT INTO idem.pipeline_audit
             (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
              triggered_by, attributes, finished_at)
-     SELECT i.dag, i.task, i.ld, i.part, i.run, CASE WHEN d.yes THEN 'skipped' ELSE 'started' END, p.n + 1, i.force,
-            i.seq, i.trig, i.attrs, CASE WHEN d.yes THEN clock_timestamp() END
-       FROM input i JOIN done d USING (ord) JOIN prior p USING (ord)
-      WHERE d.yes OR i.budget = 0 OR p.n < i.budget
+     SELECT i.dag, i.task, i.ld, i.part, i.run, CASE WHEN p.yes THEN 'skipped' ELSE 'started' END, p.n + 1, i.force,
+            i.seq, i.trig, i.attrs, CASE WHEN p.yes THEN clock_timestamp() END
+       FROM input i JOIN look p USING (ord)
+      WHERE p.yes OR i.budget = 0 OR p.n < i.budget
       ORDER BY i.ord
      RETURNING id, partition_key, run_id, status),
 res AS (
@@ -198,7 +149,7 @@ res AS (
       WHERE ins.status = 'skipped' AND i.skip IS NOT NULL
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
 SELECT i.ord, p.n, p.last, ins.id, ins.status
-  FROM input i JOIN prior p USING (ord) LEFT JOIN ins ON ins.partition_key = i.part AND ins.run_id = i.run
+  FROM input i JOIN look p USING (ord) LEFT JOIN ins ON ins.partition_key = i.part AND ins.run_id = i.run
  ORDER BY i.ord`
 
 // GroupBegin is one attempt of a group to begin: what QueueBegin takes.

@@ -94,12 +94,42 @@ func Migrate(ctx context.Context, conn interface {
 			}
 			applied = append(applied, m)
 		}
-		return nil
+		if len(applied) == 0 {
+			return nil
+		}
+		return analyzeUnanalyzed(ctx, tx)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return applied, nil
+}
+
+// analyzeUnanalyzed gives statistics to idem's tables that hold rows but
+// have none yet (a table an upgrade rebuilt or filled), so the plans made
+// on them from the first load know their size. An empty table is left
+// unanalyzed on purpose: PostgreSQL plans a never-analyzed table as if it
+// held at least ten pages, where an index probe wins, but believes an
+// analyzed empty one, where reading it whole wins; a plan kept from that
+// moment would read the table whole as it grows.
+func analyzeUnanalyzed(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `
+		SELECT format('%I.%I', n.nspname, c.relname)
+		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		 WHERE n.nspname = 'idem' AND c.relkind = 'r' AND c.reltuples < 0 AND pg_relation_size(c.oid) > 0`)
+	if err != nil {
+		return err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, err := tx.Exec(ctx, "ANALYZE "+t); err != nil {
+			return fmt.Errorf("analyze %s: %w", t, err)
+		}
+	}
+	return nil
 }
 
 // Version reports the schema version the database is at (0: not migrated).
