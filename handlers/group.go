@@ -279,6 +279,7 @@ func (g *group) load(ctx context.Context) bool {
 			m.l.queueDescribe(b, first.l.plan)
 		}
 	}
+	b.Queue(customPlans)
 	err := g.c.SendBatch(ctx, b).Close()
 	if !committed {
 		// Nothing of the batch committed: no attempt ran.
@@ -371,6 +372,7 @@ func (g *group) load(ctx context.Context) bool {
 	// The successes, their ledger entries, results and checks' outcomes
 	// are set-based: a statement or two for the whole group, not one each.
 	b = &pgx.Batch{}
+	b.Queue(defaultPlans)
 	var done []audit.Success
 	for _, m := range g.mems {
 		if m == nil {

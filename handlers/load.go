@@ -154,7 +154,22 @@ func (l *loading) queueMember(b *pgx.Batch) {
 		QueryRow(func(r pgx.Row) error { return r.Scan(&l.locked) })
 	l.queueCheck(b)
 	l.queueDescribe(b, nil)
+	b.Queue(customPlans)
 }
+
+// The statements that read and write the target and the source (the
+// strategy's, the checks') are planned at each execution, for the
+// partition they are given and the tables as they are then: a prepared
+// statement's kept plan, made once while the target was empty, read the
+// whole target for each partition's DELETE as it grew, and a partition
+// ten times the others' wants another plan than theirs. idem's own
+// bookkeeping keeps its prepared plans (their shapes hold at any size,
+// docs/QUERY-PLANS.md): planning its group statements at each execution
+// would cost more than running them.
+const (
+	customPlans  = "SET LOCAL plan_cache_mode = force_custom_plan"
+	defaultPlans = "SET LOCAL plan_cache_mode TO DEFAULT"
+)
 
 // queueDescribe queues the strategy's catalog reads; a member of a group
 // after the first shares first's fingerprint of the target.
@@ -243,6 +258,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		}
 	}
 	b := &pgx.Batch{}
+	b.Queue(defaultPlans)
 	audit.QueueSucceedAndRecord(b, l.a.RunKey, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}, l.a.Force)
 	// The result and the lineage events commit with the load, or not at all.
 	l.queueResult(b, results.StatusLoaded, id, &results.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
