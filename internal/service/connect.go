@@ -133,6 +133,10 @@ type dial struct {
 	conns         int
 	hook          *connHook
 	tp            trace.TracerProvider
+	// plans, when set, re-prepares a connection's statements once idem's
+	// tables have grown past the sizes they were planned for (named
+	// statements only).
+	plans *planAges
 }
 
 // connectSized opens a pool of at least d.conns connections (see
@@ -157,6 +161,17 @@ func connectSized(ctx context.Context, d dial) (*pgxpool.Pool, Route, error) {
 	route.StatementMode = statementModeOf(cfg.ConnConfig.DefaultQueryExecMode)
 	if d.hook != nil {
 		cfg.AfterConnect = d.hook.call
+	}
+	if d.plans != nil && route.StatementMode == config.StatementPrepare {
+		after := cfg.AfterConnect
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			d.plans.connected(c)
+			if after != nil {
+				return after(ctx, c)
+			}
+			return nil
+		}
+		cfg.PrepareConn = d.plans.prepare
 	}
 	if d.tp != nil {
 		cfg.ConnConfig.Tracer = tracing.CombineTracers(cfg.ConnConfig.Tracer, tracing.NewPgxTracerInTraces(d.tp))

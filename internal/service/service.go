@@ -64,7 +64,10 @@ func Run(ctx context.Context, o Options) error {
 	cfg, log := o.Config, o.Log
 	pool, nc := o.Pool, o.NATS
 	hook := &connHook{}
-	var route Route
+	var (
+		route Route
+		plans *planAges
+	)
 	// First, so that the pool's sessions get the statement tracer. Spans
 	// are exported in the background: nothing on an event's path waits
 	// for the collector, and the shutdown is bounded.
@@ -81,8 +84,9 @@ func Run(ctx context.Context, o Options) error {
 		if cfg.Postgres.URL == "" {
 			return errors.New("no database: set postgres.url in the config or IDEM_DATABASE_URL")
 		}
+		plans = &planAges{log: log}
 		p, r, err := connectWaiting(ctx, log, dial{url: cfg.Postgres.URL, statementMode: cfg.Postgres.StatementMode,
-			conns: poolSize(cfg), hook: hook, tp: pgxTP})
+			conns: poolSize(cfg), hook: hook, tp: pgxTP, plans: plans})
 		if err != nil {
 			return err
 		}
@@ -111,10 +115,10 @@ func Run(ctx context.Context, o Options) error {
 		defer c.Close()
 		nc = c
 	}
-	return run(ctx, o, pool, route, nc, hook, tp)
+	return run(ctx, o, pool, route, nc, hook, plans, tp)
 }
 
-func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *nats.Conn, hook *connHook, tp *tracing.Provider) error {
+func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *nats.Conn, hook *connHook, plans *planAges, tp *tracing.Provider) error {
 	log, cfg := o.Log, o.Config
 	if err := ensureSchema(ctx, pool, log); err != nil {
 		return err
@@ -275,6 +279,10 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		_ = outbox.Run(bgCtx) // makes a last pass when stopped
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
+	if plans != nil && route.StatementMode == config.StatementPrepare {
+		wg.Add(1)
+		go func() { defer wg.Done(); plans.watch(bgCtx, pool) }()
+	}
 	if rv != nil {
 		wg.Add(2)
 		go func() { defer wg.Done(); rv.Run(bgCtx) }()
