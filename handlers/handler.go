@@ -229,6 +229,14 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 		Attributes:  ev.Attributes,
 		Trace:       traceOf(ctx, m),
 	}
+	if m.Reverify {
+		// The audit says which loads ran again after a failover.
+		a.Attributes = maps.Clone(ev.Attributes)
+		if a.Attributes == nil {
+			a.Attributes = map[string]string{}
+		}
+		a.Attributes[audit.ReverifyAttribute] = "true"
+	}
 	if d, ok := ev.Key.LogicalDate(); ok {
 		a.LogicalDate = &d
 	}

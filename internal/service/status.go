@@ -21,6 +21,7 @@ import (
 	"github.com/idem-data/idem/internal/observer"
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/statuspage"
+	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -99,7 +100,33 @@ func (s *status) page() (*statuspage.Page, error) {
 		DeadLetters: s.deadLetters,
 		Replay:      s.replay,
 		Backfill:    s.backfill,
+		Why:         s.why,
 	})
+}
+
+// why tells a partition's story, as `idem audit why` does.
+func (s *status) why(ctx context.Context, dataset, partition string) (why.Report, error) {
+	cfg := s.cfg.Load()
+	src := why.Sources{Pipeline: cfg.Pipeline, DB: s.pool, Audit: s.pool}
+	var natsErr error
+	s.mu.Lock()
+	dlq, err := s.store(ctx)
+	s.mu.Unlock()
+	if err == nil {
+		var ev jetstream.Stream
+		if ev, err = s.js.Stream(ctx, cfg.NATS.Stream); err == nil {
+			src.Streams = why.JetStream{Events: ev, DLQ: dlq}
+		}
+	}
+	natsErr = err
+	r, err := why.Tell(ctx, src, why.DatasetOf(cfg, dataset), partition)
+	if err != nil {
+		return r, err
+	}
+	if natsErr != nil {
+		r.Notes = append([]string{"NATS could not be read: " + natsErr.Error()}, r.Notes...)
+	}
+	return r, nil
 }
 
 func (s *status) datasets() []statuspage.Dataset {

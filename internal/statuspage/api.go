@@ -33,9 +33,10 @@ const (
 // docs/api/openapi.yaml names them.
 func (p *Page) apiRoutes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"GET /api/v1/partitions/{dataset}/{partition}": p.apiPartition,
-		"GET /api/v1/datasets/{dataset}/partitions":    p.apiPartitions,
-		"GET /api/v1/datasets/{dataset}/missing":       p.apiMissing,
+		"GET /api/v1/partitions/{dataset}/{partition}":          p.apiPartition,
+		"GET /api/v1/datasets/{dataset}/partitions":             p.apiPartitions,
+		"GET /api/v1/datasets/{dataset}/missing":                p.apiMissing,
+		"GET /api/v1/datasets/{dataset}/partitions/{partition}": p.apiStory,
 	}
 }
 
@@ -168,6 +169,30 @@ func (p *Page) apiPartition(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ps[0])
+}
+
+// apiStory answers a partition's whole story and its verdict, as
+// `idem audit why` prints it.
+func (p *Page) apiStory(w http.ResponseWriter, r *http.Request) {
+	_, ds, ok := p.apiDataset(w, r)
+	if !ok {
+		return
+	}
+	key, err := parseKey(ds, "partition", r.PathValue("partition"))
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	if p.d.Why == nil {
+		apiError(w, http.StatusServiceUnavailable, "this idem tells no stories")
+		return
+	}
+	st, err := p.d.Why(r.Context(), ds.Name, key.Key)
+	if err != nil {
+		p.apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (p *Page) apiPartitions(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ import (
 	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -553,3 +554,40 @@ func deref0[T any](p *T) T {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The story endpoint answers what internal/why tells from the audit (here
+// without NATS, which its notes say), in the documented shape.
+func TestAPIStory(t *testing.T) {
+	w := newAPIWorld(t)
+	w.history(t)
+	srv := w.server(t, Deps{Why: func(ctx context.Context, dataset, partition string) (why.Report, error) {
+		var ds why.Dataset
+		for _, d := range w.dss {
+			if d.Name == dataset {
+				ds = why.Dataset{Name: d.Name, Upstreams: d.Upstreams, Calendar: d.Calendar}
+			}
+		}
+		return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Now: func() time.Time { return w.now }}, ds, partition)
+	}})
+	for _, c := range []struct{ dataset, key, state string }{
+		{"orders", "2026-11-01", why.StateLoaded},
+		{"orders", "2026-11-03", why.StateRetrying},
+		{"orders", "2026-11-04", why.StateLoading},
+		{"customers", "2026-11-02", why.StateRejected},
+		{"customers", "2026-11-04", why.StateMissing},
+		{"notes", "eu/west <b>", why.StateLoaded},
+	} {
+		a := apiGet(t, srv, "/api/v1/datasets/"+url.PathEscape(c.dataset)+"/partitions/"+url.PathEscape(c.key))
+		require.Equal(t, http.StatusOK, a.code, "%s", a.body)
+		var r why.Report
+		a.decode(t, &r)
+		require.Equal(t, c.state, r.Verdict.State, "%s %s: %s", c.dataset, c.key, r.Verdict.Line)
+		require.Equal(t, why.Exit(c.state), r.Verdict.Exit)
+		require.Equal(t, c.key, r.Partition)
+		require.Contains(t, r.Notes, "NATS was not read: no events or dead letters are shown")
+	}
+	a := apiGet(t, srv, "/api/v1/datasets/orders/partitions/2026-13-01")
+	require.Equal(t, http.StatusBadRequest, a.code)
+	a = apiGet(t, srv, "/api/v1/datasets/nope/partitions/2026-11-01")
+	require.Equal(t, http.StatusNotFound, a.code)
+}

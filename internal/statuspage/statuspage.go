@@ -29,6 +29,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/why"
 )
 
 //go:embed assets
@@ -79,6 +80,8 @@ type Deps struct {
 	// and failed partitions of a dataset's range. Each returns what it did.
 	Replay   func(ctx context.Context, seq uint64) (string, error)
 	Backfill func(ctx context.Context, dataset, from, to string) (string, error)
+	// Why tells a partition's story (internal/why).
+	Why func(ctx context.Context, dataset, partition string) (why.Report, error)
 	// Token enables the actions; empty means read-only.
 	Token string
 	// TokenForReads requires Token (Authorization: Bearer) for every
