@@ -61,11 +61,18 @@ func QueueRecordChecks(b *pgx.Batch, id int64, k RunKey, rs []CheckResult) error
 
 // CheckRow is a recorded check outcome, as the status page lists it.
 type CheckRow struct {
-	AuditID                                   int64
-	RunID, Name, Kind, Severity, Status, Note string
-	Failing, Checked                          int64
-	Threshold, Samples                        string
-	CheckedAt                                 time.Time
+	AuditID   int64     `json:"audit_id"`
+	RunID     string    `json:"run_id"`
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"`
+	Severity  string    `json:"severity"`
+	Status    string    `json:"status"`
+	Note      string    `json:"note,omitempty"`
+	Failing   int64     `json:"failing"`
+	Checked   int64     `json:"checked"`
+	Threshold string    `json:"threshold"`
+	Samples   string    `json:"samples,omitempty"` // JSON text, as recorded
+	CheckedAt time.Time `json:"checked_at"`
 }
 
 // PartitionChecks returns the newest limit check outcomes of a partition,
