@@ -1,7 +1,7 @@
 package e2e
 
 // Every operator command we document, run: the `idem ...` commands of the
-// alert rules' runbooks (deploy/prometheus/idem-alerts.yaml), of README.md's
+// alert rules' runbooks (deploy/prometheus/idem-alerts.yaml), of docs/OPERATING.md's
 // "At 3 a.m." section and of the status page, each against a running `idem
 // serve` in a fixture where it means something, as a child process.
 
@@ -61,19 +61,19 @@ var rbExit1 = []struct {
 
 func TestRunbookCommandsRun(t *testing.T) {
 	t.Parallel()
-	readme := rbReadmeCommands(t, rbRepoFile(t, "README.md"))
+	readme := rbReadmeCommands(t, rbRepoFile(t, rbRunbookDoc))
 	alerts := rbAlertCommands(t, rbRepoFile(t, "deploy/prometheus/idem-alerts.yaml"))
-	require.NotEmpty(t, readme, "no idem command found in README.md's At 3 a.m. section: is the extractor broken?")
+	require.NotEmpty(t, readme, "no idem command found in "+rbRunbookDoc+"'s At 3 a.m. section: is the extractor broken?")
 	require.NotEmpty(t, alerts, "no idem command found in the runbooks of idem-alerts.yaml: is the extractor broken?")
 
-	// Each source runs in order, in a fixture of its own: the README's
+	// Each source runs in order, in a fixture of its own: the runbook's
 	// `idem dlq show 3` needs the fixture's dead letter 3 before any replay,
 	// and the runbooks' `idem audit missing` partitions still missing.
 	for _, src := range []struct {
 		name string
 		cmds func(t *testing.T, p *proc) []rbCommand
 	}{
-		{"README", func(*testing.T, *proc) []rbCommand { return readme }},
+		{"OPERATING", func(*testing.T, *proc) []rbCommand { return readme }},
 		{"alerts", func(*testing.T, *proc) []rbCommand { return alerts }},
 		{"status page", func(t *testing.T, p *proc) []rbCommand { return rbPageCommands(t, "http://"+p.httpAddr()) }},
 	} {
@@ -157,8 +157,12 @@ func rbRepoFile(t *testing.T, rel string) string {
 	return p
 }
 
+// rbRunbookDoc is the page whose "## At 3 a.m." section the alert runbooks
+// name.
+const rbRunbookDoc = "docs/OPERATING.md"
+
 // rbReadmeCommands: every line starting with "idem " in the ```sh blocks of
-// README.md's "## At 3 a.m." section, up to the next "## " heading.
+// rbRunbookDoc's "## At 3 a.m." section, up to the next "## " heading.
 func rbReadmeCommands(t *testing.T, path string) []rbCommand {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -191,12 +195,12 @@ func rbReadmeCommands(t *testing.T, path string) []rbCommand {
 			continue
 		}
 		if fence == "sh" && strings.HasPrefix(trimmed, "idem ") {
-			out = append(out, rbCommand{source: fmt.Sprintf("README.md:%d", n), text: rbStripComment(trimmed)})
+			out = append(out, rbCommand{source: fmt.Sprintf("%s:%d", rbRunbookDoc, n), text: rbStripComment(trimmed)})
 		}
 	}
 	require.NoError(t, sc.Err())
-	require.True(t, found, "README.md has no \"## At 3 a.m.\" section")
-	require.Empty(t, fence, "README.md's At 3 a.m. section has an unclosed code block")
+	require.True(t, found, rbRunbookDoc+" has no \"## At 3 a.m.\" section")
+	require.Empty(t, fence, rbRunbookDoc+"'s At 3 a.m. section has an unclosed code block")
 	return out
 }
 
