@@ -215,7 +215,9 @@ func TestHarnessSmoke(t *testing.T) {
 	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
 	doc := again.Document("hand-written notes", "bench-events.svg")
 	require.Contains(t, doc, "## Targets")
-	require.Contains(t, doc, "hand-written notes")
+	require.NotContains(t, doc, "hand-written notes", "the notes are in the appendix")
+	require.Contains(t, doc, "]("+FindingsFile+")")
+	require.Contains(t, again.Findings("hand-written notes", nil), "## Reading the figures\n\nhand-written notes")
 
 	// A report of another run takes (j) from this one, named as such.
 	other := &Results{Mode: ModeTiny, Command: "idembench -mode tiny"}

@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// The day-one section of docs/BENCHMARKS.md, rendered from ColdResults
+// The day-one section of docs/BENCHMARKS.md (its table) and of
+// docs/BENCHMARKS-FINDINGS.md (its method and statements), rendered from ColdResults
 // alone (`idembench -report … -coldreport FILE -docs docs`).
 
 // coldTarget is one row of the day-one table that has a target: its value
@@ -69,9 +70,11 @@ func (p *ColdPgbench) cpuPerTx() float64 {
 	return p.PostgresUsPerTx
 }
 
-// Markdown is the day-one section: the table, the method, then the top
-// statements of every pass.
-func (r *ColdResults) Markdown() string {
+// Markdown is the whole day-one section: Summary, then Details.
+func (r *ColdResults) Markdown() string { return r.Summary() + r.Details() }
+
+// Summary is the head of the day-one section: what was run, and the table.
+func (r *ColdResults) Summary() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("## Day one: a fresh install's first backfill\n\n")
@@ -80,6 +83,14 @@ func (r *ColdResults) Markdown() string {
 		orDefault(r.Command, "idembench"), r.Mode, r.Events, r.Started.Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Round(1e9),
 		orDefault(r.Machine.Commit, "unknown"), r.Machine.CPUs)
 	w("%s\n", r.table())
+	return b.String()
+}
+
+// Details is the rest of the day-one section: the method, the run's
+// remarks, then the top statements of every pass.
+func (r *ColdResults) Details() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("%s", r.method())
 	if len(r.Notes) > 0 {
 		w("Remarks of the run:\n\n")

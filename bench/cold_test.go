@@ -72,6 +72,12 @@ func TestColdSmoke(t *testing.T) {
 		require.Contains(t, md, want)
 	}
 	doc := (&Results{}).DocumentWith("", "", again)
-	require.Less(t, strings.Index(doc, "## Day one"), strings.Index(doc, "## How to run"))
+	require.Less(t, strings.Index(doc, "## Day one"), strings.Index(doc, "## Targets"))
+	require.Contains(t, doc, "cold ÷ pgbench -c 4", "the table stays in BENCHMARKS.md")
+	require.NotContains(t, doc, "Top statements at", "the details go to the appendix")
 	require.NotContains(t, (&Results{}).Document("", ""), "## Day one")
+	app := (&Results{}).Findings("", again)
+	for _, want := range []string{"**Method.**", "Top statements at 1k attempts, cold pass"} {
+		require.Contains(t, app, want)
+	}
 }

@@ -1,6 +1,7 @@
 // Command idembench runs idem's benchmark harness (package bench) and writes
 // its results: a JSON file, a markdown table on stdout, and with -docs the
-// report docs/BENCHMARKS.md and its chart. With -report it only renders a
+// report docs/BENCHMARKS.md, its chart and its appendix
+// docs/BENCHMARKS-FINDINGS.md. With -report it only renders a
 // saved JSON file again.
 //
 //	go run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
@@ -56,8 +57,8 @@ func run(args []string, out, errOut io.Writer) int {
 	fs.SetOutput(errOut)
 	mode := fs.String("mode", "quick", "full, quick or tiny")
 	jsonPath := fs.String("json", "", "write the results here (default bench/results/<mode>.json)")
-	docs := fs.String("docs", "", "write BENCHMARKS.md and bench-events.svg into this directory")
-	notes := fs.String("notes", "bench/NOTES.md", "hand-written notes included in BENCHMARKS.md")
+	docs := fs.String("docs", "", "write BENCHMARKS.md, "+bench.FindingsFile+" and bench-events.svg into this directory")
+	notes := fs.String("notes", "bench/NOTES.md", "hand-written notes included in "+bench.FindingsFile)
 	report := fs.String("report", "", "render this results file again instead of running")
 	idemBin := fs.String("idem", "", "a built idem binary (default: go build ./cmd/idem)")
 	baseline := fs.String("baseline", "", "an earlier idem binary the lone-event phase measures beside this one")
@@ -67,7 +68,7 @@ func run(args []string, out, errOut io.Writer) int {
 	checksFrom := fs.String("checks", "", "with -report: take the checks figures (g) from this results file (an -only checks run)")
 	statementsFrom := fs.String("statements", "", "with -report: take the statement-mode figures (j) from this results file (an -only statements run)")
 	coldPath := fs.String("cold", "", "run only the day-one scenario (a fresh install's first backfill) at -mode's sizes and write its results here")
-	coldFrom := fs.String("coldreport", "", "put the day-one section of this results file (a -cold run) first in BENCHMARKS.md")
+	coldFrom := fs.String("coldreport", "", "put the day-one table of this results file (a -cold run) first in BENCHMARKS.md, its details in "+bench.FindingsFile)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -170,7 +171,11 @@ func run(args []string, out, errOut io.Writer) int {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
-		fmt.Fprintln(errOut, "idembench: wrote", filepath.Join(*docs, "BENCHMARKS.md"), "and", filepath.Join(*docs, chart))
+		if err := os.WriteFile(filepath.Join(*docs, bench.FindingsFile), []byte(res.Findings(string(n), cold)), 0o644); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+		fmt.Fprintln(errOut, "idembench: wrote", filepath.Join(*docs, "BENCHMARKS.md"), filepath.Join(*docs, bench.FindingsFile), "and", filepath.Join(*docs, chart))
 	}
 	return 0
 }
