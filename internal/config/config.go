@@ -147,7 +147,7 @@ type NATS struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxGroup is the most events of one dataset a group load takes (one
 	// transaction for them all, when they are already fetched and waiting
-	// for a load slot; see README). 1 turns group loads off. Default
+	// for a load slot; see docs/RUNNING.md). 1 turns group loads off. Default
 	// DefaultMaxGroup. Env IDEM_NATS_MAX_GROUP.
 	MaxGroup int `yaml:"max_group,omitempty"`
 	// Replicas of the streams idem creates (1 to 5; 3 in production). An
