@@ -102,7 +102,32 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	e := &env{out: stdout, errOut: stderr, getenv: getenv}
+	root := newRoot(&env{out: stdout, errOut: stderr, getenv: getenv})
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var exit *ExitError
+	if err == nil || errors.Is(err, ErrReported) || errors.As(err, &exit) && exit.Err == nil {
+		return err
+	}
+	var usage *UsageError
+	if errors.As(err, &usage) || isCobraUsage(err) {
+		help := "idem"
+		var unknown *unknownCommandError
+		if errors.As(err, &unknown) {
+			help = unknown.helpPath()
+		}
+		fmt.Fprintf(stderr, "idem: %v\nRun '%s --help' for usage.\n", err, help)
+		if usage == nil {
+			return &UsageError{err}
+		}
+		return err
+	}
+	fmt.Fprintf(stderr, "idem: %v\n", err)
+	return err
+}
+
+// newRoot builds idem's whole command tree, writing to e's writers.
+func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "idem",
 		Short: "Idempotent partition loads from NATS JetStream into PostgreSQL",
@@ -113,41 +138,46 @@ append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
 		SilenceErrors: true,
 	}
 	defPath := "idem.yaml"
-	if p := getenv("IDEM_CONFIG"); p != "" {
+	if p := e.getenv("IDEM_CONFIG"); p != "" {
 		defPath = p
 	}
 	root.PersistentFlags().StringVarP(&e.configPath, "config", "c", defPath, "config file (env IDEM_CONFIG)")
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetArgs(args)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{err} })
+	root.SetOut(e.out)
+	root.SetErr(e.errOut)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// "idem dlq replya --all": the flag belongs to no group; the
+		// subcommand before it is what is wrong.
+		if isGroup(cmd) {
+			if err := groupArgs(cmd, cmd.Flags().Args()); err != nil {
+				return err
+			}
+		}
+		return &UsageError{err}
+	})
 	root.AddCommand(versionCmd(e), migrateCmd(e), checkCmd(e), loadCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e),
 		publishCmd(e), backfillCmd(e), dlqCmd(e), auditCmd(e))
-	var wrap func(c *cobra.Command)
-	wrap = func(c *cobra.Command) {
-		for _, sub := range c.Commands() {
-			if sub.Runnable() {
-				sub.Args = wrapArgs(sub.Args)
-			}
-			wrap(sub)
-		}
-	}
-	wrap(root)
-	err := root.ExecuteContext(ctx)
-	var exit *ExitError
-	if err == nil || errors.Is(err, ErrReported) || errors.As(err, &exit) && exit.Err == nil {
-		return err
-	}
+	// cobra adds its completion group when the command runs; added now,
+	// guard covers it too (the help command stays cobra's, added later).
+	root.InitDefaultCompletionCmd()
+	guard(root)
+	return root
+}
+
+// ExitCode is the process's exit code for the error Run returned: 0 for
+// nil, 2 for a UsageError, an ExitError's own code, 1 for any other.
+func ExitCode(err error) int {
 	var usage *UsageError
-	if errors.As(err, &usage) || isCobraUsage(err) {
-		fmt.Fprintf(stderr, "idem: %v\nRun 'idem --help' for usage.\n", err)
-		if usage == nil {
-			return &UsageError{err}
-		}
-		return err
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		return 2
+	case errors.As(err, &exit):
+		return exit.Code
+	default:
+		return 1
 	}
-	fmt.Fprintf(stderr, "idem: %v\n", err)
-	return err
 }
 
 // wrapArgs turns cobra's argument-count errors into usage errors.
