@@ -65,7 +65,7 @@ demo: postgres build ## the main job on an embedded default: nothing to start by
 clean: ## remove build output
 	rm -rf bin
 
-# Chaos campaigns (internal/chaos): the knobs are read from the environment.
+# Chaos campaigns (bench/chaos): the knobs are read from the environment.
 # The long faults (warehouse and NATS outages, rolling restarts, failovers)
 # have knobs of their own: CHAOS_LONG_ROUNDS (rounds of each, failovers too),
 # CHAOS_WAREHOUSE_DOWN_MIN, CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN.
@@ -82,14 +82,14 @@ chaos: postgres ## long chaos campaign (CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED
 	@seed=$(CHAOS_SEED); seed=$${seed:-$$(( ($$(od -An -N4 -tu4 /dev/urandom) % 999999999) + 1 ))}; \
 	echo "chaos: seed $$seed (replay with make chaos CHAOS_SEED=$$seed)"; \
 	CHAOS_LONG=1 CHAOS_SEED=$$seed $(CHAOS_ENV) CHAOS_REPORT=$(CURDIR)/bin/chaos-report.json \
-		$(GO) test -count=1 -timeout 3h -run '^TestChaosCampaign$$' -v ./internal/chaos/
+		$(GO) test -count=1 -timeout 3h -run '^TestChaosCampaign$$' -v ./bench/chaos/
 	$(MAKE) fuzz FUZZTIME=1m
 
 chaos-short: postgres ## the short chaos campaign that make test runs (about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
-	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./internal/chaos/
+	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosShort$$' -v ./bench/chaos/
 
 chaos-pooler: postgres pgbouncer ## the short chaos campaign with the replicas behind a real PgBouncer (transaction mode) and pooler restarts among the faults (about 3 min)
-	CHAOS_POOLER=transaction CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosPoolerShort$$' -v ./internal/chaos/
+	CHAOS_POOLER=transaction CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosPoolerShort$$' -v ./bench/chaos/
 
 # The cluster campaign: three nats-server processes, R3 streams, Toxiproxy on
 # the client links and the routes. Its own defaults (100,000 events over
@@ -104,10 +104,10 @@ chaos-cluster: postgres ## long cluster campaign (3 NATS servers, R3; CHAOS_EVEN
 	echo "chaos-cluster: seed $$seed (replay with make chaos-cluster CHAOS_SEED=$$seed)"; \
 	CHAOS_LONG=1 CHAOS_SEED=$$seed CHAOS_EVENTS=$(CLUSTER_EVENTS) CHAOS_DURATION=$(CLUSTER_DURATION) CHAOS_REPLICAS=$(CHAOS_REPLICAS) \
 		CHAOS_REPORT=$(CHAOS_CLUSTER_REPORT) \
-		$(GO) test -count=1 -timeout 4h -run '^TestChaosClusterCampaign$$' -v ./internal/chaos/
+		$(GO) test -count=1 -timeout 4h -run '^TestChaosClusterCampaign$$' -v ./bench/chaos/
 
 chaos-cluster-short: postgres ## the short cluster campaign that make test runs (about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
-	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./internal/chaos/
+	CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./bench/chaos/
 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the
@@ -149,4 +149,4 @@ bench-history: postgres ## the audit lookups at 100k and 10M attempts side by si
 
 chaos-groups: postgres ## the short chaos campaigns, single server and cluster, with group loads forced to 1, 2 and 32 events (make test runs them at the default 8); about 4 min each
 	for n in 1 2 32; do for c in TestChaosShort TestChaosClusterShort; do echo "== $$c, max_group $$n"; \
-		IDEM_NATS_MAX_GROUP=$$n $(GO) test -count=1 -run "^$$c\$$" -v -timeout 20m ./internal/chaos/ || exit 1; done; done
+		IDEM_NATS_MAX_GROUP=$$n $(GO) test -count=1 -run "^$$c\$$" -v -timeout 20m ./bench/chaos/ || exit 1; done; done

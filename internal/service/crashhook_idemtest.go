@@ -17,7 +17,7 @@ import (
 // run: the process dies in the attempt) or "after_commit" (the load
 // committed, the ack was never sent). Only test builds have it.
 //
-// The chaos harness (internal/chaos) also sets
+// The chaos harness (bench/chaos) also sets
 // IDEM_TEST_CRASH_AFTER_COMMIT_PROB=<p> and IDEM_TEST_CRASH_SEED=<n>: every
 // after_commit point then exits with probability p, drawn from a generator
 // seeded with n, so a crash between COMMIT and the ack happens at random
