@@ -34,20 +34,6 @@ type RangeAttempt struct {
 	FinishedAt  *time.Time `json:"finished_at"`
 }
 
-// CheckOutcome is one check's recorded outcome.
-type CheckOutcome struct {
-	Name      string          `json:"name"`
-	Kind      string          `json:"kind"`
-	Severity  string          `json:"severity"`
-	Status    string          `json:"status"`
-	Failing   int64           `json:"failing"`
-	Checked   int64           `json:"checked"`
-	Threshold string          `json:"threshold"`
-	Note      *string         `json:"note"`
-	Samples   json.RawMessage `json:"samples"`
-	CheckedAt time.Time       `json:"checked_at"`
-}
-
 // StoredAttempts are one partition's attempts, skipped duplicates aside,
 // newest first: list[0] is the latest, id its audit row and rows what it
 // wrote.
@@ -117,7 +103,8 @@ func ChecksOf(ctx context.Context, db Querier, ids []int64) (map[int64][]CheckOu
 		return out, nil
 	}
 	rows, err := db.Query(ctx, `
-		SELECT audit_id, name, kind, severity, status, failing, checked, threshold, note, samples::text, checked_at
+		SELECT audit_id, name, kind, severity, status, failing, checked, threshold, coalesce(note, ''), samples::text,
+		       duration_ms, checked_at
 		  FROM idem.check_results WHERE audit_id = ANY($1) ORDER BY audit_id, id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("audit: checks: %w", err)
@@ -126,9 +113,11 @@ func ChecksOf(ctx context.Context, db Querier, ids []int64) (map[int64][]CheckOu
 		id      int64
 		c       CheckOutcome
 		samples *string
+		ms      float64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &c.Name, &c.Kind, &c.Severity, &c.Status, &c.Failing, &c.Checked, &c.Threshold, &c.Note,
-		&samples, &c.CheckedAt}, func() error {
+		&samples, &ms, &c.CheckedAt}, func() error {
+		c.Duration = time.Duration(ms * float64(time.Millisecond))
 		c.CheckedAt = c.CheckedAt.UTC()
 		c.Samples = nil
 		if samples != nil {

@@ -12,26 +12,42 @@ import (
 // KindCheck is the error kind of an attempt the dataset's checks refused.
 const KindCheck = "check"
 
-// CheckResult is one check's outcome of one attempt.
-type CheckResult struct {
-	Name, Kind, Severity, Status string
-	Failing, Checked             int64
-	Threshold, Note              string
-	Samples                      json.RawMessage
-	Duration                     time.Duration
+// CheckOutcome is one check's outcome of one attempt: what the checks
+// return (internal/checks.Outcome is this type), what RecordChecks writes and
+// what the API reads back. Note, Samples and Duration are left out of its
+// JSON when empty; CheckedAt is set only on outcomes read from the audit.
+type CheckOutcome struct {
+	Name      string          `json:"name"`
+	Kind      string          `json:"kind"`
+	Severity  string          `json:"severity"`
+	Status    string          `json:"status"`
+	Failing   int64           `json:"failing"`
+	Checked   int64           `json:"checked"`
+	Threshold string          `json:"threshold"`
+	Note      string          `json:"note,omitempty"`
+	Samples   json.RawMessage `json:"samples,omitempty"`
+	Duration  time.Duration   `json:"duration_ns,omitempty"`
+	CheckedAt time.Time       `json:"checked_at,omitzero"`
 }
+
+// checkColumns are the check_results columns written from the JSON of a
+// list of CheckOutcome (r), and checkRecord is that JSON's record type.
+const (
+	checkColumns = `r.name, r.kind, r.severity, r.status, r.failing, r.checked, r.threshold, r.samples, nullif(r.note, ''),
+		       coalesce(r.duration_ns, 0) / 1e6`
+	checkRecord = `name text, kind text, severity text, status text, failing bigint, checked bigint, threshold text,
+		       samples jsonb, note text, duration_ns bigint`
+)
 
 const recordChecksSQL = `
 		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
 		                                failing, checked, threshold, samples, note, duration_ms)
-		SELECT $1, $2, $3, $4, $5, r."Name", r."Kind", r."Severity", r."Status", r."Failing", r."Checked", r."Threshold",
-		       r."Samples", nullif(r."Note", ''), r."Duration" / 1e6
-		  FROM jsonb_to_recordset($6::jsonb) AS r("Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
-		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`
+		SELECT $1, $2, $3, $4, $5, ` + checkColumns + `
+		  FROM jsonb_to_recordset($6::jsonb) AS r(` + checkRecord + `)`
 
 // RecordChecks writes the outcomes of attempt id's checks, in a statement
 // of their own: for a refused load, after its transaction rolled back.
-func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []CheckResult) error {
+func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []CheckOutcome) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -47,7 +63,7 @@ func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []Chec
 
 // QueueRecordChecks queues on b the same insert, for a load whose checks
 // passed: written in its own success round trip, committed with it.
-func QueueRecordChecks(b *pgx.Batch, id int64, k RunKey, rs []CheckResult) error {
+func QueueRecordChecks(b *pgx.Batch, id int64, k RunKey, rs []CheckOutcome) error {
 	if len(rs) == 0 {
 		return nil
 	}

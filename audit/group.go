@@ -16,7 +16,7 @@ type Success struct {
 	Force  bool
 	Result []byte
 	// Checks are its checks' outcomes, recorded with it.
-	Checks []CheckResult
+	Checks []CheckOutcome
 }
 
 // QueueSucceedGroup queues on b the successes of a group's loads: for each,
@@ -35,7 +35,7 @@ func QueueSucceedGroup(b *pgx.Batch, ss []Success) error {
 		queueSucceed(b, s.RunKey, s.ID, s.Rows, s.Force, s.Result)
 		for _, c := range s.Checks {
 			checks = append(checks, checkRow{AuditID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset,
-				Partition: s.Partition, RunID: s.RunID, CheckResult: c})
+				Partition: s.Partition, RunID: s.RunID, CheckOutcome: c})
 		}
 	}
 	if len(checks) == 0 {
@@ -56,18 +56,16 @@ type checkRow struct {
 	Dataset   string `json:"task"`
 	Partition string `json:"part"`
 	RunID     string `json:"run"`
-	CheckResult
+	CheckOutcome
 }
 
 // groupChecksSQL is recordChecksSQL for the outcomes of many loads.
 const groupChecksSQL = `
 		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
 		                                failing, checked, threshold, samples, note, duration_ms)
-		SELECT r.audit_id, r.dag, r.task, r.part, r.run, r."Name", r."Kind", r."Severity", r."Status", r."Failing",
-		       r."Checked", r."Threshold", r."Samples", nullif(r."Note", ''), r."Duration" / 1e6
+		SELECT r.audit_id, r.dag, r.task, r.part, r.run, ` + checkColumns + `
 		  FROM jsonb_to_recordset($1::jsonb) AS r(audit_id bigint, dag text, task text, part text, run text,
-		       "Name" text, "Kind" text, "Severity" text, "Status" text, "Failing" bigint,
-		       "Checked" bigint, "Threshold" text, "Samples" jsonb, "Note" text, "Duration" bigint)`
+		       ` + checkRecord + `)`
 
 // groupDoneSQL is "done?" for the row i of a group statement (i.dag,
 // i.task, i.part, i.run, i.force, i.seq), as beginSQL and QueueSucceeded

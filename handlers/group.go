@@ -386,7 +386,7 @@ func (g *group) load(ctx context.Context) bool {
 		case memberLoad:
 			r := m.res
 			s := audit.Success{RunKey: l.a.RunKey, ID: m.b.ID, Force: l.a.Force,
-				Rows: audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, Checks: checkResults(l.checked)}
+				Rows: audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, Checks: l.checked}
 			if l.h.Results && l.m.StreamSeq > 0 {
 				s.Result = l.result(results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
 			}

@@ -267,7 +267,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	}
 	// The checks passed: their outcomes commit with the load, no round
 	// trip of their own.
-	if err := audit.QueueRecordChecks(b, id, l.a.RunKey, checkResults(l.checked)); err != nil {
+	if err := audit.QueueRecordChecks(b, id, l.a.RunKey, l.checked); err != nil {
 		return out, err
 	}
 	l.recorded = len(l.checked) > 0
@@ -391,18 +391,9 @@ func (l *loading) recordChecks(ctx context.Context, id int64, err error) {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := audit.RecordChecks(fctx, l.h.DB, id, l.a.RunKey, checkResults(outs)); err != nil {
+	if err := audit.RecordChecks(fctx, l.h.DB, id, l.a.RunKey, outs); err != nil {
 		l.log.Error().Err(err).Msg("could not record the checks' outcomes")
 	}
-}
-
-func checkResults(outs []checks.Outcome) []audit.CheckResult {
-	rs := make([]audit.CheckResult, len(outs))
-	for i, o := range outs {
-		rs[i] = audit.CheckResult{Name: o.Name, Kind: o.Kind, Severity: o.Severity, Status: o.Status, Failing: o.Failing,
-			Checked: o.Checked, Threshold: o.Threshold, Note: o.Note, Samples: o.Samples, Duration: o.Duration}
-	}
-	return rs
 }
 
 // close rolls back whatever transaction is still open on the connection,

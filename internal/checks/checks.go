@@ -17,7 +17,6 @@ package checks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/strategies"
 )
@@ -39,19 +39,9 @@ const (
 	StatusSkipped = "skipped" // row_count_change under its baseline
 )
 
-// Outcome is one check's result for one load.
-type Outcome struct {
-	Name      string          `json:"name"`
-	Kind      string          `json:"kind"`
-	Severity  string          `json:"severity"`
-	Status    string          `json:"status"`
-	Failing   int64           `json:"failing"`
-	Checked   int64           `json:"checked"`
-	Threshold string          `json:"threshold"`
-	Samples   json.RawMessage `json:"samples,omitempty"`
-	Note      string          `json:"note,omitempty"`
-	Duration  time.Duration   `json:"duration_ns"`
-}
+// Outcome is one check's result for one load: the audit's record of it
+// (audit.CheckOutcome), so a load records what its checks returned as is.
+type Outcome = audit.CheckOutcome
 
 // Set is a dataset's checks, ready to run.
 type Set struct {

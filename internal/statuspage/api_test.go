@@ -46,7 +46,7 @@ type attemptOpts struct {
 	rows   audit.Rows
 	err    error
 	kind   string // the error kind of a failed attempt
-	checks []audit.CheckResult
+	checks []audit.CheckOutcome
 }
 
 // attempt records one attempt of dataset's partition that ends as outcome
@@ -105,10 +105,10 @@ func newAPIWorld(t *testing.T) *apiWorld {
 // history writes the story of every status.
 func (w *apiWorld) history(t *testing.T) {
 	t.Helper()
-	pass := audit.CheckResult{Name: "enough_rows", Kind: "row_count", Severity: "error", Status: "pass", Checked: 15, Threshold: ">= 1",
+	pass := audit.CheckOutcome{Name: "enough_rows", Kind: "row_count", Severity: "error", Status: "pass", Checked: 15, Threshold: ">= 1",
 		Duration: time.Millisecond}
 	w.attempt(t, "orders", "2026-11-01", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 10, Updated: 5, Deleted: 3},
-		checks: []audit.CheckResult{pass}})
+		checks: []audit.CheckOutcome{pass}})
 	w.attempt(t, "orders", "2026-11-01", "r1", "success", attemptOpts{}) // a duplicate: skipped
 	w.attempt(t, "orders", "2026-11-02", apiHostileRun, "failed", attemptOpts{err: errors.New(apiHostileError), kind: audit.KindFatal})
 	w.attempt(t, "orders", "2026-11-03", "r1", "failed", attemptOpts{err: errors.New("connection reset"), kind: audit.KindTransient})
@@ -116,7 +116,7 @@ func (w *apiWorld) history(t *testing.T) {
 	w.attempt(t, "orders", "2026-11-04", "r1", "started", attemptOpts{})
 	w.attempt(t, "customers", "2026-11-01", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 7, Deleted: -1}})
 	w.attempt(t, "customers", "2026-11-02", "r1", "failed", attemptOpts{err: errors.New("checks refused the load: unique_id failed"), kind: audit.KindCheck,
-		checks: []audit.CheckResult{pass, {Name: "unique_id", Kind: "unique", Severity: "error", Status: "fail", Failing: 2, Checked: 15,
+		checks: []audit.CheckOutcome{pass, {Name: "unique_id", Kind: "unique", Severity: "error", Status: "fail", Failing: 2, Checked: 15,
 			Threshold: "0 duplicates", Note: apiHostileNote, Samples: json.RawMessage(`[{"id":"<b>1</b>"}]`), Duration: 2 * time.Millisecond}}})
 	w.attempt(t, "adhoc", "2026-11-03", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 1}})
 	w.attempt(t, "clicks", "2026-11-05T01:00:00Z", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 4}})
@@ -223,7 +223,7 @@ func TestAPIPartitionIsTheAudit(t *testing.T) {
 			for j, c := range mine {
 				g := got.Checks[j]
 				require.Equal(t, []any{c.Name, c.Kind, c.Severity, c.Status, c.Failing, c.Checked, c.Threshold, c.Note},
-					[]any{g.Name, g.Kind, g.Severity, g.Status, g.Failing, g.Checked, g.Threshold, deref0(g.Note)})
+					[]any{g.Name, g.Kind, g.Severity, g.Status, g.Failing, g.Checked, g.Threshold, g.Note})
 				if c.Samples != "" {
 					require.JSONEq(t, c.Samples, string(g.Samples))
 				}
@@ -447,7 +447,7 @@ func TestAPIEscapesHostileStrings(t *testing.T) {
 	require.NotContains(t, string(a.body), "<")
 	var c partitionJSON
 	a.decode(t, &c)
-	require.Equal(t, apiHostileNote, *c.Checks[1].Note)
+	require.Equal(t, apiHostileNote, c.Checks[1].Note)
 	require.JSONEq(t, `[{"id":"<b>1</b>"}]`, string(c.Checks[1].Samples))
 
 	// A hostile dataset name in the path, repeated by the error.
