@@ -120,6 +120,8 @@ func PartitionAttempts(ctx context.Context, db Querier, pipeline, dataset, parti
 const (
 	ActionReplay   = "replay"
 	ActionBackfill = "backfill"
+	// ActionReload is a forced run of one partition (schema v16).
+	ActionReload = "reload"
 )
 
 // RecordAction writes what an operator asked for, before it is done, and
