@@ -219,11 +219,37 @@ func (s *AppendDedupe) plan(dp *Plan) (string, error) {
 }
 
 func (s *AppendDedupe) Execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
-	if err := dp.resolve(ctx, tx); err != nil {
+	if err := s.resolve(ctx, tx, dp); err != nil {
 		return Result{}, err
 	}
 	res, err := s.execute(ctx, tx, dp, p)
 	return res, dp.stale(err)
+}
+
+// resolve makes dp ready; when the load added or widened a column of the
+// target, the view is replaced in the same transaction to show it, so
+// readers see the column and its rows together.
+func (s *AppendDedupe) resolve(ctx context.Context, tx pgx.Tx, dp *Plan) error {
+	if err := dp.resolve(ctx, tx); err != nil || !dp.altered {
+		return err
+	}
+	t, _, err := s.target(dp)
+	if err != nil {
+		return err
+	}
+	_, _, _, body := s.setup(t)
+	b := &pgx.Batch{}
+	queueLockTimeout(b)
+	if err := send(ctx, tx, b); err != nil {
+		return err
+	}
+	err = replaceView(ctx, tx, s.spec.View, body)
+	b = &pgx.Batch{}
+	restoreLockTimeout(b)
+	if rerr := send(ctx, tx, b); err == nil {
+		err = rerr
+	}
+	return s.lockErr(err, "the view "+s.spec.View.String())
 }
 
 func (s *AppendDedupe) execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Params) (Result, error) {
@@ -280,7 +306,7 @@ func (s *AppendDedupe) Groupable() bool { return true }
 // QueueLoad queues the load of p on b, as Execute runs it, for a caller
 // that sends the loads of several partitions in one round trip.
 func (s *AppendDedupe) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Params, b *pgx.Batch) (*Result, func(error) error, error) {
-	if err := dp.resolve(ctx, tx); err != nil {
+	if err := s.resolve(ctx, tx, dp); err != nil {
 		return nil, nil, err
 	}
 	stmt, err := s.plan(dp)

@@ -2,6 +2,7 @@ package strategies
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +21,9 @@ type column struct {
 	Type      string // format_type, e.g. "numeric(12,2)"
 	NotNull   bool
 	Generated bool
+	// HasDefault: a load whose source leaves the column out writes its
+	// default, not NULL.
+	HasDefault bool
 	// TypeOID and TypMod are pg_attribute's atttypid and atttypmod.
 	TypeOID uint32
 	TypMod  int32
@@ -67,6 +71,17 @@ type Plan struct {
 	// versionOf, for a load grouped with others of the same target, is the
 	// plan whose fingerprint read this one shares (read once per group).
 	versionOf *Plan
+	// sourceRels are the relations the source reads (from its plan), and
+	// sourceVersion their columns' fingerprint: a column added to, dropped
+	// from or retyped in one of them changes it.
+	sourceRels    []uint32
+	sourceVersion string
+	// changes are the schema differences this load met (evolve), altered
+	// whether it changed the target.
+	changes []SchemaChange
+	altered bool
+	// dry: evolve decides but alters nothing (Check, Predict).
+	dry bool
 }
 
 type child struct{ schema, name, bound string }
@@ -100,12 +115,55 @@ const versionSQL = `
 // changed. The source is not fingerprinted: a load failing with an error
 // that says a table, column or type changed (stale) drops the cache.
 type catalogCache struct {
-	mu          sync.Mutex
-	version     string
-	target      table
-	source      []string
-	sourceTypes []sourceType
-	parts       map[string]partChildren
+	mu            sync.Mutex
+	version       string
+	target        table
+	source        []string
+	sourceTypes   []sourceType
+	sourceRels    []uint32
+	sourceVersion string
+	parts         map[string]partChildren
+	// settledFor keys the last evolve that altered nothing (the versions
+	// and the policy): its changes and the source's columns it kept.
+	settledFor     string
+	settledChanges []SchemaChange
+	settledSource  []string
+	settledTypes   []sourceType
+}
+
+// sourceVersionSQL fingerprints the columns of the relations a source
+// reads: their OIDs, numbers and row versions.
+const sourceVersionSQL = `
+	SELECT md5(coalesce(string_agg(a.attrelid::text || ':' || a.attnum::text || ':' || a.xmin::text, ',' ORDER BY a.attrelid, a.attnum), ''))
+	  FROM pg_attribute a
+	 WHERE a.attrelid = ANY ($1::oid[]) AND a.attnum > 0`
+
+func (c *catalogCache) settledKey(pl *Plan, policy string) string {
+	return pl.version + "/" + pl.sourceVersion + "/" + policy
+}
+
+// settled fills pl with the outcome of the last evolve of the same target,
+// source and policy that altered nothing.
+func (c *catalogCache) settled(pl *Plan, policy string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settledFor == "" || c.settledFor != c.settledKey(pl, policy) {
+		return false
+	}
+	pl.changes = slices.Clone(c.settledChanges)
+	pl.source, pl.sourceTypes = slices.Clone(c.settledSource), slices.Clone(c.settledTypes)
+	return true
+}
+
+func (c *catalogCache) settle(pl *Plan, policy string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pl.version == "" || pl.version != c.version {
+		return
+	}
+	c.settledFor = c.settledKey(pl, policy)
+	c.settledChanges = slices.Clone(pl.changes)
+	c.settledSource, c.settledTypes = slices.Clone(pl.source), slices.Clone(pl.sourceTypes)
 }
 
 // partChildren is what the children read found for one partition.
@@ -121,7 +179,7 @@ const maxCachedParts = 4096
 
 func (c *catalogCache) drop() {
 	c.mu.Lock()
-	c.version, c.parts = "", nil
+	c.version, c.parts, c.settledFor = "", nil, ""
 	c.mu.Unlock()
 }
 
@@ -134,6 +192,7 @@ func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren 
 	// Only a partitioned target has children to read.
 	_, haveParts := c.parts[p.Partition]
 	haveParts = haveParts || (cached && c.target.Kind != "p")
+	rels := c.sourceRels
 	c.mu.Unlock()
 	if share == nil {
 		b.Queue(versionSQL, spec.Target.ident()).Query(func(rows pgx.Rows) error {
@@ -144,14 +203,20 @@ func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren 
 			}
 			return rows.Err()
 		})
+		if cached && len(rels) > 0 {
+			// What the source returns changes with the tables it reads:
+			// their fingerprint, in the same round trip.
+			pl.sourceRels = rels
+			b.Queue(sourceVersionSQL, rels).QueryRow(func(r pgx.Row) error { return r.Scan(&pl.sourceVersion) })
+		}
 	}
 	switch {
 	case !cached:
 		pl.fresh = true
-		pl.queueReads(b, true, withChildren)
+		pl.queueReads(b, true, withChildren, false)
 	case withChildren && !haveParts:
 		pl.freshParts = true
-		pl.queueReads(b, false, true)
+		pl.queueReads(b, false, true, false)
 	}
 	return pl
 }
@@ -160,14 +225,25 @@ func (c *catalogCache) describe(b *pgx.Batch, spec Spec, p Params, withChildren 
 // fingerprint still matches, else by reading the catalog again in one more
 // round trip.
 func (pl *Plan) resolve(ctx context.Context, tx pgx.Tx) error {
-	c := pl.cache
-	if c == nil {
+	if pl.cache == nil {
 		return nil
 	}
+	if err := pl.resolveCatalog(ctx, tx); err != nil {
+		return err
+	}
+	return pl.evolve(ctx, tx, pl.spec.reserved())
+}
+
+func (pl *Plan) resolveCatalog(ctx context.Context, tx pgx.Tx) error {
+	c := pl.cache
 	if pl.versionOf != nil {
-		pl.version = pl.versionOf.version // resolved first, in the same transaction
+		// resolved first, in the same transaction
+		pl.version, pl.sourceRels, pl.sourceVersion = pl.versionOf.version, pl.versionOf.sourceRels, pl.versionOf.sourceVersion
 	}
 	if pl.fresh {
+		if err := pl.readSource(ctx, tx); err != nil {
+			return err
+		}
 		c.store(pl)
 		return nil
 	}
@@ -184,8 +260,11 @@ func (pl *Plan) resolve(ctx context.Context, tx pgx.Tx) error {
 		}
 		return err
 	})
-	fresh.queueReads(b, true, pl.withChildren)
+	fresh.queueReads(b, true, pl.withChildren, false)
 	if err := send(ctx, tx, b); err != nil {
+		return err
+	}
+	if err := fresh.readSource(ctx, tx); err != nil {
 		return err
 	}
 	*pl = *fresh
@@ -193,11 +272,78 @@ func (pl *Plan) resolve(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+// readSource reads the source's columns and the relations it reads, with
+// their fingerprint, in one more round trip. The columns are described
+// afresh (QueryExecModeDescribeExec): a statement a connection prepared
+// before a source table changed would describe the old columns, or fail
+// with "cached plan must not change result type".
+func (pl *Plan) readSource(ctx context.Context, tx pgx.Tx) error {
+	sql := "SELECT * FROM (" + pl.spec.Source + "\n) AS s LIMIT 0"
+	rows, err := tx.Query(ctx, sql, pgx.QueryExecModeDescribeExec, pl.params.args())
+	if err != nil {
+		return err
+	}
+	pl.source, pl.sourceTypes = nil, nil
+	for _, f := range rows.FieldDescriptions() {
+		pl.source = append(pl.source, f.Name)
+		pl.sourceTypes = append(pl.sourceTypes, sourceType{f.DataTypeOID, f.TypeModifier})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var plan []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (VERBOSE, FORMAT JSON) "+sql, pgx.QueryExecModeDescribeExec, pl.params.args()).Scan(&plan); err != nil {
+		return err
+	}
+	names := planRelations(plan)
+	return tx.QueryRow(ctx, `
+		WITH r AS (SELECT DISTINCT c.oid FROM unnest($1::text[]) AS n(name) JOIN pg_class c ON c.oid = to_regclass(n.name))
+		SELECT coalesce((SELECT array_agg(oid ORDER BY oid) FROM r), '{}'),
+		       (SELECT md5(coalesce(string_agg(a.attrelid::text || ':' || a.attnum::text || ':' || a.xmin::text, ',' ORDER BY a.attrelid, a.attnum), ''))
+		          FROM pg_attribute a WHERE a.attrelid IN (SELECT oid FROM r) AND a.attnum > 0)`, names).Scan(&pl.sourceRels, &pl.sourceVersion)
+}
+
+// planRelations lists the relations an EXPLAIN (VERBOSE, FORMAT JSON)
+// scans, schema-qualified and quoted.
+func planRelations(plan []byte) []string {
+	var root any
+	if json.Unmarshal(plan, &root) != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch n := v.(type) {
+		case []any:
+			for _, e := range n {
+				walk(e)
+			}
+		case map[string]any:
+			rel, _ := n["Relation Name"].(string)
+			schema, _ := n["Schema"].(string)
+			if rel != "" && schema != "" {
+				id := pgx.Identifier{schema, rel}.Sanitize()
+				if !seen[id] {
+					seen[id] = true
+					out = append(out, id)
+				}
+			}
+			for _, e := range n {
+				walk(e)
+			}
+		}
+	}
+	walk(root)
+	return out
+}
+
 // fill copies the cache into pl when pl's fingerprint matches it.
 func (c *catalogCache) fill(pl *Plan) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if pl.version == "" || pl.version != c.version {
+	if pl.version == "" || pl.version != c.version || pl.sourceVersion != c.sourceVersion {
 		return false
 	}
 	t := c.target
@@ -230,6 +376,7 @@ func (c *catalogCache) store(pl *Plan) {
 	c.target = *pl.target
 	c.target.Columns = slices.Clone(pl.target.Columns)
 	c.source, c.sourceTypes = slices.Clone(pl.source), slices.Clone(pl.sourceTypes)
+	c.sourceRels, c.sourceVersion = slices.Clone(pl.sourceRels), pl.sourceVersion
 	if pl.withChildren && pl.target.Kind == "p" {
 		c.keepParts(pl)
 	}
@@ -276,19 +423,19 @@ func (e *StaleCatalogError) Unwrap() error { return e.Err }
 
 // queueReads queues the catalog reads themselves: the target's columns and
 // the source's (target), the children that may hold the partition (parts).
-func (pl *Plan) queueReads(b *pgx.Batch, target, parts bool) {
+func (pl *Plan) queueReads(b *pgx.Batch, target, parts, source bool) {
 	spec, p := pl.spec, pl.params
 	if target {
 		b.Queue(`
 		SELECT c.oid, c.relkind::text, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated <> '',
-		       a.atttypid, a.atttypmod
+		       a.atthasdef, a.atttypid, a.atttypmod
 		  FROM pg_class c
 		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 		 WHERE c.oid = to_regclass($1)
 		 ORDER BY a.attnum`, spec.Target.ident()).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var c column
-				if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated, &c.TypeOID, &c.TypMod); err != nil {
+				if err := rows.Scan(&pl.target.OID, &pl.target.Kind, &c.Name, &c.Type, &c.NotNull, &c.Generated, &c.HasDefault, &c.TypeOID, &c.TypMod); err != nil {
 					return err
 				}
 				pl.target.Columns = append(pl.target.Columns, c)
@@ -296,6 +443,8 @@ func (pl *Plan) queueReads(b *pgx.Batch, target, parts bool) {
 			pl.missing = len(pl.target.Columns) == 0
 			return rows.Err()
 		})
+	}
+	if source {
 		// LIMIT 0 plans the source and returns its columns without reading a row.
 		b.Queue("SELECT * FROM ("+spec.Source+"\n) AS s LIMIT 0", p.args()).Query(func(rows pgx.Rows) error {
 			// A source that fails (1/0, a bad cast, a server going down) leaves
@@ -340,7 +489,7 @@ func (pl *Plan) queueReads(b *pgx.Batch, target, parts bool) {
 // describe queues the catalog reads of a load of p on b, with no cache.
 func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
 	pl := &Plan{target: &table{Table: spec.Target}, spec: spec, params: p, withChildren: withChildren, fresh: true}
-	pl.queueReads(b, true, withChildren)
+	pl.queueReads(b, true, withChildren, true)
 	return pl
 }
 

@@ -47,6 +47,10 @@ type Spec struct {
 	// (a reader whose snapshot predates the load sees the child empty) and
 	// it takes ACCESS EXCLUSIVE on the child, waiting at most LockTimeout.
 	TruncatePartition bool
+	// OnSchemaChange is what a load does when the source's columns differ
+	// from the target's: OnSchemaChangeFail (the default, ""), Ignore,
+	// Append or Sync.
+	OnSchemaChange string
 }
 
 // LockTimeout bounds how long a statement that every reader would queue
@@ -143,10 +147,24 @@ func Load(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, error) 
 func described(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (*Plan, error) {
 	b := &pgx.Batch{}
 	pl := s.Describe(b, p)
+	pl.dry = true
 	if err := send(ctx, tx, b); err != nil {
 		return pl, err
 	}
 	return pl, pl.resolve(ctx, tx)
+}
+
+// Predict says what a load of p would meet now: the differences between
+// the source's columns and the target's, and what the dataset's
+// on_schema_change would do with each (an addition or a widening it would
+// make is reported as made). Nothing is altered; the caller rolls tx back.
+func Predict(ctx context.Context, tx pgx.Tx, s Strategy, p Params) ([]SchemaChange, error) {
+	pl, err := described(ctx, tx, s, p)
+	var sc *SchemaChangeError
+	if errors.As(err, &sc) {
+		return sc.Changes, err
+	}
+	return pl.SchemaChanges(), err
 }
 
 // New returns the strategy called name for spec.
