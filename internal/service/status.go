@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/backfill"
@@ -21,6 +22,7 @@ import (
 	"github.com/idem-data/idem/internal/observer"
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/statuspage"
+	"github.com/idem-data/idem/internal/tracing"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/schemas"
 )
@@ -30,6 +32,14 @@ import (
 const (
 	dlqListTTL    = 5 * time.Second
 	dlqListNewest = 2000
+)
+
+// A reload's event: its PubAck is awaited this long, as idem publish's;
+// who asked and why travel in these attributes, recorded with the attempt.
+const (
+	reloadPubAckTimeout   = 10 * time.Second
+	reloadByAttribute     = "idem.requested_by"
+	reloadReasonAttribute = "idem.reason"
 )
 
 // status assembles the observer and the status page over the running
@@ -100,6 +110,7 @@ func (s *status) page() (*statuspage.Page, error) {
 		DeadLetters: s.deadLetters,
 		Replay:      s.replay,
 		Backfill:    s.backfill,
+		Reload:      s.reload,
 		Why:         s.why,
 	})
 }
@@ -267,4 +278,42 @@ func (s *status) backfill(ctx context.Context, dataset, from, to string) (string
 		return "", err
 	}
 	return fmt.Sprintf("%s %s..%s: %d partition(s) published with run_id %s (%d duplicate)", dataset, from, to, res.Published, res.RunID, res.Duplicates), nil
+}
+
+// reloadRunID is the run id of a reload from the status page: unique and
+// readable, as idem publish's manual__ and idem backfill's backfill__ are.
+func reloadRunID(now time.Time) string {
+	return "reload__" + now.UTC().Format("20060102T150405.000Z")
+}
+
+// reload publishes a forced event of one partition, as `idem publish
+// DATASET PARTITION --force` does: the same subject, body and Nats-Msg-Id
+// (schemas.NewMessage), a run id of its own, so that neither the ledger's
+// earlier success nor JetStream's duplicate window drops it.
+func (s *status) reload(ctx context.Context, dataset, partition, who, reason string) (string, error) {
+	cfg := s.cfg.Load()
+	if _, ok := cfg.Datasets[dataset]; !ok {
+		return "", fmt.Errorf("dataset %q is not configured", dataset)
+	}
+	now := time.Now()
+	ev := schemas.PartitionReady{Dataset: dataset, Partition: partition, RunID: reloadRunID(now), Force: true,
+		Attributes: map[string]string{reloadByAttribute: who}}
+	if reason != "" {
+		ev.Attributes[reloadReasonAttribute] = reason
+	}
+	m, err := schemas.NewMessage(cfg.NATS.SubjectPrefix, ev, cfg.Lookup, now)
+	if err != nil {
+		return "", err
+	}
+	msg := &nats.Msg{Subject: m.Subject, Data: m.Body, Header: nats.Header{}}
+	tracer := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/idem-data/idem/internal/service")
+	ctx, span := tracing.StartPublish(ctx, tracer, tracing.Message{Subject: m.Subject, Header: msg.Header, MsgID: m.MsgID, BodySize: len(m.Body)})
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, reloadPubAckTimeout)
+	defer cancel()
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(cfg.NATS.Stream))
+	if err != nil {
+		return "", fmt.Errorf("publish %s: %w", m.Subject, err)
+	}
+	return fmt.Sprintf("%s %s published with run_id %s (forced) as %s seq %d", dataset, m.Event.Partition, ev.RunID, ack.Stream, ack.Sequence), nil
 }

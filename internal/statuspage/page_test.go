@@ -21,8 +21,10 @@ import (
 	"github.com/idem-data/idem/internal/audittest"
 	"github.com/idem-data/idem/internal/browsertest"
 	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/statuspage"
+	"github.com/idem-data/idem/internal/why"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
@@ -67,14 +69,40 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// streams is the events and dead-letter streams of a story: one dead
+// letter, seq 7, failed at failedAt, and no event left in the events
+// stream.
+type streams struct{ failedAt time.Time }
+
+func (s streams) Event(_ context.Context, seq uint64) (why.Event, error) {
+	return why.Event{Seq: seq}, errors.New("no message found")
+}
+
+func (s streams) DeadLetters(_ context.Context, dataset string) ([]deadletter.Letter, error) {
+	if dataset != "orders" {
+		return nil, nil
+	}
+	return []deadletter.Letter{{Seq: 7, FailedAt: s.failedAt, StoredAt: s.failedAt, Kind: deadletter.KindFatal,
+		Dataset: "orders", Partition: "2026-11-02", RunID: hostileRun, Error: hostileError}}, nil
+}
+
 func (w *world) page(t *testing.T, token string) *httptest.Server {
+	t.Helper()
+	return w.pageWith(t, statuspage.Deps{Token: token})
+}
+
+// pageWith serves the page over the world with d's token and actions; its
+// stories are told by internal/why over the world's audit.
+func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
+	t.Helper()
 	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
 	cal := &calendar.Expect{Every: calendar.Day, From: "2026-11-01", Deadline: 3 * time.Hour}
+	// By the wall clock, as the audit's: a load after it wins.
+	failedAt := time.Now()
+	dss := []statuspage.Dataset{{Name: "orders", Calendar: cal}, {Name: "customers", Calendar: cal}, {Name: "revenue", Upstreams: []string{"orders", "customers"}}}
 	p, err := statuspage.New(statuspage.Deps{
-		Pipeline: "shop", DB: w.db, Token: token, Now: func() time.Time { return now }, Log: zerolog.Nop(),
-		Datasets: func() []statuspage.Dataset {
-			return []statuspage.Dataset{{Name: "orders", Calendar: cal}, {Name: "customers", Calendar: cal}, {Name: "revenue", Upstreams: []string{"orders", "customers"}}}
-		},
+		Pipeline: "shop", DB: w.db, Token: d.Token, Now: func() time.Time { return now }, Log: zerolog.Nop(),
+		Datasets: func() []statuspage.Dataset { return dss },
 		Health: func(context.Context) statuspage.Health {
 			return statuspage.Health{WarehouseUp: true, NATS: "CONNECTED", Pending: 3, Replicas: []statuspage.Replica{{Name: "a", Version: "v1"}}}
 		},
@@ -89,6 +117,16 @@ func (w *world) page(t *testing.T, token string) *httptest.Server {
 			return fmt.Sprintf("republished seq %d", seq), nil
 		},
 		Backfill: func(_ context.Context, ds, from, to string) (string, error) { return "2 partitions published", nil },
+		Reload:   d.Reload,
+		Why: func(ctx context.Context, dataset, partition string) (why.Report, error) {
+			ds := why.Dataset{Name: dataset}
+			for _, d := range dss {
+				if d.Name == dataset {
+					ds.Upstreams, ds.Calendar = d.Upstreams, d.Calendar
+				}
+			}
+			return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Streams: streams{failedAt}, Now: func() time.Time { return now }}, ds, partition)
+		},
 	})
 	require.NoError(t, err)
 	srv := httptest.NewServer(p.Handler())

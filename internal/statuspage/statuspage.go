@@ -1,11 +1,14 @@
 // Package statuspage owns the operator's status page that `idem serve`
 // serves on its HTTP address: a grid of datasets × partitions coloured by
-// status, a partition's attempts, the dead letters, a health strip, and,
-// only when an operator token is configured, two actions (replay a dead
-// letter; backfill a dataset's missing and failed partitions), each recorded
-// in the audit with who asked. It is server-rendered with html/template
-// (every string from events and errors is escaped) and embedded assets; the
-// only script is a small hand-written one that opens a cell's attempts.
+// status, a partition's story and verdict (internal/why), the dead letters,
+// a health strip, and, only when an operator token is configured, three
+// actions (replay a dead letter; reload a partition, a forced run;
+// backfill a dataset's missing and failed partitions), each confirmed with
+// a reason and recorded in the audit with who asked. It is server-rendered
+// with html/template (every string from events and errors is escaped) and
+// embedded assets; the only script is a small hand-written one that opens
+// a cell's story, posts an action and follows the partition until its
+// verdict is final.
 //
 // Under /api/v1/ the same statuses are served as read-only JSON (api.go),
 // described by docs/api/openapi.yaml. Neither the page nor the API writes
@@ -14,17 +17,13 @@ package statuspage
 
 import (
 	"context"
-	"crypto/subtle"
 	"embed"
 	"errors"
-	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/rs/zerolog"
 
@@ -77,9 +76,12 @@ type Deps struct {
 	// DeadLetters lists the dead-letter stream, oldest first.
 	DeadLetters func(ctx context.Context) ([]DeadLetter, error)
 	// Replay republishes one dead letter; Backfill publishes the missing
-	// and failed partitions of a dataset's range. Each returns what it did.
+	// and failed partitions of a dataset's range; Reload publishes a forced
+	// event of one partition (a run of its own, which no earlier success
+	// skips), saying who asked and why. Each returns what it did.
 	Replay   func(ctx context.Context, seq uint64) (string, error)
 	Backfill func(ctx context.Context, dataset, from, to string) (string, error)
+	Reload   func(ctx context.Context, dataset, partition, who, reason string) (string, error)
 	// Why tells a partition's story (internal/why).
 	Why func(ctx context.Context, dataset, partition string) (why.Report, error)
 	// Token enables the actions; empty means read-only.
@@ -101,6 +103,10 @@ const (
 	// partitions of datasets without a calendar.
 	recentScan = 20000
 	maxWho     = 100
+	// maxReason bounds the reason an operator gives for an action, in
+	// characters: it travels in the reload's event, whose attributes are
+	// bounded too.
+	maxReason = 500
 )
 
 // Page serves the status page.
@@ -115,12 +121,16 @@ func New(d Deps) (*Page, error) {
 		d.Now = time.Now
 	}
 	t, err := template.New("").Funcs(template.FuncMap{
-		"age":     func(t time.Time) string { return age(d.Now().Sub(t)) },
-		"dur":     func(x time.Duration) string { return x.Round(time.Millisecond).String() },
-		"derefI":  func(p *int64) string { return deref(p) },
-		"short":   shortKey,
-		"every":   func(n, i int) bool { return n <= 40 || i%((n+39)/40) == 0 },
-		"actions": func() bool { return d.Token != "" },
+		"age":       func(t time.Time) string { return age(d.Now().Sub(t)) },
+		"dur":       func(x time.Duration) string { return x.Round(time.Millisecond).String() },
+		"derefI":    func(p *int64) string { return deref(p) },
+		"ts":        stamp,
+		"tsp":       func(t *time.Time) string { return stampOf(t) },
+		"short":     shortKey,
+		"every":     func(n, i int) bool { return n <= 40 || i%((n+39)/40) == 0 },
+		"actions":   func() bool { return d.Token != "" },
+		"maxWho":    func() int { return maxWho },
+		"maxReason": func() int { return maxReason },
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
@@ -129,8 +139,8 @@ func New(d Deps) (*Page, error) {
 }
 
 // Handler routes the page's paths: / (the grid), /partition (a cell's
-// attempts, a fragment), /dead-letters, /actions/replay, /actions/backfill,
-// /assets/, and the JSON API under /api/v1/.
+// story, a fragment), /dead-letters, /actions/replay, /actions/backfill,
+// /actions/reload, /assets/, and the JSON API under /api/v1/.
 func (p *Page) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.grid)
@@ -138,6 +148,7 @@ func (p *Page) Handler() http.Handler {
 	mux.HandleFunc("GET /dead-letters", p.deadLetters)
 	mux.HandleFunc("POST /actions/replay", p.replay)
 	mux.HandleFunc("POST /actions/backfill", p.backfill)
+	mux.HandleFunc("POST /actions/reload", p.reload)
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.Handle("/api/v1/", p.api())
@@ -209,38 +220,6 @@ func (p *Page) grid(w http.ResponseWriter, r *http.Request) {
 	p.render(w, "grid.html", v)
 }
 
-type partitionView struct {
-	Dataset, Partition string
-	Attempts           []audit.PartitionAttempt
-	Checks             []audit.CheckRow
-	DeadLetters        []DeadLetter
-}
-
-func (p *Page) partition(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	v := partitionView{Dataset: q.Get("dataset"), Partition: q.Get("partition")}
-	if v.Dataset == "" || v.Partition == "" || len(v.Dataset) > 200 || len(v.Partition) > 200 {
-		http.Error(w, "want ?dataset=...&partition=...", http.StatusBadRequest)
-		return
-	}
-	var err error
-	if v.Attempts, err = audit.PartitionAttempts(r.Context(), p.d.DB, p.d.Pipeline, v.Dataset, v.Partition, 50); err != nil {
-		p.fail(w, err)
-		return
-	}
-	if v.Checks, err = audit.PartitionChecks(r.Context(), p.d.DB, p.d.Pipeline, v.Dataset, v.Partition, 50); err != nil {
-		p.fail(w, err)
-		return
-	}
-	dead, _ := p.d.DeadLetters(r.Context())
-	for _, d := range dead {
-		if d.Dataset == v.Dataset && d.Partition == v.Partition {
-			v.DeadLetters = append(v.DeadLetters, d)
-		}
-	}
-	p.render(w, "partition.html", v)
-}
-
 type dlqView struct {
 	Pipeline    string
 	Health      Health
@@ -264,87 +243,6 @@ func (p *Page) deadLetters(w http.ResponseWriter, r *http.Request) {
 		v.Error = err.Error()
 	}
 	p.render(w, "deadletters.html", v)
-}
-
-// authorize checks the operator token and the name of who asks. It answers
-// 403 itself when the actions are disabled or the token is wrong.
-func (p *Page) authorize(w http.ResponseWriter, r *http.Request) (string, bool) {
-	if p.d.Token == "" {
-		http.Error(w, "actions are disabled: this idem has no operator token (http.token)", http.StatusForbidden)
-		return "", false
-	}
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "bad form", http.StatusBadRequest)
-		return "", false
-	}
-	tok := r.PostForm.Get("token")
-	if h, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		tok = h
-	}
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(p.d.Token)) != 1 {
-		http.Error(w, "wrong operator token", http.StatusForbidden)
-		return "", false
-	}
-	who := strings.TrimSpace(r.PostForm.Get("who"))
-	if who == "" || len(who) > maxWho || strings.IndexFunc(who, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
-		http.Error(w, fmt.Sprintf("say who asks: 1-%d printable characters in who", maxWho), http.StatusBadRequest)
-		return "", false
-	}
-	return who, true
-}
-
-func (p *Page) replay(w http.ResponseWriter, r *http.Request) {
-	who, ok := p.authorize(w, r)
-	if !ok {
-		return
-	}
-	seq, err := strconv.ParseUint(r.PostForm.Get("seq"), 10, 64)
-	if err != nil || seq == 0 {
-		http.Error(w, "seq: want the dead letter's stream sequence", http.StatusBadRequest)
-		return
-	}
-	p.act(w, r, who, audit.ActionReplay, map[string]any{"seq": seq}, "/dead-letters", func(ctx context.Context) (string, error) {
-		return p.d.Replay(ctx, seq)
-	})
-}
-
-func (p *Page) backfill(w http.ResponseWriter, r *http.Request) {
-	who, ok := p.authorize(w, r)
-	if !ok {
-		return
-	}
-	ds, from, to := r.PostForm.Get("dataset"), cleanKey(r.PostForm.Get("from")), cleanKey(r.PostForm.Get("to"))
-	known := false
-	for _, d := range p.d.Datasets() {
-		known = known || d.Name == ds
-	}
-	if !known || from == "" || to == "" {
-		http.Error(w, "want a configured dataset, from and to", http.StatusBadRequest)
-		return
-	}
-	p.act(w, r, who, audit.ActionBackfill, map[string]any{"dataset": ds, "from": from, "to": to}, "/", func(ctx context.Context) (string, error) {
-		return p.d.Backfill(ctx, ds, from, to)
-	})
-}
-
-// act records the action, does it, records the outcome, and sends the
-// browser back with the outcome.
-func (p *Page) act(w http.ResponseWriter, r *http.Request, who, action string, detail map[string]any, back string, do func(context.Context) (string, error)) {
-	ctx := r.Context()
-	id, err := audit.RecordAction(ctx, p.d.DB, p.d.Pipeline, action, who, r.RemoteAddr, detail)
-	if err != nil {
-		p.fail(w, err)
-		return
-	}
-	out, err := do(ctx)
-	if err != nil {
-		out = "failed: " + err.Error()
-	}
-	if ferr := audit.FinishAction(context.WithoutCancel(ctx), p.d.DB, id, out); ferr != nil {
-		p.d.Log.Warn().Err(ferr).Int64("action", id).Msg("status page: action outcome not recorded")
-	}
-	p.d.Log.Info().Str("action", action).Str("requested_by", who).Interface("detail", detail).Str("outcome", out).Msg("operator action")
-	http.Redirect(w, r, back+"?msg="+urlQueryEscape(action+": "+out), http.StatusSeeOther)
 }
 
 func (p *Page) render(w http.ResponseWriter, name string, v any) {
