@@ -396,6 +396,10 @@ func (g *group) load(ctx context.Context) bool {
 				return false
 			}
 			l.recorded = len(l.checked) > 0
+			if err := audit.QueueRecordSchemaChanges(b, m.b.ID, l.a.RunKey, l.plan.SchemaChanges()); err != nil {
+				g.fallBack(ctx, err)
+				return false
+			}
 			if _, err := h.queueDownstream(b, g.ds, l.a, m.b.ID); err != nil {
 				g.fallBack(ctx, err)
 				return false
@@ -422,7 +426,8 @@ func (g *group) load(ctx context.Context) bool {
 			m.l.log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
 		case memberLoad:
 			r := *m.res
-			m.state, m.out = memberOver, Outcome{Status: audit.StatusSuccess, AuditID: m.b.ID, Rows: r, Checks: m.l.checked}
+			m.state, m.out = memberOver, Outcome{Status: audit.StatusSuccess, AuditID: m.b.ID, Rows: r, Checks: m.l.checked,
+				SchemaChanges: m.l.plan.SchemaChanges()}
 			m.l.log.Info().Int64("rows_inserted", r.Inserted).Int64("rows_updated", r.Updated).Int64("rows_deleted", r.Deleted).
 				Str("route", r.Route).Int("group", n).Msg("loaded")
 		}

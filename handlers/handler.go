@@ -82,6 +82,10 @@ type Handler struct {
 	// recent loads were verified, so that nothing loads on a promoted
 	// standby before its lost loads are back (or with ctx's error).
 	Verified func(ctx context.Context) error
+	// SchemaPeer, when set, names another live replica of the fleet that
+	// runs dataset with an on_schema_change other than this one's, and that
+	// policy ("" when none): see leaveToFleet.
+	SchemaPeer func(ctx context.Context, dataset string) (replica, policy string)
 	// MaxGroup bounds how many events of one dataset a group load takes
 	// (HandleGroup); 0 means DefaultMaxGroup, 1 turns grouping off.
 	MaxGroup int
@@ -152,6 +156,10 @@ type Outcome struct {
 	// Checks are the outcomes of the dataset's checks, also when they
 	// refused the load (the error is then a *checks.Error).
 	Checks []checks.Outcome
+	// SchemaChanges are the differences between the source's columns and
+	// the target's the load met, and what its on_schema_change did, also
+	// when it refused the load (a *strategies.SchemaChangeError).
+	SchemaChanges []strategies.SchemaChange
 }
 
 // Lookup tells the decoder a dataset's partition type.
@@ -286,6 +294,7 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 	}
 	l.recordChecks(ctx, b.ID, nil)
 	out.Checks = l.checked
+	out.SchemaChanges = l.plan.SchemaChanges()
 	if out.Status == audit.StatusSkipped {
 		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
 	} else {
@@ -302,6 +311,8 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 	// The connection goes back to the pool before the failure is
 	// recorded on another one.
 	l.close(ctx)
+	changes := l.recordSchemaChanges(ctx, b.ID, err)
+	err = h.leaveToFleet(ctx, l, err)
 	err = Classify(err)
 	l.recordChecks(ctx, b.ID, err)
 	kind := audit.KindTransient
@@ -336,7 +347,55 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 	l.enqueueFail(fctx, b.ID, err)
 	cancel()
 	log.Warn().Err(err).Str("error_kind", kind).Msg("load failed")
-	return Outcome{AuditID: b.ID, Checks: l.checked}, &AttemptError{N: b.Attempt, Err: err}
+	return Outcome{AuditID: b.ID, Checks: l.checked, SchemaChanges: changes}, &AttemptError{N: b.Attempt, Err: err}
+}
+
+// SchemaPeerError is a load this replica's on_schema_change refused while
+// another live replica of the fleet runs the dataset with a policy that
+// would take the change: during a rolling config change, the message is
+// left to that replica (redelivered) rather than dead-lettered here.
+type SchemaPeerError struct {
+	Replica, Policy string
+	Err             error
+}
+
+func (e *SchemaPeerError) Error() string {
+	return fmt.Sprintf("replica %s runs this dataset with on_schema_change %s; left to it (redelivered): %v", e.Replica, e.Policy, e.Err)
+}
+
+func (e *SchemaPeerError) Unwrap() error { return e.Err }
+
+// Fatal reports false: another replica may load it.
+func (e *SchemaPeerError) Fatal() bool { return false }
+
+// leaveToFleet turns a load refused by this replica's on_schema_change into
+// a transient error when another live replica runs the dataset with a
+// policy that would take the change (SchemaPeer).
+func (h *Handler) leaveToFleet(ctx context.Context, l *loading, err error) error {
+	var sc *strategies.SchemaChangeError
+	if h.SchemaPeer == nil || !errors.As(err, &sc) {
+		return err
+	}
+	replica, policy := h.SchemaPeer(ctx, l.a.Dataset)
+	if replica == "" || !takes(policy, sc.Changes) {
+		return err
+	}
+	return &SchemaPeerError{Replica: replica, Policy: policy, Err: err}
+}
+
+// takes reports whether policy would load without refusing changes.
+func takes(policy string, cs []strategies.SchemaChange) bool {
+	for _, c := range cs {
+		if c.Action != strategies.ActionRefused {
+			continue
+		}
+		switch {
+		case c.Change == strategies.ChangeNew && policy != strategies.OnSchemaChangeFail:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // pendingJoin is a join whose readiness round trip 3 asks.

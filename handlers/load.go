@@ -271,6 +271,10 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		return out, err
 	}
 	l.recorded = len(l.checked) > 0
+	// A schema change the load made commits with its DDL and its rows.
+	if err := audit.QueueRecordSchemaChanges(b, id, l.a.RunKey, l.plan.SchemaChanges()); err != nil {
+		return out, err
+	}
 	// A join's downstream event is queued only once its other upstreams
 	// are known to be ready: one more round trip, for joins only.
 	joins, err := l.h.queueDownstream(b, l.ds, l.a, id)
@@ -374,6 +378,21 @@ func (l *loading) skipped(ctx context.Context, id int64, written bool) error {
 		l.h.Enqueued()
 	}
 	return nil
+}
+
+// recordSchemaChanges writes the schema changes a load refused by its
+// on_schema_change met, after its transaction rolled back.
+func (l *loading) recordSchemaChanges(ctx context.Context, id int64, err error) []strategies.SchemaChange {
+	var sc *strategies.SchemaChangeError
+	if !errors.As(err, &sc) || len(sc.Changes) == 0 {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := audit.RecordSchemaChanges(fctx, l.h.DB, id, l.a.RunKey, sc.Changes); err != nil {
+		l.log.Error().Err(err).Msg("could not record the schema changes")
+	}
+	return sc.Changes
 }
 
 // recordChecks writes the outcomes of this attempt's checks, after its

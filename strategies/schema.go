@@ -420,6 +420,13 @@ func (pl *Plan) alter(ctx context.Context, tx pgx.Tx, changes []SchemaChange) er
 			changes[k].Action = ActionFound
 			continue
 		}
+		if c.Change == ChangeRetyped && pl.spec.View.Name != "" && n == 0 {
+			// append_dedupe's view reads the column: PostgreSQL retypes
+			// no column a view uses. It is made again in this
+			// transaction (AppendDedupe.resolve), so no reader sees it
+			// missing.
+			b.Queue("DROP VIEW IF EXISTS " + pl.spec.View.ident())
+		}
 		b.Queue(c.DDL)
 		n++
 	}

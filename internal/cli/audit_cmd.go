@@ -65,7 +65,7 @@ func (e *env) auditQuery(cmd *cobra.Command, dataset, from, to string) (*config.
 func auditCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "audit",
-		Short: "Partition status and missing partitions, from the audit table",
+		Short: "Partition status, missing partitions, a partition's story and schema changes, from the audit table",
 	}
 	var from, to string
 	var asJSON bool
@@ -196,7 +196,7 @@ Exit code 1 when any is missing or late, 0 when none is.`,
 	missing.Flags().StringVar(&to, "to", "", "last partition, inclusive (default: the last ended)")
 	missing.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	missing.Flags().StringVar(&at, "at", "", "evaluate deadlines at this RFC 3339 time instead of now (calendar datasets)")
-	c.AddCommand(status, missing, auditWhyCmd(e))
+	c.AddCommand(status, missing, auditWhyCmd(e), auditSchemaCmd(e))
 	return c
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
 )
 
 // Defaults applied by WithDefaults to fields left empty or zero.
@@ -113,6 +114,8 @@ type Config struct {
 	Lineage Lineage `yaml:"lineage,omitempty"`
 	// Tracing says where OpenTelemetry spans go; absent, none are exported.
 	Tracing Tracing `yaml:"tracing,omitempty"`
+	// Defaults are the values datasets take for fields they leave out.
+	Defaults DatasetDefaults `yaml:"defaults,omitempty"`
 	// Datasets maps a dataset name (the last subject token) to how it loads.
 	Datasets map[string]*Dataset `yaml:"datasets"`
 }
@@ -371,6 +374,30 @@ type Dataset struct {
 	// load's transaction before it commits: a failing check of severity
 	// error rolls the load back and dead-letters the event (see Check).
 	Checks []Check `yaml:"checks,omitempty" json:",omitempty"`
+	// OnSchemaChange is what a load does when the source's columns differ
+	// from the target's: fail (refuse a new source column, listing every
+	// difference and the ALTER TABLE that fixes it), ignore (load the
+	// columns both have), append_new_columns (add a new source column to
+	// the target in the load's transaction) or sync_all_columns (also widen
+	// a column to the source's wider type). Default: defaults.on_schema_change,
+	// else fail. (omitempty in JSON keeps the config version of configs
+	// without it.)
+	OnSchemaChange string `yaml:"on_schema_change,omitempty" json:",omitempty"`
+}
+
+// DatasetDefaults are the values a dataset takes when it leaves a field out.
+type DatasetDefaults struct {
+	// OnSchemaChange is every dataset's on_schema_change unless it sets its
+	// own. Default fail.
+	OnSchemaChange string `yaml:"on_schema_change,omitempty"`
+}
+
+// SchemaPolicy is the dataset's on_schema_change, the default when unset.
+func (d *Dataset) SchemaPolicy() string {
+	if d.OnSchemaChange == "" {
+		return strategies.OnSchemaChangeFail
+	}
+	return d.OnSchemaChange
 }
 
 // Expect is a dataset's calendar, e.g. {every: day, from: 2026-01-01,
@@ -454,6 +481,7 @@ func (c *Config) WithDefaults() {
 			c.Datasets[name] = d
 		}
 		d.Name = name
+		setDefault(&d.OnSchemaChange, c.Defaults.OnSchemaChange)
 		d.withDefaults()
 	}
 }

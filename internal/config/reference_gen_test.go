@@ -35,6 +35,7 @@ import (
 
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
 )
 
 // referenceEnums are the keys that take one of a few values, each listed
@@ -47,6 +48,8 @@ var referenceEnums = map[string][]string{
 	"datasets.<name>.checks[].severity": {SeverityError, SeverityWarn},
 	"postgres.statement_mode":           {StatementAuto, StatementPrepare, StatementDescribe},
 	"tracing.otlp.protocol":             {DefaultOTLPProtocol, "grpc"},
+	"datasets.<name>.on_schema_change":  strategies.SchemaPolicies(),
+	"defaults.on_schema_change":         strategies.SchemaPolicies(),
 }
 
 // referenceImplicitDefaults are the defaults WithDefaults leaves zero

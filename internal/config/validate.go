@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idem-data/idem/internal/sqlcheck"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
 )
 
 // Problem is one thing wrong with a config.
@@ -57,6 +59,7 @@ func (p Problems) Error() string {
 func (c *Config) Validate() error {
 	v := &validator{}
 	c.validateTop(v)
+	validateSchemaPolicy(v, "defaults.on_schema_change", c.Defaults.OnSchemaChange)
 	names := c.DatasetNames()
 	for _, name := range names {
 		d := c.Datasets[name]
@@ -360,10 +363,25 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	}
 	c.validateAppendColumns(v, d, notApplicable)
 	notApplicable("truncate_partition", s != DeleteInsert && d.TruncatePartition, " (only delete_insert replaces a whole partition)")
+	if d.OnSchemaChange != c.Defaults.OnSchemaChange { // the default's own problem is reported once
+		validateSchemaPolicy(v, "on_schema_change", d.OnSchemaChange)
+	}
 	validateExpect(v, d)
 
 	validateRetries(v, d)
 	c.validateThen(v, names, name, d)
+}
+
+// validateSchemaPolicy checks an on_schema_change value.
+func validateSchemaPolicy(v *validator, field, policy string) {
+	if policy == "" || slices.Contains(strategies.SchemaPolicies(), policy) {
+		return
+	}
+	msg := fmt.Sprintf("%q is not a policy; use %s", policy, strings.Join(strategies.SchemaPolicies(), ", "))
+	if m := closest(policy, strategies.SchemaPolicies()); m != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", m)
+	}
+	v.add(field, "%s", msg)
 }
 
 // validateRetries checks the backoff and the per-load limits.

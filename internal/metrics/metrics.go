@@ -78,6 +78,9 @@ type Metrics struct {
 	// Checks counts the outcomes of the datasets' checks: pass, fail (the
 	// load was refused), warn, skipped.
 	Checks *prometheus.CounterVec // dataset, check, result
+	// SchemaChanges counts the schema changes loads met, by what they did:
+	// added, widened, ignored, kept, refused, found.
+	SchemaChanges *prometheus.CounterVec // dataset, change, action
 }
 
 // New registers every collector, plus the Go and process collectors.
@@ -183,7 +186,10 @@ func New(version string) *Metrics {
 	m.Checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_checks_total", Help: "Outcomes of the datasets' checks, by dataset, check and result: pass, fail (the load was rolled back), warn, skipped.",
 	}, []string{"dataset", "check", "result"})
-	for _, c := range []prometheus.Collector{m.Checks, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
+	m.SchemaChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_schema_changes_total", Help: "Schema changes the loads met (on_schema_change), by dataset, change (new_column, retyped, missing_column) and action: added, widened, ignored, kept, refused, found.",
+	}, []string{"dataset", "change", "action"})
+	for _, c := range []prometheus.Collector{m.Checks, m.SchemaChanges, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
 		m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)

@@ -148,6 +148,9 @@ func groupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.GroupHandler {
 			for _, c := range outs[i].Checks {
 				m.Checks.WithLabelValues(msg.Dataset, c.Name, c.Status).Inc()
 			}
+			for _, c := range outs[i].SchemaChanges {
+				m.SchemaChanges.WithLabelValues(msg.Dataset, c.Change, c.Action).Inc()
+			}
 		}
 		return errs
 	}
@@ -166,6 +169,9 @@ func loadFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Handler {
 		m.Load(msg.Dataset, status, time.Since(start), out.Rows.Inserted+out.Rows.Updated)
 		for _, c := range out.Checks {
 			m.Checks.WithLabelValues(msg.Dataset, c.Name, c.Status).Inc()
+		}
+		for _, c := range out.SchemaChanges {
+			m.SchemaChanges.WithLabelValues(msg.Dataset, c.Change, c.Action).Inc()
 		}
 		return err
 	}

@@ -37,6 +37,7 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			AllowEmpty:      d.AllowEmpty,
 
 			TruncatePartition: d.TruncatePartition,
+			OnSchemaChange:    d.SchemaPolicy(),
 		}
 		st, err := strategies.New(string(d.Strategy), spec)
 		if err != nil {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,10 +10,13 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/strategies"
 )
 
 // ConfigVersion names what a config makes idem do: a hash of the pipeline
@@ -132,4 +136,40 @@ func jsonEqual(a, b json.RawMessage) bool {
 	ca, _ := json.Marshal(va) // maps marshal with sorted keys
 	cb, _ := json.Marshal(vb)
 	return bytes.Equal(ca, cb)
+}
+
+// schemaPeer names a live replica of the fleet, other than self, that runs
+// a dataset with an on_schema_change other than this replica's, and that
+// policy: a refused schema change is left to it during a rolling config
+// change (handlers.Handler.SchemaPeer).
+func schemaPeer(c *consumer.Consumer, self string, mine func(dataset string) string) func(ctx context.Context, dataset string) (string, string) {
+	return func(ctx context.Context, dataset string) (string, string) {
+		members, err := c.Fleet(ctx)
+		if err != nil {
+			return "", ""
+		}
+		own := mine(dataset)
+		for _, m := range members {
+			if m.Replica == self || time.Since(m.Updated) > 3*consumer.DefaultFleetRefresh {
+				continue
+			}
+			def, ok := m.Definitions[dataset]
+			if !ok {
+				continue
+			}
+			var d struct {
+				OnSchemaChange string `json:"on_schema_change"`
+			}
+			if json.Unmarshal(def, &d) != nil {
+				continue
+			}
+			if d.OnSchemaChange == "" {
+				d.OnSchemaChange = strategies.OnSchemaChangeFail
+			}
+			if d.OnSchemaChange != own {
+				return m.Replica, d.OnSchemaChange
+			}
+		}
+		return "", ""
+	}
 }

@@ -234,6 +234,12 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 
 	var cfgNow atomic.Pointer[config.Config]
 	cfgNow.Store(cfg)
+	h.SchemaPeer = schemaPeer(c, ccfg.Fleet.Replica, func(dataset string) string {
+		if d, ok := cfgNow.Load().Datasets[dataset]; ok && d != nil {
+			return d.SchemaPolicy()
+		}
+		return ""
+	})
 	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, log)
 	st.route = route
 	st.rv = rv
