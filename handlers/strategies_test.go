@@ -242,12 +242,13 @@ func TestCatalogCacheStaleSource(t *testing.T) {
 	e.stage("2026-11-28", 1, 5, 0, 1)
 	e.mustLoad("2026-11-28", "r1", false)
 	e.db.Exec(t, "ALTER TABLE staging.src RENAME COLUMN note TO remark")
+	// The source's tables are fingerprinted with the target: the change is
+	// seen by the next load, which reads the source afresh and finds it
+	// broken at once, instead of failing on the cached description first.
 	_, err := e.load("2026-11-28", "r2", false)
 	require.Error(t, err)
-	require.False(t, handlers.IsFatal(err), "a description cached before the change: retried: %v", err)
-	_, err = e.load("2026-11-28", "r2", false)
-	require.Error(t, err)
 	require.True(t, handlers.IsFatal(err), "read afresh, the source is broken: %v", err)
+	require.Contains(t, err.Error(), "note")
 }
 
 // A key inserted by another transaction while MERGE runs makes it raise a

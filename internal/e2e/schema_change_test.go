@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSchemaChangeMidBackfillTwoReplicas runs two replicas on
+// append_new_columns with a backfill in flight and the source gaining a
+// column halfway. Every event loads once and none is dead-lettered. The
+// column is added once, in a load's transaction, recorded beside that
+// attempt; the rows loaded after it carry its values and those before keep
+// NULL.
+func TestSchemaChangeMidBackfillTwoReplicas(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{})
+	w.db.Exec(t, `
+		CREATE TABLE staging.wsrc (id bigint, event_date date, amount integer);
+		INSERT INTO staging.wsrc SELECT i, d::date, i FROM generate_series(1, 10) AS i,
+		       generate_series('2026-10-01'::date, '2026-10-20', '1 day') AS d;
+		CREATE TABLE analytics.wide (id bigint, event_date date, amount integer);
+		CREATE INDEX ON analytics.wide (event_date);`)
+	base, err := os.ReadFile(w.cfg)
+	require.NoError(t, err)
+	dataset := func(policy string) string {
+		return string(base) + fmt.Sprintf(`  wide:
+    strategy: delete_insert
+    target: analytics.wide
+    partition_column: event_date
+    source: SELECT * FROM staging.wsrc WHERE event_date = @partition
+    on_schema_change: %s
+    retries: 40
+    retry_delay: 200ms
+    max_retry_delay: 500ms
+`, policy)
+	}
+	oldPath, newPath := filepath.Join(w.dir, "idem-old.yaml"), filepath.Join(w.dir, "idem-new.yaml")
+	require.NoError(t, os.WriteFile(oldPath, []byte(dataset("append_new_columns")), 0o600))
+	require.NoError(t, os.WriteFile(newPath, []byte(dataset("append_new_columns")), 0o600))
+	w.cfg = oldPath
+	w.streams()
+	w.serveConfig(oldPath)
+	w.serveConfig(newPath)
+	// Both replicas in the fleet's view, as in a rolling change that has
+	// been going for a while.
+	require.Eventually(t, func() bool { return fleetSize(t, w) == 2 }, time.Minute, 100*time.Millisecond)
+
+	publish := func(from, to int) {
+		for d := from; d <= to; d++ {
+			body := fmt.Sprintf(`{"dataset":"wide","partition":"2026-10-%02d","run_id":"r1"}`, d)
+			_, err := w.js.Publish(t.Context(), "idem.ready.wide", []byte(body))
+			require.NoError(t, err)
+		}
+	}
+	loaded := "SELECT count(*) FROM idem.run_ledger WHERE task_id = 'wide'"
+	publish(1, 10)
+	require.Eventually(t, func() bool { return w.count(loaded) >= 4 }, time.Minute, 20*time.Millisecond)
+	// Halfway, with loads in flight: the upstream adds a column.
+	w.db.Exec(t, `ALTER TABLE staging.wsrc ADD COLUMN channel varchar(12); UPDATE staging.wsrc SET channel = 'web'`)
+	publish(11, 20)
+	require.Eventually(t, func() bool { return w.count(loaded) == 20 }, 3*time.Minute, 50*time.Millisecond, "every event loaded")
+	w.waitSettled()
+	require.Empty(t, w.deadLetters(), "no event was dead-lettered")
+
+	require.EqualValues(t, 20, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'wide' AND status = 'success'"), "each loaded once")
+	require.EqualValues(t, 200, w.count("SELECT count(*) FROM analytics.wide"))
+	require.EqualValues(t, 1, w.count(`SELECT count(*) FROM pg_attribute WHERE attrelid = 'analytics.wide'::regclass AND attname = 'channel'
+	    AND format_type(atttypid, atttypmod) = 'character varying(12)'`))
+	require.EqualValues(t, 100, w.count("SELECT count(*) FROM analytics.wide WHERE event_date >= '2026-10-11' AND channel = 'web'"),
+		"the rows loaded after the change carry the new column")
+	require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.schema_changes WHERE task_id = 'wide' AND column_name = 'channel'
+	    AND change = 'new_column' AND action = 'added' AND policy = 'append_new_columns' AND new_type = 'character varying(12)'`),
+		"the column was added once, recorded")
+	// The addition is recorded beside the successful attempt that made it.
+	require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.schema_changes c JOIN idem.pipeline_audit a ON a.id = c.audit_id
+	    WHERE c.action = 'added' AND a.status = 'success'`))
+	// idem audit schema lists it.
+	out, err := exec.Command(idemBin, "audit", "schema", "wide", "--config", newPath).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "channel")
+	require.Contains(t, string(out), "added")
+}
+
+// fleetSize is how many replicas' entries the fleet bucket holds.
+func fleetSize(t *testing.T, w *world) int {
+	n := 0
+	for name := range w.js.KeyValueStoreNames(t.Context()).Name() {
+		if !strings.Contains(name, "fleet") {
+			continue
+		}
+		kv, err := w.js.KeyValue(t.Context(), name)
+		require.NoError(t, err)
+		keys, err := kv.Keys(t.Context())
+		if err == nil {
+			n += len(keys)
+		}
+	}
+	return n
+}
