@@ -371,7 +371,7 @@ func (pl *Plan) refusal(all, refused []SchemaChange) error {
 	}
 	msg := strings.TrimSuffix(b.String(), ";")
 	if len(fixes) > 0 {
-		msg += ". Fix it with: " + strings.Join(fixes, "; ") + "; or set on_schema_change: append_new_columns on the dataset; then replay the dead letters with idem dlq replay --reason schema_mismatch " + pl.spec.Dataset
+		msg += ". Fix it with: " + strings.Join(fixes, "; ") + "; or set on_schema_change: append_new_columns on the dataset; then replay its dead letters: idem dlq ls --dataset " + pl.spec.Dataset + ", then idem dlq replay SEQ"
 	}
 	return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: msg}, Changes: pl.changes}
 }
@@ -489,7 +489,7 @@ func (pl *Plan) alterErr(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
 		return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: fmt.Sprintf(
-			"on_schema_change %s needs to alter %s, and only its owner may: make idem's role a member of the owner (GRANT <owner role> TO <idem role>; see deploy/postgres/grants.sql), or alter the table yourself, then idem dlq replay --reason schema_mismatch %s: %v",
+			"on_schema_change %s needs to alter %s, and only its owner may: make idem's role a member of the owner (GRANT <owner role> TO <idem role>; see deploy/postgres/grants.sql), or alter the table yourself, then replay its dead letters (idem dlq ls --dataset %s, idem dlq replay SEQ): %v",
 			pl.spec.Policy(), pl.target.Table, pl.spec.Dataset, err)}, Changes: pl.changes}
 	}
 	return err

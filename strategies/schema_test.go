@@ -128,7 +128,7 @@ func TestSourceGainsAColumn(t *testing.T) {
 					require.Equal(t, "schema_mismatch", sc.Err.Reason)
 					require.Contains(t, err.Error(), `new column note character varying(20)`)
 					require.Contains(t, err.Error(), `ALTER TABLE "analytics"."`+c.table+`" ADD COLUMN "note" character varying(20)`)
-					require.Contains(t, err.Error(), "idem dlq replay --reason schema_mismatch ds")
+					require.Contains(t, err.Error(), "idem dlq ls --dataset ds, then idem dlq replay SEQ")
 					require.Equal(t, map[string]string{"note/new_column": ActionRefused}, actions(changes))
 					require.NotContains(t, columnsOf(t, db, target), "note")
 					require.Zero(t, db.Int(t, "SELECT count(*) FROM "+target+" WHERE event_date = '2026-11-02'"))
