@@ -23,7 +23,7 @@ func registered(t *testing.T) map[string]bool {
 		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.OutboxPublishFailures, m.OutboxBacklog,
 		m.OutboxOldestPending, m.WarehouseUp, m.CircuitOpens, m.BuildInfo, m.ConfigInfo, m.ConfigReloads,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate,
-		m.NewestPartitionAge, m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast, m.Checks} {
+		m.NewestPartitionAge, m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast, m.Checks, m.SchemaChanges} {
 		ch := make(chan *prometheus.Desc, 4)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {

@@ -151,6 +151,10 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	}
 	r := Report{Pipeline: src.Pipeline, Dataset: ds.Name, Partition: partition, At: now().UTC(),
 		Events: []Event{}, DeadLetters: []deadletter.Letter{}, Upstreams: []Upstream{}}
+	// The dead letters are read before the audit: a failure is recorded
+	// before its message is dead-lettered, so every dead letter read here
+	// finds its failed attempt below, never a `started` one.
+	readDeadLetters(ctx, src.Streams, &r)
 	st, err := audit.ReadStory(ctx, src.DB, src.Pipeline, ds.Name, partition, maxAttempts)
 	if err != nil {
 		return r, fmt.Errorf("%w: %w", ErrNoStory, err)
@@ -159,7 +163,7 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	if st.Truncated {
 		r.Notes = append(r.Notes, fmt.Sprintf("only the newest %d attempts are shown", maxAttempts))
 	}
-	readStreams(ctx, src.Streams, &r)
+	readEvents(ctx, src.Streams, &r)
 	readUpstreams(ctx, src, ds, &r)
 	if ds.Calendar != nil {
 		r.Expected = expect(*ds.Calendar, r.At, partition)
@@ -168,9 +172,9 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	return r, nil
 }
 
-// readStreams reads the events the attempts name and the partition's dead
-// letters; what cannot be read becomes a note.
-func readStreams(ctx context.Context, s Streams, r *Report) {
+// readDeadLetters reads the partition's dead letters, newest first; when
+// NATS cannot be read that becomes a note.
+func readDeadLetters(ctx context.Context, s Streams, r *Report) {
 	if s == nil {
 		r.Notes = append(r.Notes, "NATS was not read: no events or dead letters are shown")
 		return
@@ -183,6 +187,14 @@ func readStreams(ctx context.Context, s Streams, r *Report) {
 		if dead[i].Partition == r.Partition {
 			r.DeadLetters = append(r.DeadLetters, dead[i])
 		}
+	}
+}
+
+// readEvents reads the events the attempts and dead letters name; what
+// cannot be read becomes a note.
+func readEvents(ctx context.Context, s Streams, r *Report) {
+	if s == nil {
+		return
 	}
 	type named struct {
 		runID string
