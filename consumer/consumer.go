@@ -123,7 +123,18 @@ func (c *Consumer) Fleet(ctx context.Context) ([]Member, error) {
 	if f == nil {
 		return nil, nil
 	}
-	return f.view(ctx)
+	return f.view(ctx, false)
+}
+
+// FleetNow is Fleet read from the bucket now, not from the view kept for
+// at most two seconds: for a rare decision that a replica which joined a
+// moment ago must change (a schema change refused here).
+func (c *Consumer) FleetNow(ctx context.Context) ([]Member, error) {
+	f := c.fleet.Load()
+	if f == nil {
+		return nil, nil
+	}
+	return f.view(ctx, true)
 }
 
 // Warehouse reports the warehouse circuit: up while it is closed; otherwise

@@ -167,7 +167,7 @@ func (f *fleet) run(ctx context.Context) {
 // knows reports whether a live replica other than this one knows dataset,
 // and the members seen.
 func (f *fleet) knows(ctx context.Context, dataset string) (bool, error) {
-	members, err := f.view(ctx)
+	members, err := f.view(ctx, false)
 	if err != nil {
 		return false, err
 	}
@@ -181,11 +181,12 @@ func (f *fleet) knows(ctx context.Context, dataset string) (bool, error) {
 	return false, nil
 }
 
-// view lists the live members, read at most every fleetCacheFor.
-func (f *fleet) view(ctx context.Context) ([]Member, error) {
+// view lists the live members, read at most every fleetCacheFor unless
+// fresh asks for a read now.
+func (f *fleet) view(ctx context.Context, fresh bool) ([]Member, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if time.Since(f.read) < fleetCacheFor {
+	if !fresh && time.Since(f.read) < fleetCacheFor {
 		return f.members, nil
 	}
 	out, err := readMembers(ctx, f.kv)

@@ -144,7 +144,7 @@ func jsonEqual(a, b json.RawMessage) bool {
 // change (handlers.Handler.SchemaPeer).
 func schemaPeer(c *consumer.Consumer, self string, mine func(dataset string) string) func(ctx context.Context, dataset string) (string, string) {
 	return func(ctx context.Context, dataset string) (string, string) {
-		members, err := c.Fleet(ctx)
+		members, err := c.FleetNow(ctx)
 		if err != nil {
 			return "", ""
 		}
