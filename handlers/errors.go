@@ -63,6 +63,16 @@ func (e *FatalError) Unwrap() error { return e.Err }
 // Fatal reports true: retrying cannot help.
 func (e *FatalError) Fatal() bool { return true }
 
+// FatalReason is the word Error starts with. The dead letter keeps it in a
+// header of its own, so operators select dead letters by reason without
+// parsing error text.
+func (e *FatalError) FatalReason() string {
+	if e.Reason == "" {
+		return "fatal"
+	}
+	return e.Reason
+}
+
 // Fatal marks err as fatal for reason. A nil err gives nil, so it can wrap a
 // call's result directly.
 func Fatal(reason string, err error) error {
