@@ -22,6 +22,12 @@
 // MsgID(stream, seq), so JetStream keeps one dead letter per message within
 // the dead-letter stream's duplicate window.
 //
+// A fatal error's reason word (schema_mismatch, check_failed, ...) is
+// Idem-Error-Reason when the outermost fatal error of the chain names it
+// (interface{ FatalReason() string }); otherwise, and for dead letters stored
+// before that header existed, Letter.Reason is read from the error text's
+// leading "<word>:". Filter.Reason selects by it.
+//
 // # Replaying
 //
 // A replay republishes the original body and headers to the original

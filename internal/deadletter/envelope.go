@@ -17,7 +17,8 @@ import (
 // are kept beside them, every value of a repeated key included.
 const (
 	HeaderError           = "Idem-Error"
-	HeaderErrorKind       = "Idem-Error-Kind" // a Kind
+	HeaderErrorKind       = "Idem-Error-Kind"   // a Kind
+	HeaderErrorReason     = "Idem-Error-Reason" // a fatal error's reason word, when it names one
 	HeaderOriginalSubject = "Idem-Original-Subject"
 	HeaderOriginalStream  = "Idem-Original-Stream"
 	HeaderOriginalSeq     = "Idem-Original-Seq"
@@ -114,7 +115,7 @@ type Envelope struct {
 // header block over JetStream's limit, the largest are dropped and
 // Idem-Headers-Omitted says so: such a dead letter could never be stored.
 func (e Envelope) Msg(subject string) *nats.Msg {
-	h := make(nats.Header, len(e.Header)+12)
+	h := make(nats.Header, len(e.Header)+13)
 	for k, vs := range e.Header {
 		key := k
 		if hasPrefixFold(k, natsHeaderPrefix) || hasPrefixFold(k, idemHeaderPrefix) {
@@ -129,6 +130,7 @@ func (e Envelope) Msg(subject string) *nats.Msg {
 	}
 	set(HeaderError, e.errText())
 	set(HeaderErrorKind, string(e.Kind))
+	set(HeaderErrorReason, errReason(e.Err))
 	set(HeaderOriginalSubject, e.Subject)
 	set(HeaderOriginalStream, e.Stream)
 	set(HeaderOriginalSeq, strconv.FormatUint(e.Seq, 10))

@@ -25,6 +25,7 @@ type Letter struct {
 	Attempts        int       `json:"attempts,omitempty"`
 	Replays         int       `json:"replays"`
 	Error           string    `json:"error"`
+	Reason          string    `json:"reason,omitempty"` // a fatal error's reason word (schema_mismatch, ...); "" when it names none
 	OriginalSubject string    `json:"original_subject"`
 	OriginalStream  string    `json:"original_stream"`
 	OriginalSeq     uint64    `json:"original_seq"`
@@ -71,6 +72,7 @@ func read(m *jetstream.RawStreamMsg) Letter {
 	l.Deliveries, _ = strconv.ParseUint(h.Get(HeaderDeliveries), 10, 64)
 	l.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOriginalSeq), 10, 64)
 	l.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	l.Reason = letterReason(l.Kind, h.Get(HeaderErrorReason), l.Error)
 	if l.Dataset == "" {
 		// The subject's token is what a dataset filter selects, _invalid included.
 		l.Dataset = m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]

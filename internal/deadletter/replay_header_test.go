@@ -24,6 +24,7 @@ func TestReplayHeader(t *testing.T) {
 		HeaderOriginalSeq:                    {"7"},
 		HeaderError:                          {"boom"},
 		HeaderErrorKind:                      {"fatal"},
+		HeaderErrorReason:                    {"schema_mismatch"},
 		"Nats-Msg-Id":                        {"dlq:IDEM_EVENTS:7"},
 		"nats-expected-last-sequence":        {"1"},
 		"idem-partition":                     {"2026-11-27"},

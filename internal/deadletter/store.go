@@ -40,6 +40,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 type Filter struct {
 	Dataset string    // the subject's last token: a dataset, or InvalidSubjectToken
 	Kind    Kind      // "" for any
+	Reason  string    // a fatal reason word, matched exactly; "" for any
 	Since   time.Time // failed at or after; zero for any
 	// Newest, when above 0, reads only the last Newest sequences of the
 	// stream (fewer dead letters where some were deleted): a bounded read
@@ -57,7 +58,7 @@ func (f Filter) subject(prefix string) string {
 }
 
 func (f Filter) match(l Letter) bool {
-	return (f.Kind == "" || l.Kind == f.Kind) && !l.FailedAt.Before(f.Since)
+	return (f.Kind == "" || l.Kind == f.Kind) && (f.Reason == "" || l.Reason == f.Reason) && !l.FailedAt.Before(f.Since)
 }
 
 // List returns the dead letters f selects, oldest first, up to the last one
