@@ -314,6 +314,12 @@ func (pl *Plan) evolve(ctx context.Context, tx pgx.Tx, reserved []string) error 
 	if len(alter) > 0 && !pl.dry {
 		return pl.alter(ctx, tx, alter)
 	}
+	if len(alter) > 0 {
+		// A prediction says too when idem's role could not make it.
+		if err := pl.mayAlter(ctx, tx); err != nil {
+			return err
+		}
+	}
 	pl.leaveOut(reserved)
 	if pl.cache != nil && len(alter) == 0 {
 		pl.cache.settle(pl, policy)
@@ -371,7 +377,7 @@ func (pl *Plan) refusal(all, refused []SchemaChange) error {
 	}
 	msg := strings.TrimSuffix(b.String(), ";")
 	if len(fixes) > 0 {
-		msg += ". Fix it with: " + strings.Join(fixes, "; ") + "; or set on_schema_change: append_new_columns on the dataset; then replay its dead letters: idem dlq ls --dataset " + pl.spec.Dataset + ", then idem dlq replay SEQ"
+		msg += ". Fix it with: " + strings.Join(fixes, "; ") + "; or set on_schema_change: append_new_columns on the dataset; then replay its dead letters: idem dlq replay --reason schema_mismatch " + pl.spec.Dataset
 	}
 	return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: msg}, Changes: pl.changes}
 }
@@ -400,6 +406,9 @@ func (pl *Plan) typeNames(ctx context.Context, tx pgx.Tx, diffs []diffCol) ([]st
 // commits with the load or not at all.
 func (pl *Plan) alter(ctx context.Context, tx pgx.Tx, changes []SchemaChange) error {
 	t := pl.target
+	if err := pl.mayAlter(ctx, tx); err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
 	queueLockTimeout(b)
 	b.Queue("LOCK TABLE " + t.ident() + " IN SHARE ROW EXCLUSIVE MODE")
@@ -479,6 +488,32 @@ func (pl *Plan) reread(ctx context.Context, tx pgx.Tx) (*Plan, error) {
 	return fresh, nil
 }
 
+// mayAlter returns the fatal error of a role that may not alter the
+// target: only its owner, or a member of the owner's role, may.
+func (pl *Plan) mayAlter(ctx context.Context, tx pgx.Tx) error {
+	var owner, self string
+	var may bool
+	if err := tx.QueryRow(ctx, `SELECT pg_get_userbyid(relowner), current_user, pg_has_role(relowner, 'USAGE')
+	    FROM pg_class WHERE oid = $1::regclass`, pl.target.ident()).Scan(&owner, &self, &may); err != nil || may {
+		return err
+	}
+	return pl.refused(fmt.Sprintf("on_schema_change %s needs to alter %s, which only its owner %s (or a member of that role) may, and idem runs as %s: "+
+		"GRANT %s TO %s (see deploy/postgres/grants.sql), or make the change yourself",
+		pl.spec.Policy(), pl.target.Table, owner, self, pgx.Identifier{owner}.Sanitize(), pgx.Identifier{self}.Sanitize()))
+}
+
+// refused is a schema change the load cannot make, fatal: the dataset's
+// dead letters wait for the fix and are replayed by reason.
+func (pl *Plan) refused(msg string) error {
+	msg += "; then replay its dead letters: idem dlq replay --reason schema_mismatch " + pl.spec.Dataset
+	for k := range pl.changes {
+		if pl.changes[k].Made() {
+			pl.changes[k].Action, pl.changes[k].Reason = ActionRefused, "idem's role may not alter the target"
+		}
+	}
+	return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: msg}, Changes: pl.changes}
+}
+
 // alterErr explains why the DDL failed: a lock not granted in time
 // (transient: retried later), or a role that may not alter the target.
 func (pl *Plan) alterErr(err error) error {
@@ -488,9 +523,8 @@ func (pl *Plan) alterErr(err error) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
-		return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: fmt.Sprintf(
-			"on_schema_change %s needs to alter %s, and only its owner may: make idem's role a member of the owner (GRANT <owner role> TO <idem role>; see deploy/postgres/grants.sql), or alter the table yourself, then replay its dead letters (idem dlq ls --dataset %s, idem dlq replay SEQ): %v",
-			pl.spec.Policy(), pl.target.Table, pl.spec.Dataset, err)}, Changes: pl.changes}
+		return pl.refused(fmt.Sprintf("on_schema_change %s needs to alter %s, and idem's role may not: %v; see deploy/postgres/grants.sql",
+			pl.spec.Policy(), pl.target.Table, err))
 	}
 	return err
 }

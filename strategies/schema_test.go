@@ -128,7 +128,7 @@ func TestSourceGainsAColumn(t *testing.T) {
 					require.Equal(t, "schema_mismatch", sc.Err.Reason)
 					require.Contains(t, err.Error(), `new column note character varying(20)`)
 					require.Contains(t, err.Error(), `ALTER TABLE "analytics"."`+c.table+`" ADD COLUMN "note" character varying(20)`)
-					require.Contains(t, err.Error(), "idem dlq ls --dataset ds, then idem dlq replay SEQ")
+					require.Contains(t, err.Error(), "idem dlq replay --reason schema_mismatch ds")
 					require.Equal(t, map[string]string{"note/new_column": ActionRefused}, actions(changes))
 					require.NotContains(t, columnsOf(t, db, target), "note")
 					require.Zero(t, db.Int(t, "SELECT count(*) FROM "+target+" WHERE event_date = '2026-11-02'"))
@@ -252,6 +252,72 @@ func TestSchemaChangeLockTimeout(t *testing.T) {
 	changes, err := loadIn(ctx, db, s, "2026-11-01")
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"note/new_column": ActionAdded}, actions(changes))
+}
+
+// A role that may write the target but does not own it: the change is
+// refused as fatal, naming the owner and the GRANT that lets idem's role
+// make it, and nothing is altered; a prediction says the same; once the
+// role is a member of the owner, the same load adds the column.
+func TestSchemaChangeByARoleThatDoesNotOwnTheTarget(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	db.Exec(t, schemaSchema)
+	role, owner := db.Name+"_loader", db.Name+"_owner"
+	db.Exec(t, `CREATE ROLE `+role+`; CREATE ROLE `+owner+`;
+		GRANT USAGE ON SCHEMA staging, analytics, idem TO `+role+`;
+		GRANT SELECT ON staging.src TO `+role+`;
+		GRANT SELECT, INSERT, DELETE ON analytics.di TO `+role+`;
+		ALTER TABLE analytics.di OWNER TO `+owner)
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.WithoutCancel(ctx), `DROP OWNED BY `+role+`, `+owner+`; DROP ROLE `+role+`; DROP ROLE `+owner)
+	})
+	s := newSchemaStrategy(t, db, schemaCases[0], OnSchemaChangeAppend)
+	db.Exec(t, `ALTER TABLE staging.src ADD COLUMN note text`)
+	asRole := func(f func(tx pgx.Tx) error) error {
+		return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+				return err
+			}
+			return f(tx)
+		})
+	}
+	p := Params{Partition: "2026-11-01", RunID: "r1"}
+	err := asRole(func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		pl := s.Describe(b, p)
+		if err := send(ctx, tx, b); err != nil {
+			return err
+		}
+		_, err := s.Execute(ctx, tx, pl, p)
+		return err
+	})
+	var sc *SchemaChangeError
+	require.ErrorAs(t, err, &sc)
+	require.True(t, sc.Fatal())
+	require.Contains(t, err.Error(), `GRANT "`+owner+`" TO "`+role+`"`)
+	require.Contains(t, err.Error(), "idem dlq replay --reason schema_mismatch ds")
+	require.Equal(t, map[string]string{"note/new_column": ActionRefused}, actions(sc.Changes))
+	require.NotContains(t, columnsOf(t, db, "analytics.di"), "note")
+
+	err = asRole(func(tx pgx.Tx) error {
+		_, err := Predict(ctx, tx, s, p)
+		return err
+	})
+	require.ErrorAs(t, err, &sc, "the prediction names the missing grant too")
+	require.Contains(t, err.Error(), `GRANT "`+owner+`" TO "`+role+`"`)
+
+	db.Exec(t, `GRANT `+owner+` TO `+role)
+	require.NoError(t, asRole(func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		pl := s.Describe(b, p)
+		if err := send(ctx, tx, b); err != nil {
+			return err
+		}
+		_, err := s.Execute(ctx, tx, pl, p)
+		return err
+	}))
+	require.Contains(t, columnsOf(t, db, "analytics.di"), "note")
 }
 
 // Two loads of two partitions meeting the same new column at once: one
