@@ -492,14 +492,19 @@ func (pl *Plan) reread(ctx context.Context, tx pgx.Tx) (*Plan, error) {
 // target: only its owner, or a member of the owner's role, may.
 func (pl *Plan) mayAlter(ctx context.Context, tx pgx.Tx) error {
 	var owner, self string
-	var may bool
-	if err := tx.QueryRow(ctx, `SELECT pg_get_userbyid(relowner), current_user, pg_has_role(relowner, 'USAGE')
-	    FROM pg_class WHERE oid = $1::regclass`, pl.target.ident()).Scan(&owner, &self, &may); err != nil || may {
+	var may, inherits bool
+	if err := tx.QueryRow(ctx, `SELECT pg_get_userbyid(c.relowner), current_user, pg_has_role(c.relowner, 'USAGE'), r.rolinherit
+	    FROM pg_class c, pg_roles r WHERE c.oid = $1::regclass AND r.rolname = current_user`, pl.target.ident()).Scan(&owner, &self, &may, &inherits); err != nil || may {
 		return err
 	}
-	return pl.refused(fmt.Sprintf("on_schema_change %s needs to alter %s, which only its owner %s (or a member of that role) may, and idem runs as %s: "+
-		"GRANT %s TO %s (see deploy/postgres/grants.sql), or make the change yourself",
-		pl.spec.Policy(), pl.target.Table, owner, self, pgx.Identifier{owner}.Sanitize(), pgx.Identifier{self}.Sanitize()))
+	fix := "GRANT " + pgx.Identifier{owner}.Sanitize() + " TO " + pgx.Identifier{self}.Sanitize()
+	if !inherits {
+		// A NOINHERIT role does not use its memberships' privileges, and
+		// ownership is one of them.
+		fix = "ALTER TABLE " + pl.target.ident() + " OWNER TO " + pgx.Identifier{self}.Sanitize() + " (" + self + " is NOINHERIT: membership of " + owner + " is not enough)"
+	}
+	return pl.refused(fmt.Sprintf("on_schema_change %s needs to alter %s, which only its owner %s (or a role that inherits it) may, and idem runs as %s: %s, see deploy/postgres/grants.sql; or make the change yourself",
+		pl.spec.Policy(), pl.target.Table, owner, self, fix))
 }
 
 // refused is a schema change the load cannot make, fatal: the dataset's

@@ -300,6 +300,17 @@ func TestSchemaChangeByARoleThatDoesNotOwnTheTarget(t *testing.T) {
 	require.Equal(t, map[string]string{"note/new_column": ActionRefused}, actions(sc.Changes))
 	require.NotContains(t, columnsOf(t, db, "analytics.di"), "note")
 
+	// A NOINHERIT role (as deploy/postgres/grants.sql makes idem_loader)
+	// gains nothing from membership: it is told to own the table.
+	db.Exec(t, `ALTER ROLE `+role+` NOINHERIT; GRANT `+owner+` TO `+role)
+	err = asRole(func(tx pgx.Tx) error {
+		_, err := Predict(ctx, tx, s, p)
+		return err
+	})
+	require.ErrorAs(t, err, &sc)
+	require.Contains(t, err.Error(), `ALTER TABLE "analytics"."di" OWNER TO "`+role+`"`)
+	db.Exec(t, `REVOKE `+owner+` FROM `+role+`; ALTER ROLE `+role+` INHERIT`)
+
 	err = asRole(func(tx pgx.Tx) error {
 		_, err := Predict(ctx, tx, s, p)
 		return err

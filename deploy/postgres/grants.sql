@@ -76,3 +76,13 @@ GRANT SELECT, INSERT, UPDATE ON analytics.dim_customers TO idem_loader;
 -- administrator creates that index once and grants only SELECT, INSERT.
 GRANT USAGE, CREATE ON SCHEMA raw TO idem_loader;
 ALTER TABLE raw.events OWNER TO idem_loader;
+
+-- on_schema_change append_new_columns or sync_all_columns: idem alters the
+-- target inside the load's transaction (ADD COLUMN, or a widening ALTER
+-- COLUMN TYPE), which only the table's owner may do. idem_loader is
+-- NOINHERIT, so being a member of the owner's role is not enough: let it own
+-- each target of a dataset on those policies (its other grants stay), e.g.
+--   ALTER TABLE analytics.fact_orders OWNER TO idem_loader;
+-- Without it, such a change is refused as fatal (schema_mismatch) with the
+-- statement to run, and `idem validate` says so before the first load.
+-- raw.events, owned above, may take them already.
