@@ -250,8 +250,25 @@ func (pl *Plan) resolveCatalog(ctx context.Context, tx pgx.Tx) error {
 	if c.fill(pl) {
 		return nil
 	}
-	c.drop()
-	fresh := &Plan{target: &table{Table: pl.spec.Target}, cache: c, spec: pl.spec, params: pl.params, withChildren: pl.withChildren, fresh: true}
+	fresh, err := pl.readTarget(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := fresh.readSource(ctx, tx); err != nil {
+		return err
+	}
+	*pl = *fresh
+	c.store(pl)
+	return nil
+}
+
+// readTarget drops the cache and reads the target's catalog afresh in tx,
+// in one round trip: a plan without the source's columns yet.
+func (pl *Plan) readTarget(ctx context.Context, tx pgx.Tx) (*Plan, error) {
+	if pl.cache != nil {
+		pl.cache.drop()
+	}
+	fresh := &Plan{target: &table{Table: pl.spec.Target}, cache: pl.cache, spec: pl.spec, params: pl.params, withChildren: pl.withChildren, fresh: true}
 	b := &pgx.Batch{}
 	b.Queue(versionSQL, pl.spec.Target.ident()).QueryRow(func(r pgx.Row) error {
 		err := r.Scan(&fresh.version)
@@ -262,14 +279,9 @@ func (pl *Plan) resolveCatalog(ctx context.Context, tx pgx.Tx) error {
 	})
 	fresh.queueReads(b, true, pl.withChildren, false)
 	if err := send(ctx, tx, b); err != nil {
-		return err
+		return nil, err
 	}
-	if err := fresh.readSource(ctx, tx); err != nil {
-		return err
-	}
-	*pl = *fresh
-	c.store(pl)
-	return nil
+	return fresh, nil
 }
 
 // readSource reads the source's columns and the relations it reads, with

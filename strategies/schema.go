@@ -464,20 +464,8 @@ func (pl *Plan) alter(ctx context.Context, tx pgx.Tx, changes []SchemaChange) er
 // reread reads the target's catalog afresh in tx, dropping the cache: the
 // plan the load then runs.
 func (pl *Plan) reread(ctx context.Context, tx pgx.Tx) (*Plan, error) {
-	if pl.cache != nil {
-		pl.cache.drop()
-	}
-	fresh := &Plan{target: &table{Table: pl.spec.Target}, cache: pl.cache, spec: pl.spec, params: pl.params, withChildren: pl.withChildren, fresh: true}
-	b := &pgx.Batch{}
-	b.Queue(versionSQL, pl.spec.Target.ident()).QueryRow(func(r pgx.Row) error {
-		err := r.Scan(&fresh.version)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
-	fresh.queueReads(b, true, pl.withChildren, false)
-	if err := send(ctx, tx, b); err != nil {
+	fresh, err := pl.readTarget(ctx, tx)
+	if err != nil {
 		return nil, err
 	}
 	fresh.source, fresh.sourceTypes = pl.source, pl.sourceTypes
