@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/schemas"
 )
 
 // dlqKinds are the words --kind accepts.
@@ -34,22 +34,26 @@ var dlqKinds = func() []string {
 // dlqFilter is the flags that select dead letters; every command that reads
 // more than one takes the same.
 type dlqFilter struct {
-	dataset, kind, since string
+	dataset, kind, reason, since string
 }
 
 func (f *dlqFilter) flags(c *cobra.Command) {
 	c.Flags().StringVar(&f.dataset, "dataset", "", "only this dataset's dead letters (_invalid: events whose dataset could not be read)")
 	c.Flags().StringVar(&f.kind, "kind", "", "only this kind: "+strings.Join(dlqKinds, ", "))
+	c.Flags().StringVar(&f.reason, "reason", "", "only fatal dead letters of this reason, the word their error starts with: schema_mismatch, check_failed, empty_source, ...")
 	c.Flags().StringVar(&f.since, "since", "", `only those failed since: a duration ("2h", "30m") or a time (RFC 3339, or YYYY-MM-DD in UTC)`)
 }
 
 func (f dlqFilter) parse(now time.Time) (deadletter.Filter, error) {
-	out := deadletter.Filter{Dataset: f.dataset, Kind: deadletter.Kind(f.kind)}
+	out := deadletter.Filter{Dataset: f.dataset, Kind: deadletter.Kind(f.kind), Reason: f.reason}
 	if f.dataset != "" && strings.ContainsAny(f.dataset, ".*> \t") {
 		return out, &UsageError{fmt.Errorf("--dataset %q: want one dataset name, no wildcards", f.dataset)}
 	}
 	if f.kind != "" && !slices.Contains(dlqKinds, f.kind) {
 		return out, &UsageError{fmt.Errorf("--kind %q: want one of %s", f.kind, strings.Join(dlqKinds, ", "))}
+	}
+	if f.reason != "" && !deadletter.IsReason(f.reason) {
+		return out, &UsageError{fmt.Errorf("--reason %q: want one reason word in lower case, such as schema_mismatch or check_failed (the word a fatal error starts with, see 'idem dlq ls')", f.reason)}
 	}
 	if f.since == "" {
 		return out, nil
@@ -70,7 +74,9 @@ func (f dlqFilter) parse(now time.Time) (deadletter.Filter, error) {
 	return out, &UsageError{fmt.Errorf(`--since %q: want a duration ("2h") or a time (2026-11-28T03:00:00Z, 2026-11-28)`, f.since)}
 }
 
-func (f dlqFilter) any() bool { return f.dataset != "" || f.kind != "" || f.since != "" }
+func (f dlqFilter) any() bool {
+	return f.dataset != "" || f.kind != "" || f.reason != "" || f.since != ""
+}
 
 // dlqStore is the dead-letter stream and the connection it was opened on.
 type dlqStore struct {
@@ -119,6 +125,8 @@ and Idem-* headers saying why: kind fatal (retrying cannot help), exhausted
   idem dlq ls                  what failed, and why
   idem dlq show SEQ            one dead letter in full
   idem dlq replay SEQ | --all  republish to the original subject once fixed
+  idem dlq replay --reason R DATASET
+                               replay a dataset's dead letters of one reason
   idem dlq purge --yes         delete dead letters no one will replay
 
 Reading never changes the stream.`,
@@ -131,12 +139,14 @@ func dlqLsCmd(e *env) *cobra.Command {
 	var f dlqFilter
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "ls [--dataset D] [--kind K] [--since T]",
+		Use:   "ls [--dataset D] [--kind K] [--reason R] [--since T]",
 		Short: "One line per dead letter: when, what, why",
 		Long: `List dead letters, oldest first: stream sequence (SEQ, for show, replay and
 purge), when the event failed, its dataset, partition and run_id, the kind of
 failure, how many deliveries it had, how many times it was already replayed,
-and the error. An empty dead-letter stream is not a failure (exit 0).`,
+and the error; a fatal error starts with its reason (--reason selects by it;
+--json has it as "reason"). An empty dead-letter stream is not a failure
+(exit 0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sel, err := f.parse(time.Now())
@@ -230,6 +240,7 @@ func printDeadLetter(w io.Writer, d deadLetterDetail) error {
 	field("stored_at", d.StoredAt.Format(time.RFC3339Nano))
 	field("failed_at", d.FailedAt.Format(time.RFC3339Nano))
 	field("kind", string(d.Kind))
+	field("reason", d.Reason)
 	field("error", d.Error)
 	field("deliveries", fmt.Sprint(d.Deliveries))
 	field("replays", fmt.Sprint(d.Replays))
@@ -298,7 +309,7 @@ func dlqReplayCmd(e *env) *cobra.Command {
 	var f dlqFilter
 	var all, dryRun, force, asJSON bool
 	c := &cobra.Command{
-		Use:   "replay SEQ | --all [--dataset D] [--kind K] [--since T]",
+		Use:   "replay SEQ | --all [--dataset D] [--kind K] [--reason R] [--since T] | --reason R DATASET",
 		Short: "Republish dead letters to their original subject, then remove them",
 		Long: fmt.Sprintf(`Republish a dead letter (SEQ) or every one the filters select (--all) to its
 original subject through JetStream, with its original body and headers and
@@ -306,6 +317,16 @@ Idem-Replay-Of: <SEQ>, Idem-Replay-Count: <n+1>. The dead letter is deleted
 only after JetStream has stored the replay: a dead letter is never lost, and
 a failure between the two leaves it in place, to be replayed again or purged
 (a second replay is harmless: loads are idempotent).
+
+  idem dlq replay --reason schema_mismatch orders
+
+replays the dead letters of dataset orders whose fatal error has that reason
+(the word it starts with: schema_mismatch, check_failed, empty_source, ...),
+once the target or the policy is fixed; it is --all --dataset orders --reason
+schema_mismatch. The others, of that dataset or another, stay.
+
+Dead letters are replayed one by one in stream order, oldest first: two of
+one partition reach the events stream in the order they failed.
 
 Fix the cause first (read 'idem dlq show SEQ'): a replay that fails again
 comes back as a new dead letter with its replay count. One already replayed
@@ -323,23 +344,13 @@ partition again, publish a new event: 'idem publish DATASET PARTITION --force'.
 Exit code 1 when any dead letter was not replayed (failed or skipped).`, deadletter.MaxReplays),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case len(args) == 1 && all:
-				return &UsageError{errors.New("give SEQ or --all, not both")}
-			case len(args) == 0 && !all:
-				return &UsageError{errors.New("give the SEQ of a dead letter, or --all (see 'idem dlq ls')")}
-			case len(args) == 1 && f.any():
-				return &UsageError{errors.New("--dataset, --kind and --since select dead letters for --all; with SEQ, leave them out")}
-			}
-			sel, err := f.parse(time.Now())
+			sf, seq, byDataset, err := replayTarget(f, all, args)
 			if err != nil {
 				return err
 			}
-			var seq uint64
-			if len(args) == 1 {
-				if seq, err = parseDLQSeq(args[0]); err != nil {
-					return err
-				}
+			sel, err := sf.parse(time.Now())
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			q, err := e.openDLQ(ctx, "idem dlq replay")
@@ -348,7 +359,7 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, deadlet
 			}
 			defer q.close()
 			var dls []deadletter.Letter
-			if all {
+			if seq == 0 {
 				if dls, err = q.List(ctx, sel, true); err != nil {
 					return err
 				}
@@ -359,6 +370,8 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, deadlet
 				}
 				dls = []deadletter.Letter{dl}
 			}
+			// In List's order, one at a time: a partition's older dead
+			// letter is stored again before its newer one.
 			rep := replayReport{DryRun: dryRun, Matched: len(dls), Messages: []deadletter.ReplayResult{}}
 			for _, dl := range dls {
 				r := q.Replay(ctx, dl, deadletter.ReplayOptions{DryRun: dryRun, Force: force})
@@ -375,15 +388,19 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, deadlet
 					printReplayed(e.out, r)
 				}
 			}
+			what := "dead letter(s)"
+			if byDataset {
+				what = fmt.Sprintf("dead letter(s) of %s with reason %s", terminalSafe(sf.dataset), sf.reason)
+			}
 			if asJSON {
 				if err := printJSON(e.out, rep); err != nil {
 					return err
 				}
 			} else if dryRun {
-				fmt.Fprintf(e.out, "dry run: would replay %d, skip %d of %d dead letter(s); nothing was published or deleted\n",
-					len(dls)-rep.Skipped, rep.Skipped, len(dls))
+				fmt.Fprintf(e.out, "dry run: would replay %d, skip %d of %d %s; nothing was published or deleted\n",
+					len(dls)-rep.Skipped, rep.Skipped, len(dls), what)
 			} else {
-				fmt.Fprintf(e.out, "replayed %d, skipped %d, failed %d of %d dead letter(s)\n", rep.Replayed, rep.Skipped, rep.Failed, len(dls))
+				fmt.Fprintf(e.out, "replayed %d, skipped %d, failed %d of %d %s\n", rep.Replayed, rep.Skipped, rep.Failed, len(dls), what)
 			}
 			if !dryRun && rep.Skipped+rep.Failed > 0 {
 				return ErrReported
@@ -397,6 +414,49 @@ Exit code 1 when any dead letter was not replayed (failed or skipped).`, deadlet
 	c.Flags().BoolVar(&force, "force", false, fmt.Sprintf("replay even dead letters already replayed %d times or more", deadletter.MaxReplays))
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
+}
+
+// replayTarget reads replay's three forms: SEQ (seq > 0); --all with
+// filters; --reason R DATASET (byDataset), which is --all --dataset DATASET
+// --reason R. The filter returned selects for the last two.
+func replayTarget(f dlqFilter, all bool, args []string) (sel dlqFilter, seq uint64, byDataset bool, err error) {
+	usage := func(format string, a ...any) (dlqFilter, uint64, bool, error) {
+		return f, 0, false, &UsageError{fmt.Errorf(format, a...)}
+	}
+	arg := ""
+	if len(args) == 1 {
+		arg = args[0]
+	}
+	_, numErr := strconv.ParseUint(arg, 10, 64)
+	isSeq := arg != "" && numErr == nil
+	isDataset := schemas.ValidDataset(arg) || arg == deadletter.InvalidSubjectToken
+	switch {
+	case f.reason != "" && isSeq:
+		return usage("--reason selects a dataset's dead letters: give DATASET, not SEQ %s (idem dlq replay --reason %s DATASET); to replay dead letter %s alone, leave --reason out", arg, f.reason, arg)
+	case f.reason != "" && arg != "" && all:
+		return usage("give DATASET or --all, not both: --reason %s %s already replays every one of %s", f.reason, arg, arg)
+	case f.reason != "" && arg != "" && f.dataset != "":
+		return usage("the dataset is given twice (DATASET %q and --dataset %q): give DATASET alone", arg, f.dataset)
+	case f.reason != "" && arg != "" && !isDataset:
+		return usage("DATASET %q: want one dataset name, as 'idem dlq ls' shows it (or _invalid)", arg)
+	case f.reason != "" && arg != "":
+		f.dataset = arg
+		return f, 0, true, nil
+	case arg != "" && all:
+		return usage("give SEQ or --all, not both")
+	case arg == "" && !all && f.reason != "":
+		return usage("--reason %s replays one dataset's dead letters: name it (idem dlq replay --reason %s DATASET), or add --all for every dataset's", f.reason, f.reason)
+	case arg == "" && !all:
+		return usage("give the SEQ of a dead letter, --all, or --reason R DATASET (see 'idem dlq ls')")
+	case arg != "" && !isSeq && isDataset:
+		return usage("%q is a dataset, not a SEQ: to replay its dead letters of one reason, name the reason (idem dlq replay --reason schema_mismatch %s; 'idem dlq ls --dataset %s' shows the errors), or replay all of them with --all --dataset %s", arg, arg, arg, arg)
+	case arg != "" && f.any():
+		return usage("--dataset, --kind and --since select dead letters for --all; with SEQ, leave them out")
+	case arg != "":
+		n, err := parseDLQSeq(arg)
+		return f, n, false, err
+	}
+	return f, 0, false, nil
 }
 
 func printReplayed(w io.Writer, r deadletter.ReplayResult) {
@@ -422,7 +482,7 @@ func dlqPurgeCmd(e *env) *cobra.Command {
 	var f dlqFilter
 	var yes, dryRun, asJSON bool
 	c := &cobra.Command{
-		Use:   "purge [--dataset D] [--kind K] [--since T] --yes",
+		Use:   "purge [--dataset D] [--kind K] [--reason R] [--since T] --yes",
 		Short: "Delete dead letters (all, or those the filters select)",
 		Long: `Delete the dead letters the filters select (every one without filters), one
 by one, so a dead letter stored after the command started is never deleted.

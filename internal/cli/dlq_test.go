@@ -24,6 +24,7 @@ import (
 // with fixed values, so listings are reproducible.
 type handDeadLetter struct {
 	dataset, partition, runID, kind, err, failedAt string
+	reason                                         string // Idem-Error-Reason; "" as an older release wrote them
 	deliveries, replays                            int
 	origSubject, body                              string
 	extra                                          nats.Header
@@ -43,6 +44,7 @@ func (w *cliWorld) putDeadLetter(d handDeadLetter) uint64 {
 	}
 	set(deadletter.HeaderError, d.err)
 	set(deadletter.HeaderErrorKind, d.kind)
+	set(deadletter.HeaderErrorReason, d.reason)
 	set(deadletter.HeaderOriginalSubject, d.origSubject)
 	set(deadletter.HeaderOriginalStream, "IDEM_EVENTS")
 	set(deadletter.HeaderOriginalSeq, "7")
@@ -159,8 +161,9 @@ func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
 	require.Equal(t, "r-empty", empty.RunID)
 	require.Equal(t, deadletter.KindFatal, empty.Kind)
 	require.Contains(t, empty.Error, "empty_source")
+	require.Equal(t, "empty_source", empty.Reason)
 	require.Equal(t, deadletter.Letter{Seq: schema.Seq, Subject: "idem.dlq.orders", Kind: "fatal", Dataset: "orders",
-		Partition: "2026-03-01", RunID: "r-schema", Deliveries: 1, Attempts: 1, Error: schema.Error, OriginalSubject: "idem.ready.orders",
+		Partition: "2026-03-01", RunID: "r-schema", Deliveries: 1, Attempts: 1, Error: schema.Error, Reason: "schema_mismatch", OriginalSubject: "idem.ready.orders",
 		OriginalStream: "IDEM_EVENTS", OriginalSeq: 2, StoredAt: schema.StoredAt, FailedAt: schema.FailedAt}, schema)
 	require.Contains(t, schema.Error, "schema_mismatch")
 	require.Contains(t, schema.Error, "note")
@@ -180,6 +183,7 @@ func TestDLQSchemaMismatchReplayedAfterFix(t *testing.T) {
 	for _, want := range []string{
 		"dead letter " + seq + " of stream IDEM_DLQ",
 		"Idem-Error-Kind: fatal",
+		"  reason      schema_mismatch\n", // strategies' refusal names it in its text only
 		"Idem-Original-Subject: idem.ready.orders",
 		"Idem-Original-Nats-Msg-Id: orders:2026-03-01:r-schema",
 		"body (JSON, ",
@@ -265,6 +269,9 @@ func TestDLQLsFiltersJSONAndGolden(t *testing.T) {
 		{[]string{"--dataset", "nope"}, []uint64{}},
 		{[]string{"--kind", "fatal"}, []uint64{1, 3}},
 		{[]string{"--dataset", "orders", "--kind", "exhausted"}, []uint64{2}},
+		{[]string{"--reason", "empty_source"}, []uint64{1}},
+		{[]string{"--reason", "empty"}, []uint64{}},
+		{[]string{"--reason", "transient"}, []uint64{}}, // an exhausted dead letter's text names no reason
 		{[]string{"--since", "2026-11-28T04:00:00Z"}, []uint64{2, 3, 4}},
 		{[]string{"--since", "2026-11-29"}, []uint64{4}},
 		{[]string{"--since", "1h"}, []uint64{}},
@@ -288,7 +295,9 @@ func TestDLQLsFiltersJSONAndGolden(t *testing.T) {
 	}
 	slices.Sort(keys)
 	require.Equal(t, []string{"body_omitted", "dataset", "deliveries", "error", "failed_at", "kind", "original_seq", "original_stream",
-		"original_subject", "partition", "replays", "run_id", "seq", "stored_at", "subject"}, keys)
+		"original_subject", "partition", "reason", "replays", "run_id", "seq", "stored_at", "subject"}, keys)
+	require.Equal(t, "empty_source", raw[0]["reason"], "read from the text of a dead letter without Idem-Error-Reason")
+	require.NotContains(t, raw[1], "reason", "exhausted: none")
 	require.Equal(t, "2026-11-28T04:10:00Z", raw[1]["failed_at"])
 	require.EqualValues(t, 1, raw[1]["replays"])
 	require.EqualValues(t, 4, raw[1]["deliveries"])
@@ -298,6 +307,7 @@ func TestDLQLsFiltersJSONAndGolden(t *testing.T) {
 		{"dlq", "ls", "--since", "yesterday"},
 		{"dlq", "ls", "--since", "-1h"},
 		{"dlq", "ls", "--dataset", "orders.>"},
+		{"dlq", "ls", "--reason", "Schema-Mismatch"},
 		{"dlq", "ls", "extra"},
 	} {
 		requireUsage(t, w.run(args...), args...)
@@ -318,6 +328,7 @@ func TestDLQShow(t *testing.T) {
 		"  subject     idem.dlq.orders\n",
 		"  failed_at   2026-11-28T03:00:00Z\n",
 		"  kind        fatal\n",
+		"  reason      empty_source\n",
 		"  error       empty_source: the source query returned no rows",
 		"  deliveries  1\n",
 		"  replays     0\n",
@@ -464,6 +475,118 @@ func TestDLQReplay(t *testing.T) {
 	require.Equal(t, []uint64{2, 3, omitted, nowhere, loop}, dlqSeqs(w.deadLetters()))
 }
 
+// `idem dlq replay --reason R DATASET`: once the target is fixed, the
+// dataset's dead letters of that reason go back, oldest first; the rest stay.
+func TestDLQReplayByReason(t *testing.T) {
+	w := newCLIWorld(t) // no consumer: replays stay in the events stream to be read back
+	schema := func(partition, runID, failedAt, reason string, replays int) handDeadLetter {
+		return handDeadLetter{dataset: "orders", partition: partition, runID: runID, kind: "fatal", reason: reason,
+			err:      `schema_mismatch: ERROR: column "note" is of type integer but expression is of type text (SQLSTATE 42804)`,
+			failedAt: failedAt, deliveries: 1, replays: replays, origSubject: "idem.ready.orders", body: orderEvent(partition, runID)}
+	}
+	older := w.putDeadLetter(schema("2026-11-27", "r-first", "2026-11-28T03:00:00.000Z", "schema_mismatch", 0))
+	check := w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-26", runID: "r-check", kind: "fatal",
+		err: "check_failed: row_count: 0 failing (>= 1)", failedAt: "2026-11-28T03:10:00.000Z", deliveries: 1,
+		origSubject: "idem.ready.orders", body: orderEvent("2026-11-26", "r-check")})
+	customers := w.putDeadLetter(handDeadLetter{dataset: "customers", partition: "2026-11-27", runID: "r-customers", kind: "fatal",
+		reason: "schema_mismatch", err: "schema_mismatch: x", failedAt: "2026-11-28T03:20:00.000Z", deliveries: 1,
+		origSubject: "idem.ready.customers", body: `{"dataset":"customers","partition":"2026-11-27","run_id":"r-customers"}`})
+	// Same partition, failed later, stored by an older release (no
+	// Idem-Error-Reason: the reason is read from the text).
+	newer := w.putDeadLetter(schema("2026-11-27", "r-second", "2026-11-28T04:00:00.000Z", "", 0))
+	guarded := w.putDeadLetter(schema("2026-11-25", "r-guard", "2026-11-28T05:00:00.000Z", "schema_mismatch", deadletter.MaxReplays))
+	exhausted := w.putDeadLetter(handDeadLetter{dataset: "orders", partition: "2026-11-24", runID: "r-retry", kind: "exhausted",
+		err: "transient: serialization_failure", failedAt: "2026-11-28T06:00:00.000Z", deliveries: 4,
+		origSubject: "idem.ready.orders", body: orderEvent("2026-11-24", "r-retry")})
+	require.Equal(t, []uint64{older, newer, guarded}, dlqSeqs(w.deadLetters("--dataset", "orders", "--reason", "schema_mismatch")))
+
+	r := w.run("dlq", "replay", "--help")
+	require.NoError(t, r.e)
+	require.Contains(t, r.out, "idem dlq replay SEQ | --all [--dataset D] [--kind K] [--reason R] [--since T] | --reason R DATASET")
+	require.Contains(t, r.out, "  idem dlq replay --reason schema_mismatch orders\n")
+	require.Contains(t, r.out, "oldest first")
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--reason", "schema_mismatch", "1"}, "give DATASET, not SEQ 1"},
+		{[]string{"orders"}, `"orders" is a dataset, not a SEQ: to replay its dead letters of one reason, name the reason (idem dlq replay --reason schema_mismatch orders`},
+		{[]string{"_invalid"}, `"_invalid" is a dataset, not a SEQ`},
+		{[]string{"--reason", "schema_mismatch"}, "name it (idem dlq replay --reason schema_mismatch DATASET)"},
+		{[]string{"--reason", "schema_mismatch", "--all", "orders"}, "give DATASET or --all, not both"},
+		{[]string{"--reason", "schema_mismatch", "--dataset", "orders", "orders"}, "the dataset is given twice"},
+		{[]string{"--reason", "schema_mismatch", "orders.>"}, `DATASET "orders.>": want one dataset name`},
+		{[]string{"--reason", "Schema Mismatch", "orders"}, `--reason "Schema Mismatch": want one reason word`},
+		{[]string{"--reason", "schema_mismatch", "orders", "customers"}, "accepts at most 1 arg"},
+	} {
+		args := append([]string{"dlq", "replay"}, c.args...)
+		r := w.run(args...)
+		requireUsage(t, r, args...)
+		require.Equal(t, 2, ExitCode(r.e), "%v", args)
+		require.Contains(t, r.err, c.want, "%v", args)
+	}
+	require.EqualValues(t, 0, w.streamMsgs("IDEM_EVENTS"), "a usage error publishes nothing")
+
+	what := func(seq uint64, partition, runID string) string {
+		return fmt.Sprintf("%d orders %s run_id=%s", seq, partition, runID)
+	}
+	r = w.run("dlq", "replay", "--reason", "schema_mismatch", "orders", "--dry-run")
+	require.NoError(t, r.e, r.out)
+	require.Equal(t, "would replay "+what(older, "2026-11-27", "r-first")+" to idem.ready.orders (replay 1)\n"+
+		"would replay "+what(newer, "2026-11-27", "r-second")+" to idem.ready.orders (replay 1)\n"+
+		"skipped "+what(guarded, "2026-11-25", "r-guard")+fmt.Sprintf(": already replayed 3 times and failed again each time; read 'idem dlq show %d', fix the cause, then replay with --force (or purge it)\n", guarded)+
+		"dry run: would replay 2, skip 1 of 3 dead letter(s) of orders with reason schema_mismatch; nothing was published or deleted\n", r.out)
+	require.EqualValues(t, 0, w.streamMsgs("IDEM_EVENTS"))
+
+	r = w.run("dlq", "replay", "--reason", "schema_mismatch", "orders")
+	require.ErrorIs(t, r.e, ErrReported, "the one at the replay limit was not replayed")
+	require.Equal(t, 1, ExitCode(r.e))
+	require.Equal(t, "replayed "+what(older, "2026-11-27", "r-first")+" to idem.ready.orders: stream IDEM_EVENTS seq 1 (replay 1)\n"+
+		"replayed "+what(newer, "2026-11-27", "r-second")+" to idem.ready.orders: stream IDEM_EVENTS seq 2 (replay 1)\n"+
+		"skipped "+what(guarded, "2026-11-25", "r-guard")+fmt.Sprintf(": already replayed 3 times and failed again each time; read 'idem dlq show %d', fix the cause, then replay with --force (or purge it)\n", guarded)+
+		"replayed 2, skipped 1, failed 0 of 3 dead letter(s) of orders with reason schema_mismatch\n", r.out)
+
+	// Stream order: the partition's older dead letter is the older event
+	// on the original stream.
+	events, err := w.js.Stream(context.Background(), "IDEM_EVENTS")
+	require.NoError(t, err)
+	for i, want := range []struct {
+		replayOf uint64
+		body     string
+	}{{older, orderEvent("2026-11-27", "r-first")}, {newer, orderEvent("2026-11-27", "r-second")}} {
+		m, err := events.GetMsg(context.Background(), uint64(i+1))
+		require.NoError(t, err)
+		require.Equal(t, "idem.ready.orders", m.Subject)
+		require.Equal(t, want.body, string(m.Data), "event %d", i+1)
+		require.Equal(t, fmt.Sprint(want.replayOf), m.Header.Get("Idem-Replay-Of"), "event %d", i+1)
+	}
+	require.EqualValues(t, 2, w.streamMsgs("IDEM_EVENTS"))
+	require.Equal(t, []uint64{check, customers, guarded, exhausted}, dlqSeqs(w.deadLetters()),
+		"the check_failed one, the other dataset's and the exhausted one stay; so does the guarded one")
+
+	// The guard yields to --force.
+	r = w.run("dlq", "replay", "--reason", "schema_mismatch", "orders", "--force", "--json")
+	require.NoError(t, r.e, r.out)
+	var rep replayReport
+	require.NoError(t, json.Unmarshal([]byte(r.out), &rep), r.out)
+	require.Equal(t, replayReport{Matched: 1, Replayed: 1, Messages: rep.Messages}, rep)
+	require.Equal(t, deadletter.ReplayResult{Seq: guarded, Dataset: "orders", Partition: "2026-11-25", RunID: "r-guard", Kind: "fatal",
+		Action: "replayed", Subject: "idem.ready.orders", ReplayCount: deadletter.MaxReplays + 1, Stream: "IDEM_EVENTS", StreamSeq: 3}, rep.Messages[0])
+
+	r = w.run("dlq", "replay", "--reason", "schema_mismatch", "orders")
+	require.NoError(t, r.e, "nothing left of that reason is not a failure")
+	require.Equal(t, "replayed 0, skipped 0, failed 0 of 0 dead letter(s) of orders with reason schema_mismatch\n", r.out)
+
+	// --reason is a filter of --all as well.
+	r = w.run("dlq", "replay", "--all", "--reason", "check_failed", "--dry-run")
+	require.NoError(t, r.e, r.out)
+	require.Equal(t, "would replay "+what(check, "2026-11-26", "r-check")+" to idem.ready.orders (replay 1)\n"+
+		"dry run: would replay 1, skip 0 of 1 dead letter(s); nothing was published or deleted\n", r.out)
+	require.Equal(t, []uint64{check, customers, exhausted}, dlqSeqs(w.deadLetters()))
+	require.EqualValues(t, 3, w.streamMsgs("IDEM_EVENTS"))
+}
+
 func TestDLQPurge(t *testing.T) {
 	w := newCLIWorld(t)
 	w.fourDeadLetters()
@@ -475,6 +598,10 @@ func TestDLQPurge(t *testing.T) {
 	requireUsage(t, r)
 	require.Contains(t, r.err, "purge would delete 2 dead letter(s)")
 	requireUsage(t, w.run("dlq", "purge", "--kind", "bogus", "--yes"))
+	requireUsage(t, w.run("dlq", "purge", "--reason", "empty source", "--yes"))
+	r = w.run("dlq", "purge", "--reason", "empty_source")
+	requireUsage(t, r)
+	require.Contains(t, r.err, "purge would delete 1 dead letter(s)")
 	require.EqualValues(t, 4, w.streamMsgs("IDEM_DLQ"))
 
 	r = w.run("dlq", "purge", "--kind", "fatal", "--dry-run")
