@@ -505,17 +505,34 @@ func prepareOn(ctx context.Context, db interface {
 func Check(ctx context.Context, db interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }, ds *Dataset, partition string) error {
+	_, err := Predict(ctx, db, ds, partition)
+	return err
+}
+
+// Predict is Check that also returns the differences between the source's
+// columns and the target's that a load would meet now, and what the
+// dataset's on_schema_change would do with each (strategies.Predict): an
+// addition or a widening it would make is reported as made, though nothing
+// is altered. When the policy refuses one, the error is the
+// *strategies.SchemaChangeError and the changes are still returned.
+func Predict(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, ds *Dataset, partition string) ([]strategies.SchemaChange, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	p := strategies.Params{Partition: partition, RunID: "idem-validate"}
+	changes, err := strategies.Predict(ctx, tx, ds.Strategy, p)
+	if err != nil {
+		return changes, err
+	}
 	if err := ds.Strategy.Check(ctx, tx, p); err != nil {
-		return err
+		return changes, err
 	}
 	if err := ds.Checks.Explain(ctx, tx, p); err != nil {
-		return Fatal(ReasonSchemaMismatch, err)
+		return changes, Fatal(ReasonSchemaMismatch, err)
 	}
-	return nil
+	return changes, nil
 }

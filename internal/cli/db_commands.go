@@ -14,6 +14,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/service"
+	"github.com/idem-data/idem/strategies"
 )
 
 func migrateCmd(e *env) *cobra.Command {
@@ -70,6 +71,13 @@ also plan every dataset's load against the database without running it: missing
 tables or columns, a source whose columns do not fit the target, a merge key
 without a unique index, a schema idem that needs 'idem migrate'.
 
+It also prints, per dataset, each difference between the source's columns and
+the target's that a load would meet now, and what the dataset's
+on_schema_change would do with it (nothing is altered). One the policy takes
+(a column added, widened, left out or kept) is information and does not
+change the exit code; one it refuses is a problem, naming the ALTER TABLE that
+would fix it.
+
 With --fleet, also read which config versions the live 'idem serve' replicas
 run (the fleet bucket in NATS) and print, per version, its replicas and what
 the new config changes: datasets added, removed, and the fields changed. A
@@ -92,12 +100,15 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 			}
 			checked, route := false, ""
 			if len(problems) == 0 && !offline && cfg.Postgres.URL != "" {
-				dbProblems, r, err := e.checkDatabase(cmd, cfg)
-				route = r
+				db, err := e.checkDatabase(cmd, cfg)
+				route = db.route
 				if err != nil {
 					problems = append(problems, err.Error())
 				}
-				problems = append(problems, dbProblems...)
+				problems = append(problems, db.problems...)
+				for _, c := range db.changes {
+					fmt.Fprintln(e.out, c)
+				}
 				checked = err == nil
 			}
 			if len(problems) > 0 {
@@ -129,32 +140,41 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 	return c
 }
 
+// dbCheck is what planning every dataset's load found: problems (exit 1),
+// the schema changes the datasets' policies would take (information, one
+// line each) and the route to PostgreSQL.
+type dbCheck struct {
+	problems, changes []string
+	route             string
+}
+
 // checkDatabase plans every dataset's load in a rolled-back transaction,
 // over the route serve would take; it also says what that route is.
-func (e *env) checkDatabase(cmd *cobra.Command, cfg *config.Config) ([]string, string, error) {
+func (e *env) checkDatabase(cmd *cobra.Command, cfg *config.Config) (dbCheck, error) {
 	ctx := cmd.Context()
 	pool, route, err := service.Connect(ctx, cfg.Postgres.URL, cfg.Postgres.StatementMode)
 	if err != nil {
-		return nil, "", err
+		return dbCheck{}, err
 	}
 	defer pool.Close()
-	problems, err := e.planDatasets(ctx, pool, cfg)
-	return problems, route.String(), err
+	db, err := e.planDatasets(ctx, pool, cfg)
+	db.route = route.String()
+	return db, err
 }
 
-func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) ([]string, error) {
-	var problems []string
+func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) (dbCheck, error) {
+	var db dbCheck
 	v, err := audit.Version(ctx, pool)
 	if err != nil {
-		return nil, err
+		return db, err
 	}
 	all, _ := audit.Migrations()
 	if v < len(all) {
-		problems = append(problems, fmt.Sprintf("database: schema idem is at version %d of %d: run 'idem migrate'", v, len(all)))
+		db.problems = append(db.problems, fmt.Sprintf("database: schema idem is at version %d of %d: run 'idem migrate'", v, len(all)))
 	}
 	dss, err := datasets(cfg)
 	if err != nil {
-		return nil, err
+		return db, err
 	}
 	names := make([]string, 0, len(dss))
 	for n := range dss {
@@ -166,9 +186,62 @@ func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.
 		if v < len(all) {
 			break // plans call idem's helper functions
 		}
-		if err := handlers.Check(ctx, pool, ds, samplePartition(ds.PartitionType)); err != nil {
-			problems = append(problems, fmt.Sprintf("dataset %q: %v", n, err))
+		changes, err := handlers.Predict(ctx, pool, ds, samplePartition(ds.PartitionType))
+		refused := false
+		for _, c := range changes {
+			line := fmt.Sprintf("dataset %q: %s", n, predictionLine(ds.Target, c))
+			if c.Action == strategies.ActionRefused {
+				db.problems, refused = append(db.problems, line), true
+			} else {
+				db.changes = append(db.changes, line)
+			}
+		}
+		var sc *strategies.SchemaChangeError
+		if err != nil && !(refused && errors.As(err, &sc)) {
+			db.problems = append(db.problems, fmt.Sprintf("dataset %q: %v", n, err))
 		}
 	}
-	return problems, nil
+	return db, nil
+}
+
+// predictionLine says what difference a load of target would meet and
+// what its on_schema_change would do with it; a refusal names the fix.
+func predictionLine(target string, c strategies.SchemaChange) string {
+	var what string
+	switch c.Change {
+	case strategies.ChangeNew:
+		what = fmt.Sprintf("source column %s %s is not in %s", c.Column, c.NewType, target)
+	case strategies.ChangeRetyped:
+		what = fmt.Sprintf("column %s is %s in the source, %s in %s", c.Column, c.NewType, c.OldType, target)
+	case strategies.ChangeMissing:
+		what = fmt.Sprintf("column %s %s of %s is not returned by the source", c.Column, c.OldType, target)
+	default:
+		what = fmt.Sprintf("column %s: %s", c.Column, c.Change)
+	}
+	policy := "on_schema_change " + c.Policy
+	switch c.Action {
+	case strategies.ActionAdded:
+		return fmt.Sprintf("%s: %s would add it (%s)", what, policy, c.DDL)
+	case strategies.ActionWidened:
+		return fmt.Sprintf("%s: %s would widen it (%s)", what, policy, c.DDL)
+	case strategies.ActionIgnored:
+		if c.Change == strategies.ChangeNew {
+			return fmt.Sprintf("%s: %s would ignore it (the load leaves it out)", what, policy)
+		}
+		return fmt.Sprintf("%s: %s would ignore it (the load casts it)", what, policy)
+	case strategies.ActionKept:
+		return fmt.Sprintf("%s: %s would keep it (NULL in new rows)", what, policy)
+	case strategies.ActionRefused:
+		line := fmt.Sprintf("%s: %s would refuse it and fail the load (schema_mismatch)", what, policy)
+		switch {
+		case c.DDL != "" && c.Change == strategies.ChangeNew && c.Policy == strategies.OnSchemaChangeFail:
+			return line + "; fix it with " + c.DDL + ", or set on_schema_change: append_new_columns on the dataset"
+		case c.DDL != "":
+			return line + "; fix it with " + c.DDL
+		case c.Reason != "":
+			return line + ": " + c.Reason
+		}
+		return line
+	}
+	return fmt.Sprintf("%s: %s: %s", what, policy, c.Action)
 }
