@@ -268,7 +268,7 @@ func (pl *Plan) readTarget(ctx context.Context, tx pgx.Tx) (*Plan, error) {
 	if pl.cache != nil {
 		pl.cache.drop()
 	}
-	fresh := &Plan{target: &table{Table: pl.spec.Target}, cache: pl.cache, spec: pl.spec, params: pl.params, withChildren: pl.withChildren, fresh: true}
+	fresh := &Plan{target: &table{Table: pl.spec.Target}, cache: pl.cache, spec: pl.spec, params: pl.params, withChildren: pl.withChildren, fresh: true, dry: pl.dry}
 	b := &pgx.Batch{}
 	b.Queue(versionSQL, pl.spec.Target.ident()).QueryRow(func(r pgx.Row) error {
 		err := r.Scan(&fresh.version)

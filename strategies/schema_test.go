@@ -415,3 +415,24 @@ func TestPredictSchemaChange(t *testing.T) {
 		require.NotContains(t, columnsOf(t, db, "analytics.di"), "note", policy)
 	}
 }
+
+// A strategy whose catalog cache a load filled, then a source that gains a
+// column: the prediction reads the catalog afresh and still alters nothing
+// (a plan re-read from a stale cache keeps its dry mode).
+func TestPredictOnAStaleCacheAltersNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	db.Exec(t, schemaSchema)
+	s := newSchemaStrategy(t, db, schemaCases[0], OnSchemaChangeAppend)
+	_, err := loadIn(ctx, db, s, "2026-11-01")
+	require.NoError(t, err)
+	db.Exec(t, `ALTER TABLE staging.src ADD COLUMN note text; ALTER TABLE analytics.di ADD COLUMN extra int`)
+	var changes []SchemaChange
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		changes, err = Predict(ctx, tx, s, Params{Partition: "2026-11-02", RunID: "r"})
+		return err
+	}))
+	require.Equal(t, ActionAdded, actions(changes)["note/new_column"])
+	require.NotContains(t, columnsOf(t, db, "analytics.di"), "note", "committed, and still not altered")
+}
