@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/lineage"
+	"github.com/idem-data/idem/strategies"
 )
 
 // Lineage is what the handler needs to write an attempt's OpenLineage run
@@ -38,6 +40,31 @@ func (l *loading) lineageAttempt(id int64) lineage.Attempt {
 	}
 }
 
+// outputColumns are the target's columns as the load's plan knows them:
+// read in its transaction, and again after a column it added or widened.
+func outputColumns(cols []strategies.Column) []lineage.SchemaField {
+	if len(cols) == 0 {
+		return nil
+	}
+	out := make([]lineage.SchemaField, len(cols))
+	for i, c := range cols {
+		out[i] = lineage.SchemaField{Name: c.Name, Type: c.Type, OrdinalPosition: i + 1}
+	}
+	return out
+}
+
+// schemaChanges are the load's schema changes as idem_run lists them.
+func schemaChanges(cs []strategies.SchemaChange) []lineage.SchemaChange {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]lineage.SchemaChange, len(cs))
+	for i, c := range cs {
+		out[i] = lineage.SchemaChange{Column: c.Column, Change: c.Change, Action: c.Action, OldType: c.OldType, NewType: c.NewType, Policy: c.Policy}
+	}
+	return out
+}
+
 // assertions are the checks' outcomes as OpenLineage data quality assertions.
 func assertions(outs []checks.Outcome) []lineage.Assertion {
 	as := make([]lineage.Assertion, 0, len(outs))
@@ -55,6 +82,10 @@ func (l *loading) queueComplete(b *pgx.Batch, id int64, rows int64) error {
 		return nil
 	}
 	a := l.lineageAttempt(id)
+	// Queued after the load ran, so the plan holds the target's columns as
+	// this transaction commits them, and what the load changed.
+	a.OutputColumns = outputColumns(l.plan.TargetColumns())
+	a.SchemaChanges = schemaChanges(l.plan.SchemaChanges())
 	start, err := a.Start(l.started).Marshal()
 	if err != nil {
 		return err
@@ -80,6 +111,12 @@ func (l *loading) enqueueFail(ctx context.Context, id int64, cause error) {
 		return
 	}
 	a := l.lineageAttempt(id)
+	// The changes a refusal names, as idem.schema_changes records them; a
+	// change the load made rolled back with it, so it is not listed.
+	var refused *strategies.SchemaChangeError
+	if errors.As(cause, &refused) {
+		a.SchemaChanges = schemaChanges(refused.Changes)
+	}
 	start, err := a.Start(l.started).Marshal()
 	if err == nil {
 		var fail []byte

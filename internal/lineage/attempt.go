@@ -7,8 +7,9 @@ import (
 )
 
 // Attempt is one load attempt as lineage sees it: everything its events
-// share. Build it from the audit row and the dataset's config; its methods
-// make the events.
+// share, and what its load found for the event that ends it. Build it from
+// the audit row, the dataset's config and the load's plan; its methods make
+// the events.
 type Attempt struct {
 	// Namespace is the job namespace (the config's lineage namespace).
 	Namespace string
@@ -30,6 +31,16 @@ type Attempt struct {
 	// Inputs are the tables the source reads; Output is the target.
 	Inputs []InputDataset
 	Output Dataset
+	// OutputColumns are the target's columns as the load committed them,
+	// the output's schema facet on COMPLETE (nil: none known). A FAIL
+	// carries none: its load committed nothing, and the columns its plan
+	// knew may include one it added and rolled back.
+	OutputColumns []SchemaField
+	// SchemaChanges are the differences the load met between its source's
+	// columns and its target's, and what it did with each, in the idem_run
+	// facet of COMPLETE and FAIL (nil: none). A START says how the attempt
+	// began, before its load met them.
+	SchemaChanges []SchemaChange
 }
 
 // RunID is the attempt's run id (see RunID).
@@ -37,19 +48,21 @@ func (a Attempt) RunID() string { return RunID(a.Namespace, a.Pipeline, a.AuditI
 
 // Start is the event of the attempt beginning at t.
 func (a Attempt) Start(t time.Time) RunEvent {
-	return a.event(Start, t, a.outputs(nil, nil))
+	return a.event(Start, t, a.outputs(nil, nil, nil))
 }
 
 // Complete is the event of the attempt's commit at t, having written rows
-// rows, with its checks' outcomes (none for a dataset without checks).
+// rows, with its checks' outcomes (none for a dataset without checks), the
+// target's columns and the schema changes the load made or met.
 func (a Attempt) Complete(t time.Time, rows int64, checks []Assertion) RunEvent {
-	return a.event(Complete, t, a.outputs(OutputStatistics(a.producer(), rows), checks))
+	return a.event(Complete, t, a.outputs(OutputStatistics(a.producer(), rows), checks, a.OutputColumns))
 }
 
 // Fail is the event of the attempt failing at t with message; checks are
-// the outcomes of the checks that refused the load, if that was why.
+// the outcomes of the checks that refused the load, if that was why, and
+// SchemaChanges the changes its on_schema_change refused, if that was.
 func (a Attempt) Fail(t time.Time, message string, checks []Assertion) RunEvent {
-	e := a.event(Fail, t, a.outputs(nil, checks))
+	e := a.event(Fail, t, a.outputs(nil, checks, nil))
 	e.Run.Facets.ErrorMessage = ErrorMessage(a.producer(), message)
 	return e
 }
@@ -57,7 +70,7 @@ func (a Attempt) Fail(t time.Time, message string, checks []Assertion) RunEvent 
 // Abort is the event of an attempt found dead at t: its process stopped
 // before it could say how the load ended, and nothing it did committed.
 func (a Attempt) Abort(t time.Time) RunEvent {
-	return a.event(Abort, t, a.outputs(nil, nil))
+	return a.event(Abort, t, a.outputs(nil, nil, nil))
 }
 
 func (a Attempt) producer() string {
@@ -67,16 +80,23 @@ func (a Attempt) producer() string {
 	return a.Producer
 }
 
-func (a Attempt) outputs(stats *OutputStatisticsOutputDatasetFacet, checks []Assertion) []OutputDataset {
+func (a Attempt) outputs(stats *OutputStatisticsOutputDatasetFacet, checks []Assertion, columns []SchemaField) []OutputDataset {
 	return []OutputDataset{{
-		Dataset:      a.Output,
-		Facets:       DatasetFacets{DataQualityAssertions: DataQualityAssertions(a.producer(), checks)},
+		Dataset: a.Output,
+		Facets: DatasetFacets{
+			Schema:                Schema(a.producer(), columns),
+			DataQualityAssertions: DataQualityAssertions(a.producer(), checks),
+		},
 		OutputFacets: OutputDatasetFacets{OutputStatistics: stats},
 	}}
 }
 
 func (a Attempt) event(typ EventType, t time.Time, outputs []OutputDataset) RunEvent {
 	p := a.producer()
+	var changes []SchemaChange
+	if typ == Complete || typ == Fail {
+		changes = a.SchemaChanges
+	}
 	return RunEvent{
 		EventType: typ,
 		EventTime: t.UTC(),
@@ -88,11 +108,12 @@ func (a Attempt) event(typ EventType, t time.Time, outputs []OutputDataset) RunE
 				Parent:      a.Parent.Facet(p),
 				NominalTime: NominalTime(p, a.Partition),
 				Idem: &IdemRunFacet{
-					BaseFacet: BaseFacet{p, IdemRunFacetSchemaURL},
-					Partition: a.Partition.Key,
-					RunID:     a.EventRunID,
-					AuditID:   a.AuditID,
-					Attempt:   a.Number,
+					BaseFacet:     BaseFacet{p, IdemRunFacetSchemaURL},
+					Partition:     a.Partition.Key,
+					RunID:         a.EventRunID,
+					AuditID:       a.AuditID,
+					Attempt:       a.Number,
+					SchemaChanges: changes,
 				},
 			},
 		},

@@ -48,9 +48,11 @@
 //	parent                  run      the scheduler's run that published the event ([ParentFromAttributes])
 //	nominalTime             run      the partition's period (a day or an hour), when it has one
 //	errorMessage            run      FAIL: the error, programmingLanguage GO
-//	idem_run                run      idem's own: the partition, the event's run_id, the audit id and attempt
+//	idem_run                run      idem's own: the partition, the event's run_id, the audit id and attempt;
+//	                                 on COMPLETE and FAIL, the attempt's schema changes, when it met any
 //	jobType                 job      BATCH, idem, LOAD
 //	outputStatistics        output   COMPLETE: rowCount, the rows written
+//	schema                  output   COMPLETE: the target's columns (name, type, ordinal_position) as the load committed them
 //	dataQualityAssertions   output   the checks' outcomes, in the output dataset's facets
 //
 // The checks' outcomes are assertions (a named test passed or failed, with
@@ -63,7 +65,20 @@
 // the dataset whichever way it is used, where dbt's integration also puts
 // it) rather than inventing a read of the target as an input.
 //
+// The schema facet is what a lineage backend (Marquez, DataHub) shows as
+// the dataset's columns: a column that on_schema_change append_new_columns
+// added, or one sync_all_columns widened, appears with the COMPLETE of the
+// load that made it. The types are PostgreSQL's
+// own (format_type), as idem.schema_changes writes them. The columns come
+// from the catalog reads the load made in its transaction (read again
+// after its DDL), so they cost no statement of their own. START, FAIL and
+// ABORT carry none: a START's columns would be the ones before the load,
+// and a failed load committed nothing.
+//
 // idem_run is described by IdemRunFacet.json in this package's folder.
+// Its schemaChanges list each difference's column, change, action, old and
+// new types and policy; the DDL and a refusal's reason stay in
+// idem.schema_changes (idem audit schema) and the FAIL's errorMessage.
 //
 // # Parent runs
 //

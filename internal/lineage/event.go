@@ -91,6 +91,7 @@ type OutputDataset struct {
 
 // DatasetFacets describe a dataset itself, whichever way the run uses it.
 type DatasetFacets struct {
+	Schema                *SchemaDatasetFacet                `json:"schema,omitempty"`
 	DataQualityAssertions *DataQualityAssertionsDatasetFacet `json:"dataQualityAssertions,omitempty"`
 }
 

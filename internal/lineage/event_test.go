@@ -52,6 +52,18 @@ var sampleChecks = []Assertion{
 	{Assertion: "not_null", Success: false, Column: "customer_id", Severity: "warn", Name: "customer_known", Actual: "3"},
 }
 
+var sampleColumns = []SchemaField{
+	{Name: "id", Type: "bigint", OrdinalPosition: 1},
+	{Name: "amount", Type: "numeric(14,2)", OrdinalPosition: 2},
+	{Name: "channel", Type: "text", OrdinalPosition: 3},
+}
+
+var sampleChanges = []SchemaChange{
+	{Column: "channel", Change: "new_column", Action: "added", NewType: "text", Policy: "sync_all_columns"},
+	{Column: "amount", Change: "retyped", Action: "widened", OldType: "numeric(12,2)", NewType: "numeric(14,2)", Policy: "sync_all_columns"},
+	{Column: "legacy", Change: "missing_column", Action: "kept", OldType: "integer", Policy: "sync_all_columns"},
+}
+
 // TestEventsValidate: every event the package builds validates against the
 // RunEvent schema and each facet against its own.
 func TestEventsValidate(t *testing.T) {
@@ -65,6 +77,8 @@ func TestEventsValidate(t *testing.T) {
 	text.Inputs = nil
 	noRoot := a
 	noRoot.Parent = &Parent{RunRef: a.Parent.RunRef}
+	changed := a
+	changed.OutputColumns, changed.SchemaChanges = sampleColumns, sampleChanges
 
 	events := map[string]RunEvent{
 		"start":              a.Start(sampleTime),
@@ -76,6 +90,10 @@ func TestEventsValidate(t *testing.T) {
 		"hour, no parent":    hour.Complete(sampleTime, 0, nil),
 		"text, no inputs":    text.Start(sampleTime),
 		"parent, no root":    noRoot.Start(sampleTime),
+		"schema, changes":    changed.Complete(sampleTime, 42, sampleChecks),
+		"changes refused":    changed.Fail(sampleTime, "schema_mismatch: ...", nil),
+		"changes, start":     changed.Start(sampleTime),
+		"changes, abort":     changed.Abort(sampleTime),
 		"default everything": Attempt{Number: 1, Partition: mustPartition(schemas.PartitionDate, "2026-01-01")}.Start(time.Time{}),
 	}
 	for name, ev := range events {
@@ -117,7 +135,7 @@ func TestAttemptEvents(t *testing.T) {
 	nt := start.Run.Facets.NominalTime
 	require.Equal(t, time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC), nt.NominalStartTime)
 	require.Equal(t, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), *nt.NominalEndTime)
-	require.Equal(t, &IdemRunFacet{BaseFacet{DefaultProducer, IdemRunFacetSchemaURL}, "2026-11-28", "scheduled__2026-11-28", 1234, 2}, start.Run.Facets.Idem)
+	require.Equal(t, &IdemRunFacet{BaseFacet{DefaultProducer, IdemRunFacetSchemaURL}, "2026-11-28", "scheduled__2026-11-28", 1234, 2, nil}, start.Run.Facets.Idem)
 
 	p := start.Run.Facets.Parent
 	require.Equal(t, "airflow", p.Job.Namespace)
@@ -197,10 +215,76 @@ func TestEventJSONShape(t *testing.T) {
 	  "schemaURL":"https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
 	  "run":{"runId":"`+RunID("shop", "shop", 7, 1)+`","facets":{
 	    "nominalTime":{`+p+`1-0-1/NominalTimeRunFacet.json#/$defs/NominalTimeRunFacet","nominalStartTime":"2026-11-28T00:00:00Z","nominalEndTime":"2026-11-29T00:00:00Z"},
-	    "idem_run":{"_producer":"https://github.com/idem-data/idem","_schemaURL":"https://idem.dev/schemas/openlineage/1-0-0/IdemRunFacet.json#/$defs/IdemRunFacet","partition":"2026-11-28","runId":"r1","auditId":7,"attempt":1}}},
+	    "idem_run":{"_producer":"https://github.com/idem-data/idem","_schemaURL":"https://idem.dev/schemas/openlineage/1-1-0/IdemRunFacet.json#/$defs/IdemRunFacet","partition":"2026-11-28","runId":"r1","auditId":7,"attempt":1}}},
 	  "job":{"namespace":"shop","name":"shop.orders","facets":{
 	    "jobType":{`+p+`2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet","processingType":"BATCH","integration":"idem","jobType":"LOAD"}}},
 	  "inputs":[{"namespace":"postgres://db:5432","name":"w.staging.orders"}],
 	  "outputs":[{"namespace":"postgres://db:5432","name":"w.analytics.fact_orders"}]
 	}`, string(body))
+}
+
+// TestSchemaFacetAndChanges: COMPLETE carries the target's columns as the
+// output's schema facet and the attempt's schema changes in idem_run; FAIL
+// the changes without the columns (nothing committed); START and ABORT
+// neither.
+func TestSchemaFacetAndChanges(t *testing.T) {
+	t.Parallel()
+	a := sampleAttempt()
+	a.OutputColumns, a.SchemaChanges = sampleColumns, sampleChanges
+
+	done := a.Complete(sampleTime, 42, nil)
+	require.Equal(t, &SchemaDatasetFacet{BaseFacet{DefaultProducer, SchemaDatasetFacetSchemaURL}, sampleColumns}, done.Outputs[0].Facets.Schema)
+	require.Equal(t, sampleChanges, done.Run.Facets.Idem.SchemaChanges)
+
+	fail := a.Fail(sampleTime, "boom", nil)
+	require.Nil(t, fail.Outputs[0].Facets.Schema, "a failed load committed no columns")
+	require.Equal(t, sampleChanges, fail.Run.Facets.Idem.SchemaChanges)
+
+	for _, ev := range []RunEvent{a.Start(sampleTime), a.Abort(sampleTime)} {
+		require.Nil(t, ev.Outputs[0].Facets.Schema, ev.EventType)
+		require.Nil(t, ev.Run.Facets.Idem.SchemaChanges, ev.EventType)
+	}
+
+	// None known, none met: both left out of the document.
+	body, err := sampleAttempt().Complete(sampleTime, 1, nil).Marshal()
+	require.NoError(t, err)
+	require.NotContains(t, string(body), `"schema"`)
+	require.NotContains(t, string(body), "schemaChanges")
+}
+
+func TestCompleteSchemaJSONShape(t *testing.T) {
+	t.Parallel()
+	// The exact output and idem_run of a COMPLETE that added a column.
+	a := Attempt{
+		Namespace: "shop", Pipeline: "shop", Dataset: "orders", AuditID: 7, Number: 1,
+		Partition:  mustPartition(schemas.PartitionText, "eu"),
+		EventRunID: "r1",
+		Output:     Dataset{"postgres://db:5432", "w.analytics.fact_orders"},
+		OutputColumns: []SchemaField{
+			{Name: "id", Type: "bigint", OrdinalPosition: 1},
+			{Name: "channel", Type: "text", OrdinalPosition: 2},
+		},
+		SchemaChanges: []SchemaChange{{Column: "channel", Change: "new_column", Action: "added", NewType: "text", Policy: "append_new_columns"}},
+	}
+	body, err := a.Complete(time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC), 3, nil).Marshal()
+	require.NoError(t, err)
+	var got struct {
+		Run struct {
+			Facets struct {
+				Idem json.RawMessage `json:"idem_run"`
+			} `json:"facets"`
+		} `json:"run"`
+		Outputs json.RawMessage `json:"outputs"`
+	}
+	require.NoError(t, json.Unmarshal(body, &got))
+	p := `"_producer":"https://github.com/idem-data/idem","_schemaURL":"https://openlineage.io/spec/facets/`
+	require.JSONEq(t, `[{"namespace":"postgres://db:5432","name":"w.analytics.fact_orders",
+	  "facets":{"schema":{`+p+`1-2-0/SchemaDatasetFacet.json#/$defs/SchemaDatasetFacet","fields":[
+	    {"name":"id","type":"bigint","ordinal_position":1},
+	    {"name":"channel","type":"text","ordinal_position":2}]}},
+	  "outputFacets":{"outputStatistics":{`+p+`1-0-2/OutputStatisticsOutputDatasetFacet.json#/$defs/OutputStatisticsOutputDatasetFacet","rowCount":3}}}]`, string(got.Outputs))
+	require.JSONEq(t, `{"_producer":"https://github.com/idem-data/idem","_schemaURL":"https://idem.dev/schemas/openlineage/1-1-0/IdemRunFacet.json#/$defs/IdemRunFacet",
+	  "partition":"eu","runId":"r1","auditId":7,"attempt":1,
+	  "schemaChanges":[{"column":"channel","change":"new_column","action":"added","newType":"text","policy":"append_new_columns"}]}`, string(got.Run.Facets.Idem))
+	validateEvent(t, body)
 }

@@ -16,9 +16,10 @@ const (
 	JobTypeJobFacetSchemaURL       = facetBase + "2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet"
 	OutputStatisticsSchemaURL      = facetBase + "1-0-2/OutputStatisticsOutputDatasetFacet.json#/$defs/OutputStatisticsOutputDatasetFacet"
 	DataQualityAssertionsSchemaURL = facetBase + "1-1-0/DataQualityAssertionsDatasetFacet.json#/$defs/DataQualityAssertionsDatasetFacet"
+	SchemaDatasetFacetSchemaURL    = facetBase + "1-2-0/SchemaDatasetFacet.json#/$defs/SchemaDatasetFacet"
 	// IdemRunFacetSchemaURL is idem's own run facet (IdemRunFacet.json in
 	// this package's folder).
-	IdemRunFacetSchemaURL = "https://idem.dev/schemas/openlineage/1-0-0/IdemRunFacet.json#/$defs/IdemRunFacet"
+	IdemRunFacetSchemaURL = "https://idem.dev/schemas/openlineage/1-1-0/IdemRunFacet.json#/$defs/IdemRunFacet"
 )
 
 // BaseFacet is what every facet carries: who produced it and the schema it
@@ -173,6 +174,34 @@ func DataQualityAssertions(producer string, assertions []Assertion) *DataQuality
 	}
 }
 
+// SchemaDatasetFacet is a dataset's columns.
+type SchemaDatasetFacet struct {
+	BaseFacet
+	Fields []SchemaField `json:"fields"`
+}
+
+// SchemaField is one column of a dataset.
+type SchemaField struct {
+	Name string `json:"name"`
+	// Type is the column's type as PostgreSQL writes it (format_type:
+	// "numeric(12,2)", "timestamp with time zone").
+	Type string `json:"type,omitempty"`
+	// OrdinalPosition is the column's place among the table's columns,
+	// from 1.
+	OrdinalPosition int `json:"ordinal_position,omitempty"`
+}
+
+// Schema is the facet of a dataset's columns, nil when none are known.
+func Schema(producer string, fields []SchemaField) *SchemaDatasetFacet {
+	if len(fields) == 0 {
+		return nil
+	}
+	return &SchemaDatasetFacet{
+		BaseFacet: BaseFacet{producer, SchemaDatasetFacetSchemaURL},
+		Fields:    fields,
+	}
+}
+
 // IdemRunFacet is idem's own run facet, key idem_run: which event and which
 // audit row the run is, so a lineage backend's run leads back to
 // idem.pipeline_audit.
@@ -185,4 +214,26 @@ type IdemRunFacet struct {
 	RunID   string `json:"runId"`
 	AuditID int64  `json:"auditId"`
 	Attempt int    `json:"attempt"`
+	// SchemaChanges are the attempt's differences between its source's
+	// columns and its target's, on COMPLETE and FAIL; left out when none.
+	SchemaChanges []SchemaChange `json:"schemaChanges,omitempty"`
+}
+
+// SchemaChange is one difference a load met between the columns its
+// source returned and its target's, and what the dataset's
+// on_schema_change did with it: the row idem.schema_changes keeps beside
+// the attempt, without its DDL and reason.
+type SchemaChange struct {
+	Column string `json:"column"`
+	// Change is new_column, retyped or missing_column.
+	Change string `json:"change"`
+	// Action is added, widened, ignored, kept, refused or found (another
+	// load made the change first).
+	Action string `json:"action"`
+	// OldType is the target's type, NewType the source's; each is empty
+	// when the column is not on that side.
+	OldType string `json:"oldType,omitempty"`
+	NewType string `json:"newType,omitempty"`
+	// Policy is the on_schema_change the load ran with.
+	Policy string `json:"policy"`
 }
