@@ -34,6 +34,15 @@ func (e *InvalidEventError) Error() string {
 // Fatal reports that redelivering the same bytes can never succeed.
 func (e *InvalidEventError) Fatal() bool { return true }
 
+// FatalReason is the dead letter's Idem-Error-Reason: unknown_dataset for a
+// well-formed event naming a dataset nobody runs, invalid_event otherwise.
+func (e *InvalidEventError) FatalReason() string {
+	if e.unknownDataset {
+		return "unknown_dataset"
+	}
+	return "invalid_event"
+}
+
 func invalid(field, reason string) *InvalidEventError {
 	return &InvalidEventError{Field: field, Reason: reason}
 }

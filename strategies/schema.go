@@ -87,6 +87,9 @@ func (e *SchemaChangeError) Unwrap() error { return e.Err }
 // Fatal marks the error as not worth retrying.
 func (e *SchemaChangeError) Fatal() bool { return true }
 
+// FatalReason is schema_mismatch, for the dead letter's Idem-Error-Reason.
+func (e *SchemaChangeError) FatalReason() string { return e.Err.Reason }
+
 // SchemaChanges returns the differences the load that pl describes met and
 // what it did with each, once it ran (nil when the columns matched).
 func (pl *Plan) SchemaChanges() []SchemaChange {

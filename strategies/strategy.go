@@ -216,6 +216,9 @@ func (e *Error) Error() string { return e.Reason + ": " + e.Msg }
 // Fatal marks the error as not worth retrying (see handlers.IsFatal).
 func (e *Error) Fatal() bool { return true }
 
+// FatalReason is the reason word, for the dead letter's Idem-Error-Reason.
+func (e *Error) FatalReason() string { return e.Reason }
+
 func schemaErr(format string, args ...any) error {
 	return &Error{Reason: "schema_mismatch", Msg: fmt.Sprintf(format, args...)}
 }

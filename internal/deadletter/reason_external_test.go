@@ -10,7 +10,16 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
 )
+
+// invalidEvent is what decoding a body that is not JSON returns.
+func invalidEvent(t *testing.T) error {
+	_, err := schemas.Decode("idem.ready.orders", []byte("{not json"), func(string) (schemas.PartitionType, bool) { return schemas.PartitionDate, true })
+	require.Error(t, err)
+	return err
+}
 
 // The errors the handler returns give the dead letter its reason: a
 // handlers.FatalError by its FatalReason (the header), a check's refusal by
@@ -28,6 +37,10 @@ func TestReasonOfHandlerErrors(t *testing.T) {
 		{"fatal without reason", &handlers.FatalError{Err: pgErr}, "fatal", "fatal"},
 		{"check refused", &checks.Error{Failed: []checks.Outcome{{Name: "row_count", Failing: 1, Threshold: "= 0"}}}, "", "check_failed"},
 		{"check broken", &checks.Error{Broken: "c", Err: handlers.Fatal(handlers.ReasonSchemaMismatch, pgErr)}, "", "check_failed"},
+		{"schema change refused", &handlers.AttemptError{N: 1, Err: &strategies.SchemaChangeError{Err: &strategies.Error{Reason: "schema_mismatch", Msg: "new column note text"}}},
+			"schema_mismatch", "schema_mismatch"},
+		{"empty source", &strategies.Error{Reason: "empty_source", Msg: "no rows"}, "empty_source", "empty_source"},
+		{"invalid event", invalidEvent(t), "invalid_event", "invalid_event"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := deadletter.Envelope{Kind: deadletter.KindFatal, Err: c.err, Subject: "idem.ready.orders", Stream: "IDEM_EVENTS",
