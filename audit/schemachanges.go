@@ -62,15 +62,40 @@ type SchemaChangeRow struct {
 // newest first: of one dataset when dataset is set, of one partition when
 // partition is too.
 func SchemaChanges(ctx context.Context, db Querier, pipeline, dataset, partition string, limit int) ([]SchemaChangeRow, error) {
+	// One statement per scope, so each plan, generic ones included, takes
+	// its index: (dag_id, task_id, partition_key, id DESC) for a dataset or
+	// a partition, (dag_id, id DESC) for the pipeline.
+	var out []SchemaChangeRow
+	var err error
+	switch {
+	case dataset == "":
+		out, err = readSchemaChanges(ctx, db, `dag_id = $1 ORDER BY id DESC LIMIT $2`, pipeline, limit)
+	case partition == "":
+		out, err = readSchemaChanges(ctx, db, `dag_id = $1 AND task_id = $2 ORDER BY id DESC LIMIT $3`, pipeline, dataset, limit)
+	default:
+		out, err = readSchemaChanges(ctx, db, partitionSchemaChanges, pipeline, dataset, partition, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: schema changes: %w", err)
+	}
+	return out, nil
+}
+
+// partitionSchemaChanges is the clause of one partition's newest changes:
+// idem audit schema --partition and a partition's story.
+const partitionSchemaChanges = `dag_id = $1 AND task_id = $2 AND partition_key = $3 ORDER BY id DESC LIMIT $4`
+
+// readSchemaChanges reads the schema changes the clause where selects and
+// orders; where is one of this file's constant clauses, never built from
+// input (the values are bound parameters).
+func readSchemaChanges(ctx context.Context, db Querier, where string, args ...any) ([]SchemaChangeRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT audit_id, task_id, partition_key, run_id, column_name, change, action, coalesce(old_type, ''),
 		       coalesce(new_type, ''), policy, coalesce(ddl, ''), coalesce(reason, ''), changed_at
 		  FROM idem.schema_changes
-		 WHERE dag_id = $1 AND ($2 = '' OR task_id = $2) AND ($3 = '' OR partition_key = $3)
-		 ORDER BY id DESC
-		 LIMIT $4`, pipeline, dataset, partition, limit)
+		 WHERE `+where, args...)
 	if err != nil {
-		return nil, fmt.Errorf("audit: schema changes: %w", err)
+		return nil, err
 	}
 	var out []SchemaChangeRow
 	var r SchemaChangeRow
@@ -80,8 +105,5 @@ func SchemaChanges(ctx context.Context, db Querier, pipeline, dataset, partition
 		out = append(out, r)
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("audit: schema changes: %w", err)
-	}
-	return out, nil
+	return out, err
 }

@@ -26,8 +26,14 @@ type Story struct {
 	Downstream []Downstream `json:"downstream"`
 	// Actions are the operator actions that named this partition.
 	Actions []StoryAction `json:"actions"`
+	// SchemaChanges are the differences between the source's columns and
+	// the target's that its loads met (on_schema_change), each beside its
+	// attempt (AuditID), as `idem audit schema` lists them.
+	SchemaChanges []SchemaChangeRow `json:"schema_changes"`
 	// Truncated says the attempts were cut at the limit.
 	Truncated bool `json:"truncated"`
+	// SchemaChangesTruncated says the schema changes were.
+	SchemaChangesTruncated bool `json:"schema_changes_truncated,omitempty"`
 }
 
 // StoryAttempt is one attempt of the partition.
@@ -106,9 +112,10 @@ type StoryAction struct {
 }
 
 // ReadStory reads the partition's story: its newest limit attempts, their
-// checks' outcomes, the ledger's winner, the downstream events they queued
-// and the operator actions that named it. Each read takes the index on the
-// partition; one snapshot (REPEATABLE READ, read only) makes the parts agree.
+// checks' outcomes, its newest limit schema changes, the ledger's winner,
+// the downstream events they queued and the operator actions that named
+// it. Each read takes the index on the partition; one snapshot (REPEATABLE
+// READ, read only) makes the parts agree.
 func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition string, limit int) (Story, error) {
 	var s Story
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -121,6 +128,9 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 		}
 		if s.Checks == nil {
 			s.Checks = []CheckRow{}
+		}
+		if err := readStorySchemaChanges(ctx, tx, pipeline, dataset, partition, limit, &s); err != nil {
+			return err
 		}
 		if err := readWinner(ctx, tx, pipeline, dataset, partition, &s); err != nil {
 			return err
@@ -185,6 +195,23 @@ func readStoryAttempts(ctx context.Context, tx pgx.Tx, pipeline, dataset, partit
 	if s.Attempts == nil {
 		s.Attempts = []StoryAttempt{}
 	}
+	return nil
+}
+
+// readStorySchemaChanges reads the partition's changes as idem audit schema
+// --partition does, one more than limit to know when they were cut.
+func readStorySchemaChanges(ctx context.Context, tx pgx.Tx, pipeline, dataset, partition string, limit int, s *Story) error {
+	cs, err := readSchemaChanges(ctx, tx, partitionSchemaChanges, pipeline, dataset, partition, limit+1)
+	if err != nil {
+		return err
+	}
+	if len(cs) > limit {
+		cs, s.SchemaChangesTruncated = cs[:limit], true
+	}
+	if cs == nil {
+		cs = []SchemaChangeRow{}
+	}
+	s.SchemaChanges = cs
 	return nil
 }
 

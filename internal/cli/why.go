@@ -8,8 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
 )
 
 func auditWhyCmd(e *env) *cobra.Command {
@@ -19,7 +21,8 @@ func auditWhyCmd(e *env) *cobra.Command {
 		Short: "A partition's whole story, newest first, and what to do next",
 		Long: `why tells everything idem knows about one partition: the events that named
 it, every attempt and its checks, the ledger's winner, the upstreams that
-triggered it and the downstream events it queued, its dead letters and the
+triggered it and the downstream events it queued, the schema changes its
+loads met (on_schema_change) beside their attempts, its dead letters and the
 loads run again after a failover. It ends with a one-line verdict and the
 command to run next.
 
@@ -153,6 +156,28 @@ func renderStory(w io.Writer, r why.Report) error {
 				p("        check %s (%s, %s): %s, %d of %d rows failing\n", c.Name, c.Kind, c.Severity, c.Status, c.Failing, c.Checked)
 			}
 		}
+		for _, c := range r.SchemaChanges {
+			if c.AuditID == a.ID {
+				p("        %s\n", schemaChangeLine(c))
+			}
+		}
+	}
+	// Changes of attempts older than those shown keep their own list.
+	shown := map[int64]bool{}
+	for _, a := range r.Attempts {
+		shown[a.ID] = true
+	}
+	var older []audit.SchemaChangeRow
+	for _, c := range r.SchemaChanges {
+		if !shown[c.AuditID] {
+			older = append(older, c)
+		}
+	}
+	if len(older) > 0 {
+		p("\nschema changes of attempts not shown:\n")
+		for _, c := range older {
+			p("  #%d  %s  run %s  %s\n", c.AuditID, ts(c.At), c.RunID, schemaChangeLine(c))
+		}
 	}
 	if len(r.Upstreams) > 0 {
 		p("\nupstreams:\n")
@@ -206,6 +231,28 @@ func renderStory(w io.Writer, r why.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// schemaChangeLine is one schema change as the story prints it:
+// "column note: new_column text, added (append_new_columns): ALTER TABLE ...".
+func schemaChangeLine(c audit.SchemaChangeRow) string {
+	types := c.NewType
+	switch c.Change {
+	case strategies.ChangeRetyped:
+		types = c.OldType + " -> " + c.NewType
+	case strategies.ChangeMissing:
+		types = c.OldType
+	}
+	line := fmt.Sprintf("column %s: %s %s, %s (%s)", c.Column, c.Change, types, c.Action, c.Policy)
+	switch {
+	case c.Reason != "" && c.DDL != "":
+		line += ": " + oneLine(c.Reason, 200) + "; fix: " + c.DDL
+	case c.Reason != "":
+		line += ": " + oneLine(c.Reason, 300)
+	case c.DDL != "":
+		line += ": " + c.DDL
+	}
+	return line
 }
 
 // oneLine keeps an error on one line of at most n characters.

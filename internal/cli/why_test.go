@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -57,3 +59,48 @@ func TestAuditWhyTellsAndExits(t *testing.T) {
 }
 
 func itoa(n uint64) string { b, _ := json.Marshal(n); return string(b) }
+
+// idem audit why lists the schema changes beside their attempts: a column
+// notes (append_new_columns) added, and one orders (fail) refused, whose
+// verdict names it, its fix and the replay; the fix and the replay load it.
+func TestAuditWhyTellsSchemaChanges(t *testing.T) {
+	w := newCLIWorld(t)
+	cfg, err := os.ReadFile(w.cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(w.cfg, append(cfg, `  notes:
+    strategy: delete_insert
+    target: analytics.n
+    partition_column: event_date
+    source: SELECT id, event_date, amount, note FROM staging.src WHERE event_date = @partition
+    on_schema_change: append_new_columns
+`...), 0o600))
+	w.db.Exec(t, `ALTER TABLE analytics.t DROP COLUMN note;
+		CREATE TABLE analytics.n (id bigint, event_date date NOT NULL, amount numeric(12,2))`)
+	w.serve()
+	require.NoError(t, w.run("publish", "notes", "2026-03-05", "--run-id", "r1", "--wait").e)
+	r := w.run("audit", "why", "notes", "2026-03-05")
+	require.NoError(t, r.e, r.out)
+	require.Regexp(t, `(?m)^        column note: new_column text, added \(append_new_columns\): ALTER TABLE "analytics"."n" ADD COLUMN "note" text$`, r.out)
+	require.Regexp(t, `(?m)^LOADED: loaded by run r1 at \S+ \S+Z, 10 rows, no checks; added column note text \(append_new_columns\); nothing pending$`, r.out)
+
+	require.NoError(t, w.run("publish", "orders", "2026-03-05", "--run-id", "r1").e)
+	require.Eventually(t, func() bool { return w.streamMsgs("IDEM_DLQ") == 1 }, 30*time.Second, 20*time.Millisecond)
+	r = w.run("audit", "why", "orders", "2026-03-05")
+	require.Equal(t, 1, ExitCode(r.e), r.out)
+	const ddl = `ALTER TABLE "analytics"."t" ADD COLUMN "note" text`
+	require.Contains(t, r.out, "        column note: new_column text, refused (fail): on_schema_change is fail; fix: "+ddl+"\n")
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	require.Regexp(t, `^DEAD LETTERED: dead-lettered \S+ \S+Z: schema_mismatch: new column note text \(on_schema_change: fail\); fix the target with `+
+		regexp.QuoteMeta(ddl)+` or set on_schema_change: append_new_columns on orders, then:$`, lines[len(lines)-2])
+	next := strings.TrimSpace(lines[len(lines)-1])
+	require.Regexp(t, `^idem dlq replay \d+$`, next)
+
+	// The verdict's fix, then its command.
+	w.db.Exec(t, ddl)
+	require.NoError(t, w.run(strings.Fields(next)[1:]...).e)
+	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'orders' AND status = 'success'")
+	r = w.run("audit", "why", "orders", "2026-03-05")
+	require.NoError(t, r.e, r.out)
+	require.Contains(t, r.out, "refused (fail)", "the refusal stays in the story, beside its attempt")
+	require.Regexp(t, `(?m)^LOADED: loaded by run r1 at \S+ \S+Z, 10 rows, no checks; nothing pending$`, r.out)
+}

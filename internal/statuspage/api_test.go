@@ -24,6 +24,7 @@ import (
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/strategies"
 )
 
 const (
@@ -569,6 +570,13 @@ func TestAPIStory(t *testing.T) {
 		}
 		return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Now: func() time.Time { return w.now }}, ds, partition)
 	}})
+	// The load of orders 11-01 widened a column (sync_all_columns).
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, w.db.QueryRow(ctx, `SELECT id FROM idem.pipeline_audit WHERE task_id = 'orders' AND partition_key = '2026-11-01' AND status = 'success'`).Scan(&id))
+	require.NoError(t, audit.RecordSchemaChanges(ctx, w.db, id, audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"},
+		[]strategies.SchemaChange{{Column: "amount", Change: strategies.ChangeRetyped, Action: strategies.ActionWidened, OldType: "integer", NewType: "bigint",
+			Policy: strategies.OnSchemaChangeSync, DDL: `ALTER TABLE "analytics"."orders" ALTER COLUMN "amount" TYPE bigint`}}))
 	for _, c := range []struct{ dataset, key, state string }{
 		{"orders", "2026-11-01", why.StateLoaded},
 		{"orders", "2026-11-03", why.StateRetrying},
@@ -585,6 +593,20 @@ func TestAPIStory(t *testing.T) {
 		require.Equal(t, why.Exit(c.state), r.Verdict.Exit)
 		require.Equal(t, c.key, r.Partition)
 		require.Contains(t, r.Notes, "NATS was not read: no events or dead letters are shown")
+		var raw struct {
+			SchemaChanges []map[string]any `json:"schema_changes"`
+		}
+		a.decode(t, &raw)
+		require.NotNil(t, raw.SchemaChanges, "an array, never null")
+		if c.dataset != "orders" || c.key != "2026-11-01" {
+			require.Empty(t, raw.SchemaChanges, "%s %s", c.dataset, c.key)
+			continue
+		}
+		require.Equal(t, []map[string]any{{"audit_id": float64(id), "dataset": "orders", "partition": "2026-11-01", "run_id": "r1",
+			"column": "amount", "change": "retyped", "action": "widened", "old_type": "integer", "new_type": "bigint", "policy": "sync_all_columns",
+			"ddl": `ALTER TABLE "analytics"."orders" ALTER COLUMN "amount" TYPE bigint`, "at": raw.SchemaChanges[0]["at"]}}, raw.SchemaChanges)
+		require.Regexp(t, `^\d{4}-\d\d-\d\dT`, raw.SchemaChanges[0]["at"])
+		require.Contains(t, r.Verdict.Line, "; widened column amount from integer to bigint (sync_all_columns); ")
 	}
 	a := apiGet(t, srv, "/api/v1/datasets/orders/partitions/2026-13-01")
 	require.Equal(t, http.StatusBadRequest, a.code)

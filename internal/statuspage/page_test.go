@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -25,14 +26,23 @@ import (
 	"github.com/idem-data/idem/internal/pgtest"
 	"github.com/idem-data/idem/internal/statuspage"
 	"github.com/idem-data/idem/internal/why"
+	"github.com/idem-data/idem/strategies"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 const (
-	hostileRun   = `<script>window.pwned=1</script>`
-	hostileError = `column "x" <img src=x onerror="window.pwned=2"> does not exist`
+	hostileRun    = `<script>window.pwned=1</script>`
+	hostileError  = `column "x" <img src=x onerror="window.pwned=2"> does not exist`
+	hostileColumn = `<img src=x onerror="window.pwned=3">`
 )
+
+// schemaRows are the cells of the story's schema changes, as the browser
+// shows them.
+func schemaRows(t *testing.T, ctx context.Context) [][]string {
+	t.Helper()
+	return browsertest.Eval[[][]string](t, ctx, `[...document.querySelectorAll('#schema-changes tbody tr')].map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent.trim()))`)
+}
 
 // world is a migrated database with an audit history, and a page over it.
 type world struct {
@@ -54,6 +64,19 @@ func (w *world) attempt(t *testing.T, dataset, partition, runID, outcome string)
 		require.NoError(t, audit.Fail(ctx, w.db, b.ID, errors.New(hostileError), outcome))
 	case "started":
 	}
+}
+
+// schemaChanges records cs beside the newest attempt of dataset's
+// partition, as its load records them.
+func (w *world) schemaChanges(t *testing.T, dataset, partition string, cs ...strategies.SchemaChange) {
+	t.Helper()
+	ctx := context.Background()
+	var id int64
+	var runID string
+	require.NoError(t, w.db.QueryRow(ctx, `SELECT id, run_id FROM idem.pipeline_audit WHERE task_id = $1 AND partition_key = $2 ORDER BY id DESC LIMIT 1`,
+		dataset, partition).Scan(&id, &runID))
+	k := audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}
+	require.NoError(t, audit.RecordSchemaChanges(ctx, w.db, id, k, cs))
 }
 
 func newWorld(t *testing.T) *world {
@@ -136,6 +159,12 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 
 func TestPageInTheBrowser(t *testing.T) {
 	w := newWorld(t)
+	// The load of orders 11-01 added a column; the dead-lettered one of
+	// 11-02 was refused one, whose name is hostile.
+	w.schemaChanges(t, "orders", "2026-11-01", strategies.SchemaChange{Column: "note", Change: strategies.ChangeNew, Action: strategies.ActionAdded,
+		NewType: "text", Policy: strategies.OnSchemaChangeAppend, DDL: `ALTER TABLE "analytics"."orders" ADD COLUMN "note" text`})
+	w.schemaChanges(t, "orders", "2026-11-02", strategies.SchemaChange{Column: hostileColumn, Change: strategies.ChangeNew, Action: strategies.ActionRefused,
+		NewType: "text", Policy: strategies.OnSchemaChangeFail, Reason: "on_schema_change is fail", DDL: `ALTER TABLE "analytics"."orders" ADD COLUMN "x" text`})
 	srv := w.page(t, "")
 	ctx := browsertest.New(t)
 
@@ -164,6 +193,30 @@ func TestPageInTheBrowser(t *testing.T) {
 	require.Contains(t, detail, "failed (fatal)")
 	require.Equal(t, 0, browsertest.Eval[int](t, ctx, `document.querySelectorAll('#partition img, #partition script').length`))
 	require.True(t, browsertest.Eval[bool](t, ctx, `window.pwned === undefined`))
+	// Its verdict names the refused column and the fix; the change is a
+	// row of the story, beside its attempt, its name as text.
+	line, err := chromedp.Run(ctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Regexp(t, `^dead-lettered \S+ \S+Z: `+regexp.QuoteMeta("schema_mismatch: new column "+hostileColumn+
+		` text (on_schema_change: fail); fix the target with ALTER TABLE "analytics"."orders" ADD COLUMN "x" text or set on_schema_change: append_new_columns on orders, then:`)+`$`, line)
+	refused := schemaRows(t, ctx)
+	require.Len(t, refused, 1)
+	require.Equal(t, []string{hostileRun, hostileColumn, "new_column", "–", "text", "fail", "refused",
+		`on_schema_change is fail ALTER TABLE "analytics"."orders" ADD COLUMN "x" text`}, refused[0][:8])
+	require.Equal(t, browsertest.Eval[string](t, ctx, `document.querySelector('#attempts tbody tr').dataset.id`),
+		browsertest.Eval[string](t, ctx, `document.querySelector('#schema-changes tbody tr').dataset.auditId`), "beside its attempt")
+	require.Equal(t, "rgb(209, 36, 47)", browsertest.Eval[string](t, ctx, `getComputedStyle(document.querySelector('#schema-changes td.done')).color`))
+
+	// The loaded cell's story shows the column its load added, and says so
+	// in its verdict.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(`#grid tr[data-d="orders"] td[data-i="0"]`),
+		chromedp.WaitVisible(`#partition[data-partition="2026-11-01"] #schema-changes`)))
+	line, err = chromedp.Run(ctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, no checks; added column note text \(append_new_columns\); nothing pending$`, line)
+	added := schemaRows(t, ctx)
+	require.Len(t, added, 1)
+	require.Equal(t, []string{"r1", "note", "new_column", "–", "text", "append_new_columns", "added", `ALTER TABLE "analytics"."orders" ADD COLUMN "note" text`}, added[0][:8])
 
 	// The dead letters: inert strings, and no action without a token.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/dead-letters"), chromedp.WaitVisible("#dlq")))

@@ -1,9 +1,9 @@
 // Package why tells one partition's whole story and ends it with a
 // verdict and the next command: what `idem audit why`, the status page's
 // cell and GET /api/v1/datasets/{d}/partitions/{p} show. It reads the
-// audit (attempts, checks, the ledger, the outbox, operator actions), the
-// events stream (each event an attempt names) and the dead-letter stream,
-// and decides nothing about any message: it only reads.
+// audit (attempts, checks, schema changes, the ledger, the outbox, operator
+// actions), the events stream (each event an attempt names) and the
+// dead-letter stream, and decides nothing about any message: it only reads.
 package why
 
 import (
@@ -18,6 +18,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/strategies"
 )
 
 // Verdict states, and the exit code of `idem audit why` for each, as
@@ -162,6 +163,10 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	r.Story = st
 	if st.Truncated {
 		r.Notes = append(r.Notes, fmt.Sprintf("only the newest %d attempts are shown", maxAttempts))
+	}
+	if st.SchemaChangesTruncated {
+		r.Notes = append(r.Notes, fmt.Sprintf("only the newest %d schema changes are shown: idem audit schema %s --partition %s lists them all",
+			maxAttempts, arg(ds.Name), arg(partition)))
 	}
 	readEvents(ctx, src.Streams, &r)
 	readUpstreams(ctx, src, ds, &r)
@@ -309,7 +314,7 @@ func decide(r *Report) Verdict {
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
 	case won != nil:
-		return verdict(StateLoaded, loadedLine(r, won)+"; "+pending(r), "")
+		return verdict(StateLoaded, loadedLine(r, won)+madeChanges(r, won.ID)+"; "+pending(r), "")
 	default:
 		return missing(r)
 	}
@@ -370,33 +375,150 @@ func checkReason(r *Report, id int64, errText string) string {
 }
 
 // deadReason is the dead letter's error, named by its check where one
-// refused it.
+// refused it, by the schema changes its on_schema_change refused where
+// that did.
 func deadReason(r *Report, d *deadletter.Letter) string {
-	for _, a := range r.Attempts {
-		if a.RunID == d.RunID && a.Status == audit.StatusFailed && a.ErrorKind == "check" {
-			return checkReason(r, a.ID, d.Error)
-		}
+	a := deadAttempt(r, d)
+	switch {
+	case a == nil:
+	case a.ErrorKind == "check":
+		return checkReason(r, a.ID, d.Error)
+	case len(refused(r, a.ID)) > 0:
+		return "schema_mismatch: " + differences(r, a.ID)
 	}
 	return clip(d.Error, 160)
 }
 
+// deadAttempt is the newest failed attempt of the dead letter's run: the
+// one that dead-lettered it (its failure is recorded first).
+func deadAttempt(r *Report, d *deadletter.Letter) *audit.StoryAttempt {
+	for i, a := range r.Attempts {
+		if a.RunID == d.RunID && a.Status == audit.StatusFailed {
+			return &r.Attempts[i]
+		}
+	}
+	return nil
+}
+
 // fixHint says what to fix before the replay, from the dead letter's kind.
 func fixHint(r *Report, d *deadletter.Letter) string {
-	for _, a := range r.Attempts {
-		if a.RunID == d.RunID && a.Status == audit.StatusFailed {
-			switch a.ErrorKind {
-			case "check":
-				return "fix the source's rows"
-			case "transient", "unavailable", "interrupted":
-				return "it ran out of retries; once the cause is gone"
-			}
-			break
+	if a := deadAttempt(r, d); a != nil {
+		if rs := refused(r, a.ID); len(rs) > 0 {
+			return schemaFix(r, rs)
+		}
+		switch a.ErrorKind {
+		case "check":
+			return "fix the source's rows"
+		case "transient", "unavailable", "interrupted":
+			return "it ran out of retries; once the cause is gone"
 		}
 	}
 	if d.Kind == deadletter.KindExhausted {
 		return "it ran out of retries; once the cause is gone"
 	}
 	return "fix the event, the source or the target"
+}
+
+// maxNamed bounds the schema changes a verdict names, to keep it one line.
+const maxNamed = 3
+
+// changesOf are the schema changes attempt id met, in the order recorded.
+func changesOf(r *Report, id int64, keep func(audit.SchemaChangeRow) bool) []audit.SchemaChangeRow {
+	var out []audit.SchemaChangeRow
+	for i := len(r.SchemaChanges) - 1; i >= 0; i-- { // newest first: the attempt's in order
+		if c := r.SchemaChanges[i]; c.AuditID == id && keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// refused are the changes attempt id's on_schema_change refused.
+func refused(r *Report, id int64) []audit.SchemaChangeRow {
+	return changesOf(r, id, func(c audit.SchemaChangeRow) bool { return c.Action == strategies.ActionRefused })
+}
+
+// madeChanges names the columns a successful load added or widened:
+// "; added column note text (append_new_columns)".
+func madeChanges(r *Report, id int64) string {
+	made := changesOf(r, id, func(c audit.SchemaChangeRow) bool { return c.Made() })
+	if len(made) == 0 {
+		return ""
+	}
+	return "; " + named(r, says(made, func(c audit.SchemaChangeRow) string {
+		if c.Action == strategies.ActionWidened {
+			return fmt.Sprintf("widened column %s from %s to %s", c.Column, c.OldType, c.NewType)
+		}
+		return fmt.Sprintf("added column %s %s", c.Column, c.NewType)
+	})) + " (" + made[0].Policy + ")"
+}
+
+// differences names every difference attempt id met, with the policy that
+// refused it: "new column note text (on_schema_change: fail)".
+func differences(r *Report, id int64) string {
+	all := changesOf(r, id, func(audit.SchemaChangeRow) bool { return true })
+	return named(r, says(all, func(c audit.SchemaChangeRow) string {
+		switch c.Change {
+		case strategies.ChangeNew:
+			return fmt.Sprintf("new column %s %s", c.Column, c.NewType)
+		case strategies.ChangeRetyped:
+			return fmt.Sprintf("%s is %s in the source, %s in the target", c.Column, c.NewType, c.OldType)
+		default:
+			return fmt.Sprintf("%s %s is not returned by the source", c.Column, c.OldType)
+		}
+	})) + " (on_schema_change: " + all[0].Policy + ")"
+}
+
+// schemaFix is what fixes refused changes: why each was refused, where
+// the policy is not simply fail, and the DDL idem would have run; under
+// fail, also the policy that would add the columns.
+func schemaFix(r *Report, rs []audit.SchemaChangeRow) string {
+	var why, ddl []string
+	fail := false
+	for _, c := range rs {
+		if c.DDL != "" {
+			ddl = append(ddl, c.DDL)
+			fail = fail || c.Policy == strategies.OnSchemaChangeFail
+		}
+		switch {
+		case c.Reason == "" || c.DDL != "" && c.Policy == strategies.OnSchemaChangeFail:
+			// The fail policy's own refusal: the fix below says it.
+		case c.DDL == "":
+			why = append(why, c.Column+": "+clip(c.Reason, 160))
+		case !slices.Contains(why, clip(c.Reason, 160)): // one reason for all, such as a role that may not alter
+			why = append(why, clip(c.Reason, 160))
+		}
+	}
+	out := []string{}
+	if len(why) > 0 {
+		out = append(out, named(r, why))
+	}
+	if len(ddl) > 0 {
+		fix := "fix the target with " + named(r, ddl)
+		if fail {
+			fix += " or set on_schema_change: " + strategies.OnSchemaChangeAppend + " on " + r.Dataset
+		}
+		out = append(out, fix)
+	}
+	return strings.Join(out, "; ")
+}
+
+// named joins at most maxNamed of what a verdict names; the rest are
+// counted, with the command that lists them.
+func named(r *Report, say []string) string {
+	if len(say) > maxNamed {
+		say = append(say[:maxNamed:maxNamed], fmt.Sprintf("%d more (idem audit schema %s --partition %s)", len(say)-maxNamed, arg(r.Dataset), arg(r.Partition)))
+	}
+	return strings.Join(say, ", ")
+}
+
+// says is what say writes of each change.
+func says(cs []audit.SchemaChangeRow, say func(audit.SchemaChangeRow) string) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = say(c)
+	}
+	return out
 }
 
 // pending says what is still to happen after a load: downstream events

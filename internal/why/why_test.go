@@ -23,6 +23,7 @@ import (
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/internal/why"
+	"github.com/idem-data/idem/strategies"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
@@ -64,6 +65,26 @@ datasets:
     partition_column: event_date
     source: SELECT id, event_date, amount FROM staging.orders WHERE event_date = @partition
     expect: {every: day, from: 2026-03-01, deadline: 1h}
+  notes:
+    strategy: delete_insert
+    target: analytics.notes
+    partition_column: event_date
+    source: SELECT * FROM staging.notes WHERE event_date = @partition
+    on_schema_change: append_new_columns
+    checks:
+      - unique: [id]
+  strict:
+    strategy: delete_insert
+    target: analytics.strict
+    partition_column: event_date
+    source: SELECT * FROM staging.notes WHERE event_date = @partition
+    on_schema_change: fail
+  counts:
+    strategy: delete_insert
+    target: analytics.counts
+    partition_column: event_date
+    source: SELECT * FROM staging.counts WHERE event_date = @partition
+    on_schema_change: sync_all_columns
 `
 
 const storySQL = `
@@ -73,6 +94,13 @@ CREATE TABLE analytics.orders (id bigint, event_date date NOT NULL, amount numer
 CREATE TABLE analytics.totals (event_date date NOT NULL, amount numeric);
 CREATE TABLE analytics.daily (id bigint, event_date date NOT NULL, amount numeric);
 INSERT INTO staging.orders SELECT d * 100 + i, date '2026-03-01' + d, i FROM generate_series(0, 9) d, generate_series(1, 10) i;
+CREATE TABLE staging.notes (id bigint, event_date date, amount numeric);
+CREATE TABLE analytics.notes (id bigint, event_date date NOT NULL, amount numeric);
+CREATE TABLE analytics.strict (id bigint, event_date date NOT NULL, amount numeric);
+INSERT INTO staging.notes SELECT * FROM staging.orders;
+CREATE TABLE staging.counts (id bigint, event_date date, amount integer);
+CREATE TABLE analytics.counts (id bigint, event_date date NOT NULL, amount integer);
+INSERT INTO staging.counts SELECT id, event_date, amount FROM staging.orders;
 `
 
 type world struct {
@@ -313,3 +341,119 @@ func TestStoryOfAReverifiedPartition(t *testing.T) {
 	require.Equal(t, uint64(seq), uint64(*r.Attempts[0].StreamSeq))
 	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, loaded again after a warehouse failover, no checks; nothing pending$`, r.Verdict.Line)
 }
+
+// The source of notes and strict gains a column: notes
+// (append_new_columns) adds it to its target in the load, strict (fail)
+// refuses it. Each change is in the story beside its attempt, in the
+// verdict, and in the API's JSON; strict's verdict names the fix, which
+// works.
+func TestStoryOfASourceThatGainedAColumn(t *testing.T) {
+	w := newWorld(t, true)
+	w.publish("notes", "2026-03-01", "r1")
+	before := w.until("notes", "2026-03-01", why.StateLoaded)
+	require.Empty(t, before.SchemaChanges)
+	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, checks passed; nothing pending$`, before.Verdict.Line)
+
+	w.db.Exec(t, "ALTER TABLE staging.notes ADD COLUMN note text; UPDATE staging.notes SET note = 'n' || id")
+	w.publish("notes", "2026-03-02", "r1")
+	r := w.until("notes", "2026-03-02", why.StateLoaded)
+	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, checks passed; added column note text \(append_new_columns\); nothing pending$`, r.Verdict.Line)
+	require.Len(t, r.SchemaChanges, 1)
+	c := r.SchemaChanges[0]
+	require.Equal(t, r.Attempts[0].ID, c.AuditID, "beside the attempt that made it")
+	require.Equal(t, "r1", c.RunID)
+	require.Equal(t, "note", c.Column)
+	require.Equal(t, strategies.ChangeNew, c.Change)
+	require.Equal(t, strategies.ActionAdded, c.Action)
+	require.Equal(t, "text", c.NewType)
+	require.Empty(t, c.OldType)
+	require.Equal(t, strategies.OnSchemaChangeAppend, c.Policy)
+	require.Regexp(t, `^ALTER TABLE \S+ ADD COLUMN \S+ text$`, c.DDL)
+	require.False(t, c.At.IsZero())
+	// The story is the audit's: what idem audit schema reads.
+	listed, err := audit.SchemaChanges(context.Background(), w.db.Pool, w.cfg.Pipeline, "notes", "2026-03-02", 10)
+	require.NoError(t, err)
+	require.Equal(t, listed, r.SchemaChanges)
+	require.EqualValues(t, 10, w.db.Int(t, "SELECT count(*) FROM analytics.notes WHERE event_date = '2026-03-02' AND note IS NOT NULL"))
+	// The partition loaded before the change has none.
+	require.Empty(t, w.tell("notes", "2026-03-01", time.Now()).SchemaChanges)
+
+	// The API's JSON carries it under the documented names.
+	var api struct {
+		SchemaChanges []map[string]any `json:"schema_changes"`
+		Verdict       why.Verdict      `json:"verdict"`
+	}
+	getJSON(t, "http://"+w.addr+"/api/v1/datasets/notes/partitions/2026-03-02", &api)
+	require.Equal(t, r.Verdict.Line, api.Verdict.Line)
+	require.Len(t, api.SchemaChanges, 1)
+	got := api.SchemaChanges[0]
+	for k, v := range map[string]any{"column": "note", "change": "new_column", "action": "added", "new_type": "text",
+		"policy": "append_new_columns", "ddl": c.DDL, "audit_id": float64(c.AuditID), "run_id": "r1"} {
+		require.Equal(t, v, got[k], k)
+	}
+	require.Contains(t, got, "at")
+	require.NotContains(t, got, "old_type", "a new column has no target type")
+
+	// strict runs on_schema_change fail: its load is refused and
+	// dead-lettered, and the verdict names the difference and its fix.
+	w.publish("strict", "2026-03-02", "r1")
+	d := w.until("strict", "2026-03-02", why.StateDeadLettered)
+	require.Len(t, d.DeadLetters, 1)
+	require.Len(t, d.SchemaChanges, 1)
+	rc := d.SchemaChanges[0]
+	require.Equal(t, d.Attempts[0].ID, rc.AuditID)
+	require.Equal(t, audit.StatusFailed, d.Attempts[0].Status)
+	require.Equal(t, strategies.ActionRefused, rc.Action)
+	require.Equal(t, strategies.OnSchemaChangeFail, rc.Policy)
+	require.Equal(t, "on_schema_change is fail", rc.Reason)
+	require.Regexp(t, `^ALTER TABLE \S+ ADD COLUMN \S+ text$`, rc.DDL)
+	require.Equal(t, "dead-lettered "+stampOf(d.DeadLetters[0].FailedAt)+": schema_mismatch: new column note text (on_schema_change: fail); fix the target with "+
+		rc.DDL+" or set on_schema_change: append_new_columns on strict, then:", d.Verdict.Line)
+	require.NotContains(t, d.Verdict.Line, "\n")
+	require.Equal(t, fmt.Sprintf("idem dlq replay %d", d.DeadLetters[0].Seq), d.Verdict.Next)
+	var strictAPI struct {
+		SchemaChanges []map[string]any `json:"schema_changes"`
+	}
+	getJSON(t, "http://"+w.addr+"/api/v1/datasets/strict/partitions/2026-03-02", &strictAPI)
+	require.Len(t, strictAPI.SchemaChanges, 1)
+	require.Equal(t, "refused", strictAPI.SchemaChanges[0]["action"])
+	require.Equal(t, "on_schema_change is fail", strictAPI.SchemaChanges[0]["reason"])
+
+	// The fix it names, then the replay it names, load it.
+	w.db.Exec(t, rc.DDL)
+	s, err := why.OpenJetStream(context.Background(), w.js, w.cfg)
+	require.NoError(t, err)
+	l, err := s.DLQ.Get(context.Background(), d.DeadLetters[0].Seq)
+	require.NoError(t, err)
+	rr := s.DLQ.Replay(context.Background(), l, deadletter.ReplayOptions{})
+	require.Equal(t, deadletter.ActionReplayed, rr.Action, rr.Reason)
+	after := w.until("strict", "2026-03-02", why.StateLoaded)
+	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, no checks; nothing pending$`, after.Verdict.Line, "the column was there: no change")
+	require.Len(t, after.SchemaChanges, 1, "the refusal stays in the story")
+}
+
+// counts runs sync_all_columns: a source column widened from integer to
+// bigint widens the target's, and the verdict says so.
+func TestStoryOfASourceColumnWidened(t *testing.T) {
+	w := newWorld(t, true)
+	w.db.Exec(t, "ALTER TABLE staging.counts ALTER COLUMN amount TYPE bigint")
+	w.publish("counts", "2026-03-04", "r1")
+	r := w.until("counts", "2026-03-04", why.StateLoaded)
+	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, no checks; widened column amount from integer to bigint \(sync_all_columns\); nothing pending$`, r.Verdict.Line)
+	require.Len(t, r.SchemaChanges, 1)
+	require.Equal(t, strategies.ActionWidened, r.SchemaChanges[0].Action)
+	require.Equal(t, "integer", r.SchemaChanges[0].OldType)
+	require.Equal(t, "bigint", r.SchemaChanges[0].NewType)
+	require.Equal(t, r.Attempts[0].ID, r.SchemaChanges[0].AuditID)
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
+}
+
+func stampOf(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
