@@ -34,12 +34,16 @@ func TestSchemaChangeMidBackfillTwoReplicas(t *testing.T) {
 	} {
 		t.Run(c.strategy, func(t *testing.T) {
 			t.Parallel()
-			schemaChangeMidBackfill(t, c.strategy, c.ddl, c.fields, c.reader)
+			schemaChangeMidBackfill(t, c.strategy, c.ddl, c.fields, c.reader, c.strategy == "delete_insert")
 		})
 	}
 }
 
-func schemaChangeMidBackfill(t *testing.T, strategy, ddl, fields, reader string) {
+// With downstream, wide triggers wide_copy (then:), which reads wide's
+// partition and runs append_new_columns on both replicas: it must see the
+// new column only once the load that added it committed, so each of its
+// partitions equals wide's, channel included.
+func schemaChangeMidBackfill(t *testing.T, strategy, ddl, fields, reader string, downstream bool) {
 	w := newWorld(t, opts{})
 	w.db.Exec(t, `
 		CREATE TABLE staging.wsrc (id bigint, event_date date, amount integer);
@@ -48,16 +52,31 @@ func schemaChangeMidBackfill(t *testing.T, strategy, ddl, fields, reader string)
 		`+ddl)
 	base, err := os.ReadFile(w.cfg)
 	require.NoError(t, err)
+	then, copyYAML := "", ""
+	if downstream {
+		w.db.Exec(t, `CREATE TABLE analytics.wide_copy (id bigint, event_date date, amount integer)`)
+		then = "    then: [wide_copy]\n"
+		copyYAML = `  wide_copy:
+    strategy: delete_insert
+    target: analytics.wide_copy
+    partition_column: event_date
+    source: SELECT * FROM analytics.wide WHERE event_date = @partition
+    on_schema_change: append_new_columns
+    retries: 40
+    retry_delay: 200ms
+    max_retry_delay: 500ms
+`
+	}
 	dataset := func(policy string) string {
 		return string(base) + fmt.Sprintf(`  wide:
     strategy: %s
     target: analytics.wide
 %s    source: SELECT * FROM staging.wsrc WHERE event_date = @partition
     on_schema_change: %s
-    retries: 40
+%s    retries: 40
     retry_delay: 200ms
     max_retry_delay: 500ms
-`, strategy, fields, policy)
+`, strategy, fields, policy, then) + copyYAML
 	}
 	oldPath, newPath := filepath.Join(w.dir, "idem-old.yaml"), filepath.Join(w.dir, "idem-new.yaml")
 	require.NoError(t, os.WriteFile(oldPath, []byte(dataset("fail")), 0o600))
@@ -107,12 +126,40 @@ func schemaChangeMidBackfill(t *testing.T, strategy, ddl, fields, reader string)
 		"the column was added once, recorded")
 	// The addition is recorded beside the successful attempt that made it.
 	require.EqualValues(t, 1, w.count(`SELECT count(*) FROM idem.schema_changes c JOIN idem.pipeline_audit a ON a.id = c.audit_id
-	    WHERE c.action = 'added' AND a.status = 'success'`))
+	    WHERE c.task_id = 'wide' AND c.action = 'added' AND a.status = 'success'`))
+	if downstream {
+		require.Eventually(t, func() bool {
+			return w.count("SELECT count(*) FROM idem.run_ledger WHERE task_id = 'wide_copy'") == 20
+		}, 2*time.Minute, 50*time.Millisecond, "every downstream partition loaded")
+		w.waitSettled()
+		require.Empty(t, w.deadLetters())
+		require.Contains(t, columnsOf(t, w, "analytics.wide_copy"), "channel", "the downstream took the new column too")
+		require.EqualValues(t, 0, w.count(`SELECT count(*) FROM (
+		    (SELECT id, event_date, amount, channel FROM analytics.wide EXCEPT ALL SELECT id, event_date, amount, channel FROM analytics.wide_copy)
+		    UNION ALL
+		    (SELECT id, event_date, amount, channel FROM analytics.wide_copy EXCEPT ALL SELECT id, event_date, amount, channel FROM analytics.wide)) d`),
+			"each downstream partition is its upstream's, as committed")
+	}
 	// idem audit schema lists it.
 	out, err := exec.Command(idemBin, "audit", "schema", "wide", "--config", newPath).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "channel")
 	require.Contains(t, string(out), "added")
+}
+
+// columnsOf names rel's columns.
+func columnsOf(t *testing.T, w *world, rel string) []string {
+	t.Helper()
+	var cols []string
+	rows, err := w.db.Pool.Query(t.Context(), `SELECT attname::text FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, rel)
+	require.NoError(t, err)
+	for rows.Next() {
+		var c string
+		require.NoError(t, rows.Scan(&c))
+		cols = append(cols, c)
+	}
+	require.NoError(t, rows.Err())
+	return cols
 }
 
 // fleetSize is how many replicas' entries the fleet bucket holds.
