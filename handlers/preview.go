@@ -20,6 +20,10 @@ type Preview struct {
 	Checks    []checks.Outcome  `json:"checks"`
 	Appear    json.RawMessage   `json:"appear"`
 	Disappear json.RawMessage   `json:"disappear"`
+	// SchemaChanges are the differences the load met between the source's
+	// columns and the target's, and what on_schema_change did (in the
+	// rolled-back transaction); set too when the policy refused them.
+	SchemaChanges []strategies.SchemaChange `json:"schema_changes,omitempty"`
 }
 
 const previewRows = 10
@@ -55,8 +59,17 @@ func (h *Handler) Preview(ctx context.Context, ev schemas.Event) (Preview, error
 			return pv, Classify(err)
 		}
 	}
-	if pv.Rows, err = strategies.Load(ctx, tx, ds.Strategy, p); err != nil {
+	if pv.Rows, pv.SchemaChanges, err = strategies.LoadChanges(ctx, tx, ds.Strategy, p); err != nil {
 		return pv, Classify(err)
+	}
+	// A column the load added is in the rows after, not in those saved
+	// before: the saved ones get it too, NULL, as the target's rows did.
+	for _, c := range pv.SchemaChanges {
+		if c.Action == strategies.ActionAdded {
+			if _, err := tx.Exec(ctx, "ALTER TABLE idem_preview_before ADD COLUMN "+pgx.Identifier{c.Column}.Sanitize()+" "+c.NewType); err != nil {
+				return pv, Classify(err)
+			}
+		}
 	}
 	if ds.Checks != nil {
 		if pv.Checks, err = ds.Checks.Run(ctx, tx, p, baseline); err != nil {

@@ -135,12 +135,24 @@ type GroupLoader interface {
 // Load describes and runs a load of p inside tx, for callers with nothing to
 // send in the same round trip as the catalog reads.
 func Load(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, error) {
+	res, _, err := LoadChanges(ctx, tx, s, p)
+	return res, err
+}
+
+// LoadChanges is Load, also returning the schema changes the load met and
+// what its on_schema_change did with them (those refused, when it was).
+func LoadChanges(ctx context.Context, tx pgx.Tx, s Strategy, p Params) (Result, []SchemaChange, error) {
 	b := &pgx.Batch{}
 	pl := s.Describe(b, p)
 	if err := send(ctx, tx, b); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	return s.Execute(ctx, tx, pl, p)
+	res, err := s.Execute(ctx, tx, pl, p)
+	var sc *SchemaChangeError
+	if errors.As(err, &sc) {
+		return res, sc.Changes, err
+	}
+	return res, pl.SchemaChanges(), err
 }
 
 // described runs Describe alone, for Check.

@@ -98,6 +98,12 @@ error, or an error); 2 usage.`,
 				return err
 			}
 			pv, err := h.Preview(cmd.Context(), ev)
+			if !asJSON {
+				target := cfg.Datasets[ev.Dataset].Target
+				for _, c := range pv.SchemaChanges {
+					fmt.Fprintln(e.out, predictionLine(target, c))
+				}
+			}
 			if err != nil {
 				return err
 			}

@@ -107,3 +107,27 @@ func TestValidatePredictsSchemaChanges(t *testing.T) {
 	require.NoError(t, r.e, r.err)
 	require.NotContains(t, r.out, `dataset "items"`)
 }
+
+// TestLoadDryRunShowsSchemaChanges: idem load --dry-run runs the load as it
+// would run, its schema changes made in the rolled-back transaction, and
+// says which it met and what on_schema_change did; the target is left as
+// it was.
+func TestLoadDryRunShowsSchemaChanges(t *testing.T) {
+	db := pgtest.NewDB(t)
+	db.Exec(t, schemaDriftSQL)
+	db.Exec(t, `INSERT INTO staging.orders VALUES (1, '2026-11-05', 'gift'), (2, '2026-11-05', NULL)`)
+	env := map[string]string{"IDEM_DATABASE_URL": db.URL}
+	require.NoError(t, runCLI(t, env, "migrate", "--config", writeConfig(t, schemaDriftConfig("orders", "fail"))).e)
+
+	r := runCLI(t, env, "load", "orders", "2026-11-05", "--dry-run", "--config", writeConfig(t, schemaDriftConfig("orders", "append_new_columns")))
+	require.NoError(t, r.e, r.err)
+	require.Contains(t, r.out, `source column note text is not in analytics.orders: on_schema_change append_new_columns would add it (ALTER TABLE "analytics"."orders" ADD COLUMN "note" text)`)
+	require.Contains(t, r.out, "2 inserted")
+	require.Contains(t, r.out, `"note":"gift"`, "the rows that would appear carry the new column")
+	require.Zero(t, db.Int(t, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'analytics.orders'::regclass AND attname = 'note'`), "rolled back")
+
+	r = runCLI(t, env, "load", "orders", "2026-11-05", "--dry-run", "--config", writeConfig(t, schemaDriftConfig("orders", "fail")))
+	require.Error(t, r.e)
+	require.Contains(t, r.out, "on_schema_change fail would refuse it")
+	require.Contains(t, r.err, "schema_mismatch")
+}
