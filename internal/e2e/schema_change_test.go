@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -177,4 +178,53 @@ func fleetSize(t *testing.T, w *world) int {
 		}
 	}
 	return n
+}
+
+// TestSchemaChangeLockNotGranted: a reader holds the target while a load
+// must add a column. The ALTER gives up after its lock_timeout, the attempt
+// is transient and redelivered, nothing is dead-lettered, and once the
+// reader is gone the event loads with the column added.
+func TestSchemaChangeLockNotGranted(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{})
+	w.db.Exec(t, `
+		CREATE TABLE staging.lsrc (id bigint, event_date date, amount integer, note text);
+		INSERT INTO staging.lsrc SELECT i, '2026-10-01', i, 'n' FROM generate_series(1, 10) AS i;
+		CREATE TABLE analytics.locked (id bigint, event_date date, amount integer);`)
+	base, err := os.ReadFile(w.cfg)
+	require.NoError(t, err)
+	cfg := filepath.Join(w.dir, "idem-locked.yaml")
+	require.NoError(t, os.WriteFile(cfg, append(base, []byte(`  locked:
+    strategy: delete_insert
+    target: analytics.locked
+    partition_column: event_date
+    source: SELECT * FROM staging.lsrc WHERE event_date = @partition
+    on_schema_change: append_new_columns
+    retries: 40
+    retry_delay: 200ms
+    max_retry_delay: 500ms
+`)...), 0o600))
+	w.cfg = cfg
+	w.streams()
+	w.serveConfig(cfg)
+
+	reader, err := w.db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = reader.Rollback(context.WithoutCancel(t.Context())) }()
+	_, err = reader.Exec(t.Context(), "SELECT count(*) FROM analytics.locked")
+	require.NoError(t, err)
+	_, err = w.js.Publish(t.Context(), "idem.ready.locked", []byte(`{"dataset":"locked","partition":"2026-10-01","run_id":"r1"}`))
+	require.NoError(t, err)
+	notGranted := "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'locked' AND status = 'failed' AND error_kind = 'transient' AND error LIKE '%lock was not granted%'"
+	require.Eventually(t, func() bool { return w.count(notGranted) >= 2 }, time.Minute, 50*time.Millisecond, "retried while the reader holds the table")
+	require.NotContains(t, columnsOf(t, w, "analytics.locked"), "note", "nothing half changed")
+	require.NoError(t, reader.Rollback(t.Context()))
+
+	require.Eventually(t, func() bool {
+		return w.count("SELECT count(*) FROM idem.run_ledger WHERE task_id = 'locked'") == 1
+	}, time.Minute, 50*time.Millisecond, "loaded once the reader is gone")
+	w.waitSettled()
+	require.Empty(t, w.deadLetters())
+	require.Contains(t, columnsOf(t, w, "analytics.locked"), "note")
+	require.EqualValues(t, 10, w.count("SELECT count(*) FROM analytics.locked WHERE note = 'n'"))
 }
