@@ -283,15 +283,7 @@ func TestSchemaChangeByARoleThatDoesNotOwnTheTarget(t *testing.T) {
 		})
 	}
 	p := Params{Partition: "2026-11-01", RunID: "r1"}
-	err := asRole(func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		pl := s.Describe(b, p)
-		if err := send(ctx, tx, b); err != nil {
-			return err
-		}
-		_, err := s.Execute(ctx, tx, pl, p)
-		return err
-	})
+	err := asRole(func(tx pgx.Tx) error { _, err := Load(ctx, tx, s, p); return err })
 	var sc *SchemaChangeError
 	require.ErrorAs(t, err, &sc)
 	require.True(t, sc.Fatal())
@@ -303,31 +295,17 @@ func TestSchemaChangeByARoleThatDoesNotOwnTheTarget(t *testing.T) {
 	// A NOINHERIT role (as deploy/postgres/grants.sql makes idem_loader)
 	// gains nothing from membership: it is told to own the table.
 	db.Exec(t, `ALTER ROLE `+role+` NOINHERIT; GRANT `+owner+` TO `+role)
-	err = asRole(func(tx pgx.Tx) error {
-		_, err := Predict(ctx, tx, s, p)
-		return err
-	})
+	err = asRole(func(tx pgx.Tx) error { _, err := Predict(ctx, tx, s, p); return err })
 	require.ErrorAs(t, err, &sc)
 	require.Contains(t, err.Error(), `ALTER TABLE "analytics"."di" OWNER TO "`+role+`"`)
 	db.Exec(t, `REVOKE `+owner+` FROM `+role+`; ALTER ROLE `+role+` INHERIT`)
 
-	err = asRole(func(tx pgx.Tx) error {
-		_, err := Predict(ctx, tx, s, p)
-		return err
-	})
+	err = asRole(func(tx pgx.Tx) error { _, err := Predict(ctx, tx, s, p); return err })
 	require.ErrorAs(t, err, &sc, "the prediction names the missing grant too")
 	require.Contains(t, err.Error(), `GRANT "`+owner+`" TO "`+role+`"`)
 
 	db.Exec(t, `GRANT `+owner+` TO `+role)
-	require.NoError(t, asRole(func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		pl := s.Describe(b, p)
-		if err := send(ctx, tx, b); err != nil {
-			return err
-		}
-		_, err := s.Execute(ctx, tx, pl, p)
-		return err
-	}))
+	require.NoError(t, asRole(func(tx pgx.Tx) error { _, err := Load(ctx, tx, s, p); return err }))
 	require.Contains(t, columnsOf(t, db, "analytics.di"), "note")
 }
 

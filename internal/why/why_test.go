@@ -178,6 +178,17 @@ func (w *world) tell(dataset, partition string, at time.Time) why.Report {
 }
 
 // until tells the story until its verdict is state.
+// replay replays dead letter seq as idem dlq replay SEQ does.
+func (w *world) replay(seq uint64) {
+	w.t.Helper()
+	s, err := why.OpenJetStream(context.Background(), w.js, w.cfg)
+	require.NoError(w.t, err)
+	l, err := s.DLQ.Get(context.Background(), seq)
+	require.NoError(w.t, err)
+	rr := s.DLQ.Replay(context.Background(), l, deadletter.ReplayOptions{})
+	require.Equal(w.t, deadletter.ActionReplayed, rr.Action, rr.Reason)
+}
+
 func (w *world) until(dataset, partition, state string) why.Report {
 	w.t.Helper()
 	var r why.Report
@@ -277,12 +288,7 @@ func TestStoryOfADeadLetteredPartition(t *testing.T) {
 
 	// Replayed once the source is fixed, the story ends loaded.
 	w.db.Exec(t, "INSERT INTO staging.orders SELECT 900 + i, date '2026-03-03', i FROM generate_series(1, 4) i")
-	s, err := why.OpenJetStream(context.Background(), w.js, w.cfg)
-	require.NoError(t, err)
-	l, err := s.DLQ.Get(context.Background(), r.DeadLetters[0].Seq)
-	require.NoError(t, err)
-	rr := s.DLQ.Replay(context.Background(), l, deadletter.ReplayOptions{})
-	require.Equal(t, deadletter.ActionReplayed, rr.Action, rr.Reason)
+	w.replay(r.DeadLetters[0].Seq)
 	after := w.until("orders", "2026-03-03", why.StateLoaded)
 	require.Contains(t, after.Verdict.Line, "4 rows")
 	require.Len(t, after.Events, 2, "the original event and its replay")
@@ -421,12 +427,7 @@ func TestStoryOfASourceThatGainedAColumn(t *testing.T) {
 
 	// The fix it names, then the replay it names, load it.
 	w.db.Exec(t, rc.DDL)
-	s, err := why.OpenJetStream(context.Background(), w.js, w.cfg)
-	require.NoError(t, err)
-	l, err := s.DLQ.Get(context.Background(), d.DeadLetters[0].Seq)
-	require.NoError(t, err)
-	rr := s.DLQ.Replay(context.Background(), l, deadletter.ReplayOptions{})
-	require.Equal(t, deadletter.ActionReplayed, rr.Action, rr.Reason)
+	w.replay(d.DeadLetters[0].Seq)
 	after := w.until("strict", "2026-03-02", why.StateLoaded)
 	require.Regexp(t, `^loaded by run r1 at \S+ \S+Z, 10 rows, no checks; nothing pending$`, after.Verdict.Line, "the column was there: no change")
 	require.Len(t, after.SchemaChanges, 1, "the refusal stays in the story")
