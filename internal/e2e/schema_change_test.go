@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -151,15 +152,10 @@ func schemaChangeMidBackfill(t *testing.T, strategy, ddl, fields, reader string,
 // columnsOf names rel's columns.
 func columnsOf(t *testing.T, w *world, rel string) []string {
 	t.Helper()
-	var cols []string
 	rows, err := w.db.Pool.Query(t.Context(), `SELECT attname::text FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, rel)
 	require.NoError(t, err)
-	for rows.Next() {
-		var c string
-		require.NoError(t, rows.Scan(&c))
-		cols = append(cols, c)
-	}
-	require.NoError(t, rows.Err())
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	return cols
 }
 
