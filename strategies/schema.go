@@ -74,6 +74,20 @@ type SchemaChange struct {
 // Made reports a change idem applied to the target (added or widened).
 func (c SchemaChange) Made() bool { return c.Action == ActionAdded || c.Action == ActionWidened }
 
+// Difference says what differs, in the words of a refusal: "new column
+// note text", "amount is bigint in the source, integer in the target",
+// "note text is not returned by the source".
+func (c SchemaChange) Difference() string {
+	switch c.Change {
+	case ChangeNew:
+		return fmt.Sprintf("new column %s %s", c.Column, c.NewType)
+	case ChangeRetyped:
+		return fmt.Sprintf("%s is %s in the source, %s in the target", c.Column, c.NewType, c.OldType)
+	default:
+		return fmt.Sprintf("%s %s is not returned by the source", c.Column, c.OldType)
+	}
+}
+
 // SchemaChangeError is a load refused by its dataset's on_schema_change:
 // fatal (schema_mismatch), with every difference it found.
 type SchemaChangeError struct {
@@ -361,14 +375,11 @@ func (pl *Plan) refusal(all, refused []SchemaChange) error {
 	fmt.Fprintf(&b, "the source's columns differ from %s (on_schema_change: %s):", pl.target.Table, pl.spec.Policy())
 	var fixes []string
 	for _, c := range all {
-		switch c.Change {
-		case ChangeNew:
-			fmt.Fprintf(&b, " new column %s %s;", c.Column, c.NewType)
-		case ChangeRetyped:
-			fmt.Fprintf(&b, " %s is %s in the source, %s in the target;", c.Column, c.NewType, c.OldType)
-		case ChangeMissing:
-			fmt.Fprintf(&b, " %s %s is not returned by the source (NULL in new rows);", c.Column, c.OldType)
+		b.WriteString(" " + c.Difference())
+		if c.Change == ChangeMissing {
+			b.WriteString(" (NULL in new rows)")
 		}
+		b.WriteString(";")
 		if c.Action == ActionRefused && c.DDL != "" {
 			fixes = append(fixes, c.DDL)
 		}

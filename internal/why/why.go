@@ -457,16 +457,7 @@ func madeChanges(r *Report, id int64) string {
 // refused it: "new column note text (on_schema_change: fail)".
 func differences(r *Report, id int64) string {
 	all := changesOf(r, id, func(audit.SchemaChangeRow) bool { return true })
-	return named(r, says(all, func(c audit.SchemaChangeRow) string {
-		switch c.Change {
-		case strategies.ChangeNew:
-			return fmt.Sprintf("new column %s %s", c.Column, c.NewType)
-		case strategies.ChangeRetyped:
-			return fmt.Sprintf("%s is %s in the source, %s in the target", c.Column, c.NewType, c.OldType)
-		default:
-			return fmt.Sprintf("%s %s is not returned by the source", c.Column, c.OldType)
-		}
-	})) + " (on_schema_change: " + all[0].Policy + ")"
+	return named(r, says(all, func(c audit.SchemaChangeRow) string { return c.Difference() })) + " (on_schema_change: " + all[0].Policy + ")"
 }
 
 // schemaFix is what fixes refused changes: why each was refused, where
