@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/audittest"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 // holdPartitionLock takes, in tx, the lock handlers take around a load of

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/audittest"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 // succeedVia records a success the way a load does (audittest.Load).

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/deadletter"
 )
 
@@ -425,7 +425,7 @@ func TestConsumerSurvivesAServerRestart(t *testing.T) {
 	e.start(func(_ context.Context, m *Message) error { got.add(m); return nil })
 	e.settled(e.publish("idem.ready.orders", event("orders", "2026-11-01", "r1"), nil))
 
-	e.srv = consumertest.Restart(t, e.srv)
+	e.srv = natstest.Restart(t, e.srv)
 	var seq uint64
 	require.Eventually(t, func() bool { // the test's own client reconnects too
 		ack, err := e.js.Publish(context.Background(), "idem.ready.orders", event("orders", "2026-11-02", "r1"))

@@ -15,13 +15,13 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 func TestReadFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 
 	_, err := ReadFleet(ctx, js, "idem_fleet_idem")
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
@@ -64,7 +64,7 @@ func newJitteredEnv(t *testing.T) (*env, *nats.Subscription) {
 	e := newEnv(t, func(c *Config) {
 		c.Rand = func() float64 { mu.Lock(); defer mu.Unlock(); return rng.Float64() }
 	})
-	pulls, err := consumertest.Connect(t, e.srv).SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + testStream + "." + e.cfg.Consumer)
+	pulls, err := natstest.Connect(t, e.srv).SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + testStream + "." + e.cfg.Consumer)
 	require.NoError(t, err)
 	return e, pulls
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
 )
@@ -45,8 +45,8 @@ type env struct {
 func newEnv(t *testing.T, mutate func(*Config)) *env {
 	t.Helper()
 	e := &env{t: t, logs: &syncBuffer{}, hook: &recorder{}}
-	e.srv = consumertest.RunServer(t)
-	e.js = consumertest.JetStream(t, e.srv)
+	e.srv = natstest.RunServer(t)
+	e.js = natstest.JetStream(t, e.srv)
 	e.cfg = Config{
 		Stream:           testStream,
 		DLQStream:        testDLQ,
@@ -117,7 +117,7 @@ func (e *env) start(h Handler) (c *Consumer, stop func(grace time.Duration) erro
 // reconciler runs a Reconciler on its own connection until the test ends.
 func (e *env) reconciler() {
 	e.t.Helper()
-	r, err := NewReconciler(consumertest.JetStream(e.t, e.srv), e.cfg)
+	r, err := NewReconciler(natstest.JetStream(e.t, e.srv), e.cfg)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

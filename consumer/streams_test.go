@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 func streamsTestConfig() Config {
@@ -26,7 +26,7 @@ func streamsTestConfig() Config {
 
 func TestEnsureStreamsCreates(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	sc := streamsTestConfig().Streams()
 	require.Equal(t, DefaultMaxDeliver, sc.MaxDeliver, "a backstop far above every budget: the budget counts attempts, not deliveries")
@@ -72,7 +72,7 @@ func TestEnsureStreamsCreates(t *testing.T) {
 
 func TestEnsureStreamsNeverChangesRetentionOrStorage(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"idem.ready.>"}, Retention: jetstream.InterestPolicy, Storage: jetstream.MemoryStorage})
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestEnsureStreamsNeverChangesRetentionOrStorage(t *testing.T) {
 
 func TestEnsureStreamsAddsMissingSubjectsOnly(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"legacy.>"}, MaxAge: time.Hour})
 	require.NoError(t, err)
@@ -122,7 +122,7 @@ func consumerConfig(t *testing.T, js jetstream.JetStream, stream, name string) j
 // starting next to an older one reports the difference and changes nothing.
 func TestEnsureStreamsLeavesConsumersAlone(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	require.NoError(t, EnsureStreams(ctx, js, driftStreams()))
 
@@ -151,7 +151,7 @@ func TestEnsureStreamsLeavesConsumersAlone(t *testing.T) {
 // both consumers and keeps what an operator set beyond idem's settings.
 func TestApplyStreamsUpdatesConsumers(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	sc := driftStreams().WithDefaults()
 	require.NoError(t, EnsureStreams(ctx, js, sc))
@@ -207,7 +207,7 @@ func TestApplyStreamsUpdatesConsumers(t *testing.T) {
 // consumers get both, with the config's settings.
 func TestEnsureStreamsCreatesMissingConsumers(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	require.NoError(t, EnsureStreams(ctx, js, driftStreams()))
 	require.NoError(t, js.DeleteConsumer(ctx, "IDEM_EVENTS", "idem"))
@@ -233,7 +233,7 @@ func TestEnsureStreamsCreatesMissingConsumers(t *testing.T) {
 // nothing of that consumer.
 func TestApplyStreamsRefusesPolicyChange(t *testing.T) {
 	t.Parallel()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
 	sc := driftStreams()
 	require.NoError(t, EnsureStreams(ctx, js, sc))

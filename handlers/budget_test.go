@@ -10,7 +10,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
-	"github.com/idem-data/idem/internal/audittest"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/schemas"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/lineage"
-	"github.com/idem-data/idem/internal/lineage/lineagetest"
+	"github.com/idem-data/idem/testkit/lineagetest"
 	"github.com/idem-data/idem/strategies"
 )
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure Debian's pgbouncer is installed, for the pooler tests
-# (internal/pgtest starts its own pgbouncer, as the postgres user, on a port
+# (testkit/pgtest starts its own pgbouncer, as the postgres user, on a port
 # of its own, in front of its throwaway cluster).
 set -euo pipefail
 source "$(dirname "$0")/apt-install.sh"

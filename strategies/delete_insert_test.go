@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // The strategies run through the handler in handlers' conformance suite; the

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // The source, and a target per strategy: plain and partitioned for

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idem-data/idem/internal/localpg"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // The idem binary (with the crash hook) and the PostgreSQL cluster are made

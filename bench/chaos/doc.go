@@ -146,7 +146,7 @@
 // the design unchanged: one link to PostgreSQL for every idem process, the
 // one every database toxic acts on, whoever is primary. A multi-host
 // postgres.url with target_session_attrs=read-write would need a proxy per
-// place and toxics on each, and is tested end to end in internal/e2e
+// place and toxics on each, and is tested end to end in e2e
 // instead. The campaign's own pool (the checker, the reader, the
 // publisher's staging changes, the nemesis's pg_terminate_backend and its
 // wait for idem's next load) uses that multi-host form over both places, so

@@ -1,6 +1,6 @@
 -- The tables deploy/idem.yaml loads: one dataset per strategy. Run as the
 -- owner of the warehouse (not as idem's role), before grants.sql.
--- internal/e2e/grants_test.go runs this file, `idem migrate`, grants.sql,
+-- e2e/grants_test.go runs this file, `idem migrate`, grants.sql,
 -- then `idem serve` under the role grants.sql sets up.
 CREATE SCHEMA IF NOT EXISTS staging;
 CREATE SCHEMA IF NOT EXISTS analytics;

@@ -8,7 +8,7 @@
 -- idem_loader is not a superuser, owns nothing but what the notes below say,
 -- cannot create or alter schema idem (so `idem serve` never migrates: the
 -- administrator does), and gets on each table only what its strategy runs.
--- docs/SECURITY.md explains every line; internal/e2e/grants_test.go runs
+-- docs/SECURITY.md explains every line; e2e/grants_test.go runs
 -- `idem serve` under exactly these grants.
 
 DO $$

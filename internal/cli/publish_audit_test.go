@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 func TestPublishConfirmsAndReportsDuplicates(t *testing.T) {
@@ -45,7 +45,7 @@ func TestPublishConfirmsAndReportsDuplicates(t *testing.T) {
 	require.True(t, errors.As(w.run("publish", "orders").e, &usage))
 
 	// A full events stream: the publisher is told why, and nothing is stored.
-	consumertest.FillStream(t, w.js, "IDEM_EVENTS", 0)
+	natstest.FillStream(t, w.js, "IDEM_EVENTS", 0)
 	r = w.run("publish", "orders", "2026-03-03")
 	require.Error(t, r.e)
 	require.False(t, errors.As(r.e, &usage), "not a usage error: exit 1")

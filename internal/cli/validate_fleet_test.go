@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/service"
 )
@@ -20,8 +20,8 @@ import (
 func TestValidateFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns := consumertest.RunServer(t)
-	js := consumertest.JetStream(t, ns)
+	ns := natstest.RunServer(t)
+	js := natstest.JetStream(t, ns)
 	env := map[string]string{"IDEM_NATS_URL": ns.ClientURL()}
 
 	r := runCLI(t, env, "validate", "--offline", "--fleet", "--config", writeConfig(t, goodConfig))

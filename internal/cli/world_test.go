@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer/consumertest"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/natstest"
+	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/service"
 )
 
@@ -50,8 +50,8 @@ SELECT d * 100 + i, date '2026-01-01' + d, i * 1.5, 'row ' || i
 func newCLIWorld(t *testing.T) *cliWorld {
 	t.Helper()
 	dir := t.TempDir()
-	ns := consumertest.RunServer(t)
-	nc := consumertest.Connect(t, ns)
+	ns := natstest.RunServer(t)
+	nc := natstest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)

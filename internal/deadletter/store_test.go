@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 // world is a real JetStream with an events stream and a dead-letter stream
@@ -27,7 +27,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	ctx := context.Background()
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	events, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"idem.ready.>"}})
 	require.NoError(t, err)
 	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_DLQ", Subjects: []string{"idem.dlq.>"}, AllowDirect: true})
@@ -67,7 +67,7 @@ func orders(seq uint64, kind Kind, failedAt string) Envelope {
 }
 
 func TestOpenMissingStream(t *testing.T) {
-	js := consumertest.JetStream(t, consumertest.RunServer(t))
+	js := natstest.JetStream(t, natstest.RunServer(t))
 	_, err := Open(context.Background(), js, Config{Stream: "IDEM_DLQ"})
 	require.EqualError(t, err, "dead-letter stream IDEM_DLQ not found: run 'idem streams' (or start 'idem serve'), or check nats.dlq_stream")
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 const explainSchema = `

@@ -7,7 +7,7 @@ import (
 )
 
 // Schema URLs of the facets, each the version of the facet's schema the
-// struct follows (testdata/openlineage holds those files).
+// struct follows (testkit/lineagetest/testdata/openlineage holds those files).
 const (
 	facetBase                      = "https://openlineage.io/spec/facets/"
 	ParentRunFacetSchemaURL        = facetBase + "1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet"

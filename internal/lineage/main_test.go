@@ -3,7 +3,7 @@ package lineage
 import (
 	"testing"
 
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

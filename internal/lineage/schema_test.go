@@ -9,7 +9,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/lineage/lineagetest"
+	"github.com/idem-data/idem/testkit/lineagetest"
 )
 
 // validateEvent: every event validates against the vendored schemas

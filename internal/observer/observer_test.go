@@ -11,12 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer/consumertest"
-	"github.com/idem-data/idem/internal/audittest"
+	"github.com/idem-data/idem/testkit/natstest"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/observer"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
@@ -31,8 +31,8 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	ns := consumertest.RunServer(t)
-	js := consumertest.JetStream(t, ns)
+	ns := natstest.RunServer(t)
+	js := natstest.JetStream(t, ns)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"idem.ready.>"}})
 	require.NoError(t, err)
 	_, err = js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "idem", AckPolicy: jetstream.AckExplicitPolicy})

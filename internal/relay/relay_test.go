@@ -22,10 +22,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer/consumertest"
-	"github.com/idem-data/idem/internal/audittest"
+	"github.com/idem-data/idem/testkit/natstest"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/internal/metrics"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/relay"
 	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
@@ -52,8 +52,8 @@ func setup(t *testing.T, subjects ...string) *fixture {
 	if len(subjects) == 0 {
 		subjects = []string{"idem.ready.>"}
 	}
-	srv := consumertest.RunServer(t)
-	js := consumertest.JetStream(t, srv)
+	srv := natstest.RunServer(t)
+	js := natstest.JetStream(t, srv)
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: subjects})
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)
@@ -496,8 +496,8 @@ func TestBacklogGaugeFollowsPendingRows(t *testing.T) {
 }
 
 func TestLegacyRowsArePublishedAfterTheUpgrade(t *testing.T) {
-	srv := consumertest.RunServer(t)
-	js := consumertest.JetStream(t, srv)
+	srv := natstest.RunServer(t)
+	js := natstest.JetStream(t, srv)
 	s, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: stream, Subjects: []string{"idem.ready.>"}})
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)

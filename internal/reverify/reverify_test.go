@@ -13,10 +13,10 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/schemas"
@@ -71,8 +71,8 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := context.Background()
-	ns := consumertest.RunServer(t)
-	nc := consumertest.Connect(t, ns)
+	ns := natstest.RunServer(t)
+	nc := natstest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)

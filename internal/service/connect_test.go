@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -46,7 +46,7 @@ func (s *syncBuffer) String() string {
 // opens both connections), loads one partition and stops it.
 func TestRun(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	ns := consumertest.RunServer(t)
+	ns := natstest.RunServer(t)
 	db := pgtest.NewDB(t)
 	runOnePartition(t, ns, db, "")
 }
@@ -56,7 +56,7 @@ func TestRun(t *testing.T) {
 // the old timeline) holds no load and gets no pass: the stored identity is
 // left as it was.
 func TestReverifyOffNeitherHoldsNorPasses(t *testing.T) {
-	ns := consumertest.RunServer(t)
+	ns := natstest.RunServer(t)
 	db := pgtest.NewDB(t)
 	ctx := context.Background()
 	_, err := audit.Migrate(ctx, db.Pool)
@@ -119,7 +119,7 @@ datasets:
 	}
 	require.Contains(t, logs.String(), "idem serve started")
 
-	js := consumertest.JetStream(t, ns)
+	js := natstest.JetStream(t, ns)
 	_, err = js.Publish(ctx, "idem.ready.orders", []byte(`{"dataset":"orders","partition":"2026-01-05","run_id":"r1"}`))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/audittest"
-	"github.com/idem-data/idem/internal/browsertest"
+	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/statuspage"
 )
 

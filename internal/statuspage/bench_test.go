@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/browsertest"
+	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/calendar"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/statuspage"
 )
 

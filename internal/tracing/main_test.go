@@ -3,7 +3,7 @@ package tracing
 import (
 	"testing"
 
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // The provider starts goroutines: none may outlive its Shutdown.

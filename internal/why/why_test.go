@@ -15,11 +15,11 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/internal/why"
@@ -114,8 +114,8 @@ type world struct {
 func newWorld(t *testing.T, serve bool) *world {
 	t.Helper()
 	ctx := context.Background()
-	ns := consumertest.RunServer(t)
-	nc := consumertest.Connect(t, ns)
+	ns := natstest.RunServer(t)
+	nc := natstest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	db := pgtest.NewDB(t)

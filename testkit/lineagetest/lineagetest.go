@@ -1,5 +1,5 @@
 // Package lineagetest validates OpenLineage run events against the
-// published JSON schemas vendored in ../testdata/openlineage and idem's
+// published JSON schemas vendored in testdata/openlineage and idem's
 // own facet schema, for the lineage package's tests and for the end-to-end
 // tests that receive the events idem sends. It imports nothing of idem, so
 // the lineage package's own tests can use it.
@@ -29,11 +29,12 @@ type Set struct {
 	Docs map[string]map[string]any // by $id
 }
 
-// dir is the lineage package's directory, found from this file's path:
-// the schemas are read from the source tree, never fetched.
+// dir is this package's directory, found from this file's path: the
+// schemas are read from the source tree (testdata/openlineage beside this
+// file, and idem's own facet in internal/lineage), never fetched.
 func dir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
+	return filepath.Dir(file)
 }
 
 var schemas = sync.OnceValues(func() (*Set, error) {
@@ -46,7 +47,7 @@ var schemas = sync.OnceValues(func() (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(append(files, facets...), filepath.Join(d, "IdemRunFacet.json"))
+	files = append(append(files, facets...), filepath.Join(d, "..", "..", "internal", "lineage", "IdemRunFacet.json"))
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()

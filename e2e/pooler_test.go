@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/browsertest"
+	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/localpg"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // behindPgBouncer is a world whose idem commands reach PostgreSQL through a

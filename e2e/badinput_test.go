@@ -6,7 +6,7 @@ package e2e
 // on idem.dlq.<dataset> or idem.dlq._invalid; hostile but valid values load
 // as data and never as SQL; the consumer keeps going. The corpus is also the
 // table of docs/RELIABILITY.md: testdata/badinput.md is generated from it
-// (go test ./internal/e2e -run TestBadInputDoc -update).
+// (go test ./e2e -run TestBadInputDoc -update).
 
 import (
 	"bytes"
@@ -458,8 +458,8 @@ func TestBadInputDoc(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run: go test ./internal/e2e -run TestBadInputDoc -update")
-	require.Equal(t, string(want), got, "the corpus changed: go test ./internal/e2e -run TestBadInputDoc -update")
+	require.NoError(t, err, "run: go test ./e2e -run TestBadInputDoc -update")
+	require.Equal(t, string(want), got, "the corpus changed: go test ./e2e -run TestBadInputDoc -update")
 	require.GreaterOrEqual(t, n, 30)
 }
 

@@ -19,7 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/browsertest"
+	"github.com/idem-data/idem/testkit/browsertest"
 )
 
 const hostileRunID = `<script>window.pwned=1</script>`

@@ -152,7 +152,7 @@ func rbFixture(t *testing.T) (*world, *proc) {
 
 func rbRepoFile(t *testing.T, rel string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", rel))
+	p, err := filepath.Abs(filepath.Join("..", rel))
 	require.NoError(t, err)
 	return p
 }

@@ -33,13 +33,13 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/embeddednats"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-// repoPath is rel from the repository root (tests run in internal/e2e).
+// repoPath is rel from the repository root (tests run in e2e).
 func repoPath(t *testing.T, rel string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", rel))
+	p, err := filepath.Abs(filepath.Join("..", rel))
 	require.NoError(t, err)
 	return p
 }

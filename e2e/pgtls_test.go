@@ -19,7 +19,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/internal/localpg"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // tlsPostgres is a throwaway cluster that takes the superuser without a

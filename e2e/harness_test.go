@@ -23,7 +23,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/embeddednats"
-	"github.com/idem-data/idem/internal/pgtest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 var idemBin string

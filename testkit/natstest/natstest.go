@@ -1,8 +1,8 @@
-// Package consumertest runs a real, in-process NATS server with JetStream for
+// Package natstest runs a real, in-process NATS server with JetStream for
 // tests: no Docker, no child process, a fresh store per test. The server is
 // internal/embeddednats, the one `idem dev` runs; this package only ties it
 // to a test's lifetime. It must never be imported by non-test code.
-package consumertest
+package natstest
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func run(t testing.TB, o embeddednats.Options) *server.Server {
 	t.Helper()
 	s, err := embeddednats.Start(o)
 	if err != nil {
-		t.Fatalf("consumertest: %v", err)
+		t.Fatalf("natstest: %v", err)
 	}
 	t.Cleanup(s.Stop)
 	return s.Server
@@ -55,7 +55,7 @@ func Connect(t testing.TB, s *server.Server) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
 	if err != nil {
-		t.Fatalf("consumertest: connect: %v", err)
+		t.Fatalf("natstest: connect: %v", err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
@@ -66,7 +66,7 @@ func JetStream(t testing.TB, s *server.Server) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(Connect(t, s))
 	if err != nil {
-		t.Fatalf("consumertest: jetstream: %v", err)
+		t.Fatalf("natstest: jetstream: %v", err)
 	}
 	return js
 }
@@ -79,11 +79,11 @@ func FillStream(t testing.TB, js jetstream.JetStream, stream string, n int64) (r
 	ctx := context.Background()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		t.Fatalf("consumertest: stream %s: %v", stream, err)
+		t.Fatalf("natstest: stream %s: %v", stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		t.Fatalf("consumertest: stream %s: %v", stream, err)
+		t.Fatalf("natstest: stream %s: %v", stream, err)
 	}
 	full := info.Config
 	if n == 0 {
@@ -91,12 +91,12 @@ func FillStream(t testing.TB, js jetstream.JetStream, stream string, n int64) (r
 	}
 	full.MaxMsgs, full.Discard = n, jetstream.DiscardNew
 	if _, err := js.UpdateStream(ctx, full); err != nil {
-		t.Fatalf("consumertest: fill %s: %v", stream, err)
+		t.Fatalf("natstest: fill %s: %v", stream, err)
 	}
 	return func() {
 		t.Helper()
 		if _, err := js.UpdateStream(ctx, info.Config); err != nil {
-			t.Fatalf("consumertest: restore %s: %v", stream, err)
+			t.Fatalf("natstest: restore %s: %v", stream, err)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/browsertest"
+	"github.com/idem-data/idem/testkit/browsertest"
 )
 
 // eventsLastSeq is the events stream's last sequence: what was published.

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/browsertest"
+	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/localpg"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/consumer/consumertest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/localpg"
 )
 
@@ -214,7 +214,7 @@ func scrape(t *testing.T, addr string) string {
 // broken panel.
 func requireDashboardData(t *testing.T, prom *promServer, from time.Time) {
 	t.Helper()
-	b, err := os.ReadFile("../../deploy/grafana/idem-dashboard.json")
+	b, err := os.ReadFile("../deploy/grafana/idem-dashboard.json")
 	require.NoError(t, err)
 	var d struct {
 		Templating struct {
@@ -322,7 +322,7 @@ func TestAlertOutboxStuck(t *testing.T) {
 	w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (2000)")
 	w.publish("2026-11-02", "r2", nil)
 	w.waitSleeping()
-	restore := consumertest.FillStream(t, w.js, "IDEM_EVENTS", 0)
+	restore := natstest.FillStream(t, w.js, "IDEM_EVENTS", 0)
 	w.db.Exec(t, "DELETE FROM staging.gate_on")
 	require.Eventually(t, func() bool {
 		return w.count("SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL") == 1 &&
@@ -389,7 +389,7 @@ func TestAlertDeadLetterStreamFull(t *testing.T) {
 	w.waitCount(1, ledgerCount)
 	prom.requireSilent(3 * time.Second)
 
-	restore := consumertest.FillStream(t, w.js, "IDEM_DLQ", 1)
+	restore := natstest.FillStream(t, w.js, "IDEM_DLQ", 1)
 	w.publish("2030-01-01", "poison-1", nil) // the one dead letter the stream holds
 	w.waitDeadLetters(1)
 	w.publish("2030-01-02", "poison-2", nil)

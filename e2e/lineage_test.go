@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/internal/lineage/lineagetest"
+	"github.com/idem-data/idem/testkit/lineagetest"
 )
 
 // marquez stands in for an OpenLineage backend: it keeps every event

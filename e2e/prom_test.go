@@ -31,7 +31,7 @@ const (
 	promShortFor = "2s"
 )
 
-const shippedRules = "../../deploy/prometheus/idem-alerts.yaml"
+const shippedRules = "../deploy/prometheus/idem-alerts.yaml"
 
 // promServer is one Prometheus process and its file of scrape targets.
 type promServer struct {
