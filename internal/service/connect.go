@@ -17,7 +17,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
-	"github.com/idem-data/idem/internal/tracing"
+	"github.com/idem-data/idem/internal/tracing/pgxtrace"
 )
 
 // defaultConnectTimeout bounds a new connection when the URL sets none.
@@ -174,7 +174,7 @@ func connectSized(ctx context.Context, d dial) (*pgxpool.Pool, Route, error) {
 		cfg.PrepareConn = d.plans.prepare
 	}
 	if d.tp != nil {
-		cfg.ConnConfig.Tracer = tracing.CombineTracers(cfg.ConnConfig.Tracer, tracing.NewPgxTracerInTraces(d.tp))
+		cfg.ConnConfig.Tracer = pgxtrace.CombineTracers(cfg.ConnConfig.Tracer, pgxtrace.NewPgxTracerInTraces(d.tp))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -4,16 +4,15 @@ import (
 	"context"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/propagation"
 )
 
 // propagator is the W3C trace context: traceparent and tracestate.
 var propagator = propagation.TraceContext{}
 
-// HeaderCarrier is a propagation.TextMapCarrier over NATS headers that
+// HeaderCarrier is a propagation.TextMapCarrier over message headers (a nats.Header is one) that
 // writes lower-case keys and reads keys in any case.
-type HeaderCarrier nats.Header
+type HeaderCarrier map[string][]string
 
 var _ propagation.TextMapCarrier = HeaderCarrier(nil)
 
@@ -54,13 +53,13 @@ func (c HeaderCarrier) Keys() []string {
 
 // Inject writes the trace context of ctx into h (which must not be nil):
 // nothing when ctx holds no valid span context.
-func Inject(ctx context.Context, h nats.Header) {
+func Inject(ctx context.Context, h map[string][]string) {
 	propagator.Inject(ctx, HeaderCarrier(h))
 }
 
 // Extract returns ctx with the remote span context h names, or ctx itself
 // when h names none (or an invalid one).
-func Extract(ctx context.Context, h nats.Header) context.Context {
+func Extract(ctx context.Context, h map[string][]string) context.Context {
 	return propagator.Extract(ctx, HeaderCarrier(h))
 }
 

@@ -3,7 +3,6 @@ package tracing
 import (
 	"context"
 
-	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -27,7 +26,7 @@ type Message struct {
 	// Subject is where it was published.
 	Subject string
 	// Header carries its trace context; nil for none.
-	Header nats.Header
+	Header map[string][]string
 	// MsgID is its Nats-Msg-Id, if any.
 	MsgID string
 	// StreamSeq is its JetStream stream sequence, 0 when unknown.

@@ -190,10 +190,10 @@ func (p *Provider) Enabled() bool { return p.sdk != nil }
 func (p *Provider) TracerProvider() trace.TracerProvider { return p.tp }
 
 // Tracer is idem's tracer.
-func (p *Provider) Tracer() trace.Tracer { return p.tp.Tracer(instrumentation) }
+func (p *Provider) Tracer() trace.Tracer { return p.tp.Tracer(Instrumentation) }
 
-// instrumentation names idem's tracer.
-const instrumentation = "github.com/idem-data/idem"
+// Instrumentation names idem's tracer (the pgx tracer in pgxtrace uses it too).
+const Instrumentation = "github.com/idem-data/idem"
 
 // DroppedSpans counts the sampled spans dropped because the export queue
 // was full: the collector is slower than idem, or down.

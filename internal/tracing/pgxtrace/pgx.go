@@ -1,4 +1,4 @@
-package tracing
+package pgxtrace
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/idem-data/idem/internal/tracing"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -42,7 +44,7 @@ var (
 
 // NewPgxTracer returns a tracer whose spans come from tp.
 func NewPgxTracer(tp trace.TracerProvider) *PgxTracer {
-	return &PgxTracer{tracer: tp.Tracer(instrumentation + "/pgx")}
+	return &PgxTracer{tracer: tp.Tracer(tracing.Instrumentation + "/pgx")}
 }
 
 // NewPgxTracerInTraces returns a tracer that records only the statements
