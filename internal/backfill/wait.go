@@ -12,6 +12,7 @@ import (
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/resultstream"
 )
 
 // poll is how often Wait reads the audit table.
@@ -84,7 +85,7 @@ type Results struct {
 // FollowResults follows the results of every event res published (their
 // stream sequences; a duplicate's is the original's), from when the first
 // was stored. Stop it once the wait is over; a nil follower follows nothing.
-func FollowResults(ctx context.Context, f *results.Follower, res *Result) *Results {
+func FollowResults(ctx context.Context, f *resultstream.Follower, res *Result) *Results {
 	rs := &Results{bySeq: map[uint64]results.Result{}}
 	if f == nil {
 		return rs

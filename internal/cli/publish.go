@@ -17,6 +17,7 @@ import (
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/resultstream"
 	"github.com/idem-data/idem/internal/tracing"
 	"github.com/idem-data/idem/schemas"
 )
@@ -201,8 +202,8 @@ Exit codes with --wait:
 }
 
 // follower reads the results of cfg's events.
-func follower(js jetstream.JetStream, cfg *config.Config) *results.Follower {
-	return &results.Follower{JS: js, Pipeline: cfg.Pipeline, Events: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer,
+func follower(js jetstream.JetStream, cfg *config.Config) *resultstream.Follower {
+	return &resultstream.Follower{JS: js, Pipeline: cfg.Pipeline, Events: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer,
 		Stream: cfg.NATS.Results.Stream, Prefix: cfg.NATS.Results.SubjectPrefix,
 		DLQStream: cfg.NATS.DLQStream, DLQPrefix: cfg.NATS.DLQSubjectPrefix}
 }
@@ -220,7 +221,7 @@ type waited struct {
 
 // waitPublished follows p to its outcome and renders it: progress on
 // stderr, one JSON object as the last stdout line, the exit code.
-func waitPublished(ctx context.Context, e *env, f *results.Follower, p published, timeout time.Duration) error {
+func waitPublished(ctx context.Context, e *env, f *resultstream.Follower, p published, timeout time.Duration) error {
 	what := fmt.Sprintf("%s %s run_id=%s (event %d of %s)", p.Dataset, p.Partition, p.RunID, p.Seq, p.Stream)
 	if p.Duplicate {
 		fmt.Fprintf(e.errOut, "idem: JetStream already holds %s: following that event, %s, for up to %s\n", p.MsgID, what, timeout)
@@ -231,10 +232,10 @@ func waitPublished(ctx context.Context, e *env, f *results.Follower, p published
 	if err != nil {
 		w := waited{Dataset: p.Dataset, Partition: p.Partition, RunID: p.RunID, Status: "waiting", Stream: p.Stream, StreamSeq: p.Seq, Error: err.Error()}
 		code := 3
-		var unreachable *results.Unreachable
+		var unreachable *resultstream.Unreachable
 		if errors.As(err, &unreachable) {
 			w.Status, code = "unreachable", 4
-		} else if !errors.Is(err, results.ErrTimeout) {
+		} else if !errors.Is(err, resultstream.ErrTimeout) {
 			return err // interrupted
 		}
 		fmt.Fprintf(e.errOut, "idem: %s: %v\n", what, err)

@@ -41,6 +41,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/resultstream"
 	"github.com/idem-data/idem/internal/tracing"
 	"github.com/idem-data/idem/schemas"
 )
@@ -252,7 +253,7 @@ func (r *Relay) publish(ctx context.Context, row audit.OutboxRow) (*jetstream.Pu
 		if r.cfg.ResultsStream == "" {
 			return nil, errors.New("relay: a result row, and no results stream configured")
 		}
-		m := results.MsgFromParts(r.cfg.ResultsSubjectPrefix, row.Event.Dataset, h.Status, h.Stream, h.StreamSeq, row.AuditID, row.Token, row.Result)
+		m := resultstream.MsgFromParts(r.cfg.ResultsSubjectPrefix, row.Event.Dataset, h.Status, h.Stream, h.StreamSeq, row.AuditID, row.Token, row.Result)
 		return r.js.PublishMsg(ctx, m, jetstream.WithExpectStream(r.cfg.ResultsStream))
 	}
 	m, err := schemas.NewTriggeredMessage(r.cfg.SubjectPrefix, row.Event, row.AuditID, row.Token)

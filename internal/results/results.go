@@ -1,8 +1,10 @@
-// Package results is the stream of every event's terminal outcome: loaded,
+// Package results is the format of every event's terminal outcome: loaded,
 // skipped (its run had already loaded), dead-lettered, or rejected by its
 // checks. idem publishes one result per outcome on
 // <prefix>.<dataset> of the results stream; `idem publish --wait` and
-// `idem backfill --wait` follow it (Follower) with NATS access only, and a
+// `idem backfill --wait` follow it (package resultstream publishes and
+// follows it; this package links no NATS client, so the handlers can
+// build a result) with NATS access only, and a
 // scheduler can subscribe to it (a Dagster sensor reporting
 // materializations).
 //
@@ -19,8 +21,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Statuses of a result.
@@ -119,25 +119,6 @@ func MsgID(stream string, seq uint64, auditID int64, token string) string {
 		b = append(append(b, ':'), token...)
 	}
 	return string(b)
-}
-
-// Msg is the message of r on prefix's subject for its dataset, with its
-// headers and Nats-Msg-Id.
-func Msg(prefix string, r Result) *nats.Msg {
-	return MsgFromParts(prefix, r.Dataset, r.Status, r.Stream, r.StreamSeq, r.AuditID, "", r.AppendJSON(nil))
-}
-
-// MsgFromParts is Msg for a body already encoded, with the fields its
-// subject and headers need given apart (the relay reads them in its claim
-// and never parses the body).
-func MsgFromParts(prefix, dataset, status, stream string, seq uint64, auditID int64, token string, body []byte) *nats.Msg {
-	m := nats.NewMsg(Subject(prefix, dataset))
-	m.Data = body
-	m.Header.Set(nats.MsgIdHdr, MsgID(stream, seq, auditID, token))
-	m.Header.Set(HeaderEventStream, stream)
-	m.Header.Set(HeaderEventSeq, strconv.FormatUint(seq, 10))
-	m.Header.Set(HeaderStatus, status)
-	return m
 }
 
 // Parse reads a result message's body.

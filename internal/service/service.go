@@ -23,7 +23,7 @@ import (
 	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/relay"
-	"github.com/idem-data/idem/internal/results"
+	"github.com/idem-data/idem/internal/resultstream"
 	"github.com/idem-data/idem/internal/tracing"
 )
 
@@ -191,7 +191,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	ccfg := consumerConfig(cfg, log, hooks)
 	ccfg.ShutdownGrace = o.Grace
 	ccfg.Tracer = tracer
-	dlr := &results.Publisher{JS: js, Pipeline: cfg.Pipeline, Stream: cfg.NATS.Results.Stream, Prefix: cfg.NATS.Results.SubjectPrefix, Log: log,
+	dlr := &resultstream.Publisher{JS: js, Pipeline: cfg.Pipeline, Stream: cfg.NATS.Results.Stream, Prefix: cfg.NATS.Results.SubjectPrefix, Log: log,
 		Published: func(status string) { m.DeadLetterResults.WithLabelValues(status, "published").Inc() },
 		Failed:    func(status string) { m.DeadLetterResults.WithLabelValues(status, "failed").Inc() }}
 	ccfg.DeadLettered = dlr.DeadLettered

@@ -1,8 +1,9 @@
-package results
+package resultstream
 
 import (
 	"context"
 	"errors"
+	"github.com/idem-data/idem/internal/results"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,7 +54,7 @@ func (p *Publisher) DeadLettered(ctx context.Context, dl deadletter.Envelope, at
 	p.publish(ctx, r)
 }
 
-func (p *Publisher) publish(ctx context.Context, r Result) {
+func (p *Publisher) publish(ctx context.Context, r results.Result) {
 	m := Msg(p.Prefix, r)
 	var err error
 	// The dead letter's trace context (ctx's span), for whoever follows it.

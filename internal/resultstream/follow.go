@@ -1,9 +1,10 @@
-package results
+package resultstream
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/idem-data/idem/internal/results"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,15 +22,15 @@ const checkFailedPrefix = "check_failed:"
 
 // FromDeadLetter is the result of the event l dead-lettered: rejected
 // when its checks refused it, dead_lettered otherwise.
-func FromDeadLetter(pipeline string, l deadletter.Letter) Result {
-	r := Result{
+func FromDeadLetter(pipeline string, l deadletter.Letter) results.Result {
+	r := results.Result{
 		Pipeline: pipeline, Dataset: l.Dataset, Partition: l.Partition, RunID: l.RunID,
-		Status: StatusDeadLettered, Attempts: l.Attempts, ErrorKind: string(l.Kind), Error: l.Error,
+		Status: results.StatusDeadLettered, Attempts: l.Attempts, ErrorKind: string(l.Kind), Error: l.Error,
 		Stream: l.OriginalStream, StreamSeq: l.OriginalSeq, DeadLetterSeq: l.Seq,
 		MsgID: l.Header.Get(deadletter.HeaderOriginalPrefix + nats.MsgIdHdr),
 	}
 	if rest, ok := strings.CutPrefix(l.Error, checkFailedPrefix); ok {
-		r.Status, r.ErrorKind, r.FailedChecks = StatusRejected, "check", failedChecks(rest)
+		r.Status, r.ErrorKind, r.FailedChecks = results.StatusRejected, "check", failedChecks(rest)
 	}
 	r.Finish(l.FailedAt)
 	return r
@@ -149,7 +150,7 @@ const startMargin = 5 * time.Second
 // ctx's error). since is the earliest any of them was stored (zero: read
 // both streams from their start). A redelivered or retried event is
 // followed to its final outcome: only terminal outcomes are published.
-func (f *Follower) Follow(ctx context.Context, dataset string, seqs []uint64, since time.Time, found func(Result)) error {
+func (f *Follower) Follow(ctx context.Context, dataset string, seqs []uint64, since time.Time, found func(results.Result)) error {
 	want := make(map[uint64]bool, len(seqs))
 	for _, s := range seqs {
 		want[s] = true
@@ -161,7 +162,7 @@ func (f *Follower) Follow(ctx context.Context, dataset string, seqs []uint64, si
 	defer cancel()
 	var mu sync.Mutex
 	closed := false // Follow returned: found is not called again
-	deliver := func(seq uint64, r func() (Result, bool)) {
+	deliver := func(seq uint64, r func() (results.Result, bool)) {
 		mu.Lock()
 		defer mu.Unlock()
 		if closed || !want[seq] {
@@ -180,12 +181,12 @@ func (f *Follower) Follow(ctx context.Context, dataset string, seqs []uint64, si
 	events := f.Events
 	onResult := func(m jetstream.Msg) {
 		h := m.Headers()
-		seq, _ := strconv.ParseUint(h.Get(HeaderEventSeq), 10, 64)
-		if h.Get(HeaderEventStream) != events {
+		seq, _ := strconv.ParseUint(h.Get(results.HeaderEventSeq), 10, 64)
+		if h.Get(results.HeaderEventStream) != events {
 			return
 		}
-		deliver(seq, func() (Result, bool) {
-			r, err := Parse(m.Data())
+		deliver(seq, func() (results.Result, bool) {
+			r, err := results.Parse(m.Data())
 			return r, err == nil
 		})
 	}
@@ -195,10 +196,10 @@ func (f *Follower) Follow(ctx context.Context, dataset string, seqs []uint64, si
 		if h.Get(deadletter.HeaderOriginalStream) != events {
 			return
 		}
-		deliver(seq, func() (Result, bool) {
+		deliver(seq, func() (results.Result, bool) {
 			meta, err := m.Metadata()
 			if err != nil {
-				return Result{}, false
+				return results.Result{}, false
 			}
 			return FromDeadLetter(f.Pipeline, deadletter.FromMsg(meta.Sequence.Stream, m.Subject(), meta.Timestamp, h, nil)), true
 		})
@@ -208,7 +209,7 @@ func (f *Follower) Follow(ctx context.Context, dataset string, seqs []uint64, si
 		stream, subject string
 		on              func(jetstream.Msg)
 	}{
-		{f.Stream, Subject(f.Prefix, dataset), onResult},
+		{f.Stream, results.Subject(f.Prefix, dataset), onResult},
 		{f.DLQStream, deadletter.Subject(f.DLQPrefix, dataset), onDeadLetter},
 	} {
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{src.subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
@@ -273,10 +274,10 @@ const progressEvery = 10 * time.Second
 // saying where it is on progress every few seconds (nil: silent). It
 // returns ErrTimeout when time ran out, an *Unreachable when NATS or the
 // streams could not be read.
-func (f *Follower) Wait(ctx context.Context, dataset string, seq uint64, timeout time.Duration, progress func(string)) (Result, error) {
+func (f *Follower) Wait(ctx context.Context, dataset string, seq uint64, timeout time.Duration, progress func(string)) (results.Result, error) {
 	since, ok, err := f.Published(ctx, seq)
 	if err != nil {
-		return Result{}, err
+		return results.Result{}, err
 	}
 	if !ok {
 		since = time.Time{} // gone from the events stream: read the results from their start
@@ -302,18 +303,18 @@ func (f *Follower) Wait(ctx context.Context, dataset string, seq uint64, timeout
 			}
 		}()
 	}
-	var got Result
-	err = f.Follow(wctx, dataset, []uint64{seq}, since, func(r Result) { got = r })
+	var got results.Result
+	err = f.Follow(wctx, dataset, []uint64{seq}, since, func(r results.Result) { got = r })
 	switch {
 	case err == nil:
 		return got, nil
 	case ctx.Err() != nil:
-		return Result{}, ctx.Err()
+		return results.Result{}, ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		if nc := f.JS.Conn(); nc != nil && !nc.IsConnected() {
-			return Result{}, &Unreachable{fmt.Errorf("NATS unreachable (%s) when the wait ran out: %w", nc.Status(), ErrTimeout)}
+			return results.Result{}, &Unreachable{fmt.Errorf("NATS unreachable (%s) when the wait ran out: %w", nc.Status(), ErrTimeout)}
 		}
-		return Result{}, ErrTimeout
+		return results.Result{}, ErrTimeout
 	}
-	return Result{}, err
+	return results.Result{}, err
 }
