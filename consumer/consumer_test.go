@@ -14,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 func TestSuccessAcksOnce(t *testing.T) {

@@ -15,9 +15,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/natsconn"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 const (

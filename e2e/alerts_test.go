@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 // The shipped alert rules in a real Prometheus (prom_test.go), each driven

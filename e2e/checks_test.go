@@ -12,8 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/testkit/browsertest"
 )
 
 // The article's failures, upstream of idem, each caught by a check inside

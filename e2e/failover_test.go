@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/testkit/browsertest"
 )
 
 // failover is a primary and its asynchronous streaming standby, started

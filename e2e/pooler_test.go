@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 

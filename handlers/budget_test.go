@@ -10,8 +10,8 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
-	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 // loadSeq handles the event as the consumer does for message seq with a

@@ -16,9 +16,9 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // The DAG of the property test: a chain a -> b -> c, and a diamond's join:

@@ -11,9 +11,9 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/lineage"
-	"github.com/idem-data/idem/testkit/lineagetest"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/lineagetest"
 )
 
 // lineageEnv is f with lineage on, its source every column of staging.src

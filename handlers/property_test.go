@@ -13,9 +13,9 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
-	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 // row is one source/target row as readers see it.

@@ -27,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -53,7 +52,7 @@ type Set struct {
 }
 
 type check struct {
-	cfg  config.Check
+	cfg  Spec
 	name string
 	kind string
 	// count is the expression of the failing rows in the shared statement
@@ -67,7 +66,7 @@ type check struct {
 }
 
 // New builds the checks of a dataset loaded by s; nil when it has none.
-func New(cs []config.Check, s strategies.Strategy) *Set {
+func New(cs []Spec, s strategies.Strategy) *Set {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -84,7 +83,7 @@ func New(cs []config.Check, s strategies.Strategy) *Set {
 			ch.sample = "SELECT coalesce(json_agg(row_to_json(x)), '[]') FROM (SELECT t.* " + set.produced + " AND (" + cond + ") LIMIT 5) x"
 		}
 		switch ch.kind {
-		case config.CheckUnique:
+		case KindUnique:
 			keys, notNull := cols("t.", c.Unique), nullTest("t.", c.Unique, " IS NOT NULL", " AND ")
 			scope := " " + set.produced + " AND " + notNull
 			groups := scope + " GROUP BY " + keys + " HAVING count(*) > 1"
@@ -101,12 +100,12 @@ func New(cs []config.Check, s strategies.Strategy) *Set {
 			ch.exact = "(SELECT count(*) FROM (SELECT 1" + groups + ") d)"
 			set.hashes = true
 			ch.sample = "SELECT coalesce(json_agg(row_to_json(x)), '[]') FROM (SELECT " + keys + ", count(*) AS rows" + groups + " LIMIT 5) x"
-		case config.CheckNotNull:
+		case KindNotNull:
 			where(nullTest("t.", c.NotNull, " IS NULL", " OR "))
-		case config.CheckAcceptedValues:
+		case KindAcceptedValues:
 			col := "t." + q(c.AcceptedValues.Column)
 			where(col + " IS NOT NULL AND " + col + "::text <> ALL(" + arg("values", c.AcceptedValues.Values) + "::text[])")
-		case config.CheckAcceptedRange:
+		case KindAcceptedRange:
 			col := "t." + q(c.AcceptedRange.Column)
 			var out []string
 			if c.AcceptedRange.Min != nil {
@@ -116,16 +115,16 @@ func New(cs []config.Check, s strategies.Strategy) *Set {
 				out = append(out, col+" > "+arg("max", *c.AcceptedRange.Max))
 			}
 			where(strings.Join(out, " OR "))
-		case config.CheckRelationships:
+		case KindRelationships:
 			r := c.Relationships
 			col := "t." + q(r.Column)
 			where(col + " IS NOT NULL AND NOT EXISTS (SELECT 1 FROM " + strategies.Ident(r.To) + " AS r WHERE r." + q(r.Field) + " = " + col + ")")
-		case config.CheckExpression:
+		case KindExpression:
 			where("NOT (" + c.Expression + ")")
-		case config.CheckSQL:
+		case KindSQL:
 			ch.count = "(SELECT count(*) FROM (" + c.SQL + "\n) q)"
 			ch.sample = "SELECT coalesce(json_agg(row_to_json(x)), '[]') FROM (SELECT * FROM (" + c.SQL + "\n) q LIMIT 5) x"
-		case config.CheckRowCountChange:
+		case KindRowCountChange:
 			set.baseline = set.replaced != ""
 		}
 		set.checks = append(set.checks, ch)
@@ -264,7 +263,7 @@ func (s *Set) Run(ctx context.Context, tx pgx.Tx, p strategies.Params, baseline 
 	for _, c := range s.checks {
 		o := Outcome{Name: c.name, Kind: c.kind, Severity: c.cfg.SeverityOrDefault(), Checked: rows, Duration: took}
 		switch c.kind {
-		case config.CheckRowCount, config.CheckRowCountChange:
+		case KindRowCount, KindRowCountChange:
 			s.rowCount(&o, c, baseline)
 		default:
 			o.Failing = counts[j]
@@ -305,7 +304,7 @@ func (s *Set) CountsOnly() bool {
 		return false
 	}
 	for _, c := range s.checks {
-		if c.kind != config.CheckRowCount && c.kind != config.CheckRowCountChange {
+		if c.kind != KindRowCount && c.kind != KindRowCountChange {
 			return false
 		}
 	}
@@ -330,7 +329,7 @@ func (s *Set) FromCounts(rows, baseline int64) []Outcome {
 // rows.
 func (s *Set) rowCount(o *Outcome, c check, baseline int64) {
 	rows := o.Checked
-	if c.kind == config.CheckRowCountChange {
+	if c.kind == KindRowCountChange {
 		s.rowCountChange(o, c.cfg.RowCountChange, baseline, rows)
 		return
 	}
@@ -342,17 +341,17 @@ func (s *Set) rowCount(o *Outcome, c check, baseline int64) {
 	o.Status = status(*o, o.Failing > 0)
 }
 
-func (s *Set) rowCountChange(o *Outcome, r *config.RowCountChange, baseline, rows int64) {
-	minBase := int64(config.DefaultMinBaseline)
+func (s *Set) rowCountChange(o *Outcome, r *RowCountChange, baseline, rows int64) {
+	minBase := int64(DefaultMinBaseline)
 	if r.MinBaseline != nil {
 		minBase = *r.MinBaseline
 	}
 	var lim []string
 	if r.MaxDrop != nil {
-		lim = append(lim, "drop <= "+pct(float64(*r.MaxDrop)))
+		lim = append(lim, "drop <= "+pct(*r.MaxDrop))
 	}
 	if r.MaxRise != nil {
-		lim = append(lim, "rise <= "+pct(float64(*r.MaxRise)))
+		lim = append(lim, "rise <= "+pct(*r.MaxRise))
 	}
 	o.Threshold = strings.Join(lim, ", ")
 	if !s.baseline || baseline == 0 || baseline < minBase {
@@ -361,7 +360,7 @@ func (s *Set) rowCountChange(o *Outcome, r *config.RowCountChange, baseline, row
 	}
 	change := float64(rows-baseline) / float64(baseline)
 	o.Note = fmt.Sprintf("%d row(s) replace %d (%s)", rows, baseline, signedPct(change))
-	failed := r.MaxDrop != nil && -change > float64(*r.MaxDrop) || r.MaxRise != nil && change > float64(*r.MaxRise)
+	failed := r.MaxDrop != nil && -change > *r.MaxDrop || r.MaxRise != nil && change > *r.MaxRise
 	if failed {
 		o.Failing = rows
 	}
@@ -372,7 +371,7 @@ func status(o Outcome, failed bool) string {
 	switch {
 	case !failed:
 		return StatusPass
-	case o.Severity == config.SeverityWarn:
+	case o.Severity == SeverityWarn:
 		return StatusWarn
 	default:
 		return StatusFail
@@ -380,7 +379,7 @@ func status(o Outcome, failed bool) string {
 }
 
 // threshold says whether failing rows of checked pass c's threshold.
-func threshold(c config.Check, failing, checked int64) (string, bool) {
+func threshold(c Spec, failing, checked int64) (string, bool) {
 	switch {
 	case c.MaxFailingRatio != nil:
 		ratio := 0.0

@@ -12,8 +12,8 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -46,7 +46,7 @@ func run(t *testing.T, db *pgtest.DB, y, sql string, baseline int64) ([]checks.O
 	st, err := strategies.New("delete_insert", strategies.Spec{Dataset: "orders", Target: strategies.Table{Schema: "analytics", Name: "orders"},
 		Source: "SELECT 1 WHERE @partition::date IS NOT NULL", PartitionColumn: "event_date"})
 	require.NoError(t, err)
-	set := checks.New(parse(t, y), st)
+	set := checks.New(config.Specs(parse(t, y)), st)
 	var outs []checks.Outcome
 	var runErr error
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -161,8 +161,8 @@ func TestFromCountsAgreesWithRun(t *testing.T) {
 	produced, replaced := st.Counts()
 	require.True(t, produced && replaced, "delete_insert counts both")
 	y := `[{row_count: {min: 3, max: 4}}, {row_count: {min: 5}, severity: warn}, {row_count_change: {max_drop: 50%, max_rise: 400%, min_baseline: 3}}]`
-	require.True(t, checks.New(parse(t, y), st).CountsOnly())
-	require.False(t, checks.New(parse(t, `[{row_count: {min: 1}}, {not_null: [order_id]}]`), st).CountsOnly())
+	require.True(t, checks.New(config.Specs(parse(t, y)), st).CountsOnly())
+	require.False(t, checks.New(config.Specs(parse(t, `[{row_count: {min: 1}}, {not_null: [order_id]}]`)), st).CountsOnly())
 	extra := map[int64]string{
 		4: "",
 		2: "DELETE FROM analytics.orders WHERE event_date = '2026-11-01' AND order_id IS NULL OR order_id = 3",
@@ -174,7 +174,7 @@ func TestFromCountsAgreesWithRun(t *testing.T) {
 			want, err := run(t, db, y, sql, baseline)
 			require.NoError(t, err)
 			require.EqualValues(t, rows, want[0].Checked)
-			got := checks.New(parse(t, y), st).FromCounts(rows, baseline)
+			got := checks.New(config.Specs(parse(t, y)), st).FromCounts(rows, baseline)
 			require.Len(t, got, len(want))
 			for i := range want {
 				w, g := want[i], got[i]
@@ -242,7 +242,7 @@ INSERT INTO raw.ev VALUES (NULL, '2026-11-01', 'old', 1);       -- an earlier ru
 		st, err := strategies.New(tc.strategy, tc.spec)
 		require.NoError(t, err)
 		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return st.Prepare(ctx, tx) }))
-		set := checks.New(parse(t, tc.check), st)
+		set := checks.New(config.Specs(parse(t, tc.check)), st)
 		p := strategies.Params{Partition: "2026-11-01", RunID: "r1"}
 		err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 			_, err := strategies.Load(ctx, tx, st, p)
@@ -269,7 +269,7 @@ INSERT INTO analytics.orders VALUES ('1.00', '2026-11-01'), ('1.00', '2026-11-01
 	st, err := strategies.New("delete_insert", strategies.Spec{Dataset: "orders", Target: strategies.Table{Schema: "analytics", Name: "orders"},
 		Source: "SELECT 1 WHERE @partition::date IS NOT NULL", PartitionColumn: "event_date"})
 	require.NoError(t, err)
-	set := checks.New(parse(t, `[{unique: [price]}, {not_null: [event_date]}]`), st)
+	set := checks.New(config.Specs(parse(t, `[{unique: [price]}, {not_null: [event_date]}]`)), st)
 	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		outs, err := set.Run(ctx, tx, strategies.Params{Partition: "2026-11-01", RunID: "r1"}, 0)
 		require.NoError(t, err)

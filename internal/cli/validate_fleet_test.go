@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/service"
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 // TestValidateFleet runs `idem validate --fleet` against a real NATS whose

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
-	"github.com/idem-data/idem/internal/service"
 )
 
 // cliWorld is a real NATS server (in this process), a real database with the

@@ -7,11 +7,13 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/sqlcheck"
 )
 
-// Check is one assertion on the rows a load produces (checks:). Exactly one
-// kind field is set; severity and a threshold may go with it:
+// Check is one entry of a dataset's checks: as written in YAML; the load
+// runs its plain form, Spec (checks.Spec). Exactly one kind field is set;
+// severity and a threshold may go with it:
 //
 //	checks:
 //	  - unique: [order_id]
@@ -49,33 +51,14 @@ type Check struct {
 	MaxFailingRatio *float64 `yaml:"max_failing_ratio,omitempty" json:",omitempty"`
 }
 
-// AcceptedValues: the column's non-NULL values are among Values.
-type AcceptedValues struct {
-	Column string   `yaml:"column"`
-	Values []string `yaml:"values"`
-}
-
-// AcceptedRange: the column's non-NULL values are within [Min, Max]; either
-// bound may be left out. Bounds are written as the column's type reads them
-// (0, 1e6, 2026-01-01).
-type AcceptedRange struct {
-	Column string  `yaml:"column"`
-	Min    *string `yaml:"min,omitempty" json:",omitempty"`
-	Max    *string `yaml:"max,omitempty" json:",omitempty"`
-}
-
-// Relationship: every non-NULL value of Column exists in To's Field.
-type Relationship struct {
-	Column string `yaml:"column"`
-	To     string `yaml:"to"`
-	Field  string `yaml:"field"`
-}
-
-// RowCount bounds the rows the load produced.
-type RowCount struct {
-	Min *int64 `yaml:"min,omitempty" json:",omitempty"`
-	Max *int64 `yaml:"max,omitempty" json:",omitempty"`
-}
+// The kinds' bodies are the plain ones of package checks, but for
+// row_count_change, whose shares are written as percentages.
+type (
+	AcceptedValues = checks.AcceptedValues
+	AcceptedRange  = checks.AcceptedRange
+	Relationship   = checks.Relationship
+	RowCount       = checks.RowCount
+)
 
 // RowCountChange bounds the change against the rows the load replaces.
 type RowCountChange struct {
@@ -87,9 +70,6 @@ type RowCountChange struct {
 	// or tiny partition says nothing about the next). Default 100.
 	MinBaseline *int64 `yaml:"min_baseline,omitempty" json:",omitempty"`
 }
-
-// DefaultMinBaseline is row_count_change's min_baseline.
-const DefaultMinBaseline = 100
 
 // Percent is a share written 50% (or 0.5).
 type Percent float64
@@ -118,76 +98,68 @@ func (p Percent) MarshalYAML() (any, error) {
 	return strconv.FormatFloat(float64(p)*100, 'f', -1, 64) + "%", nil
 }
 
-// Check kinds.
-const (
-	CheckUnique         = "unique"
-	CheckNotNull        = "not_null"
-	CheckAcceptedValues = "accepted_values"
-	CheckAcceptedRange  = "accepted_range"
-	CheckRelationships  = "relationships"
-	CheckRowCount       = "row_count"
-	CheckRowCountChange = "row_count_change"
-	CheckExpression     = "expression"
-	CheckSQL            = "sql"
-)
-
-// Severities of a check.
-const (
-	SeverityError = "error"
-	SeverityWarn  = "warn"
-)
-
-// Kinds lists the kinds set on c (one, when valid).
-func (c Check) Kinds() []string {
-	var out []string
-	add := func(set bool, k string) {
-		if set {
-			out = append(out, k)
-		}
+// share is p as a plain share, nil for nil.
+func (p *Percent) share() *float64 {
+	if p == nil {
+		return nil
 	}
-	add(len(c.Unique) > 0, CheckUnique)
-	add(len(c.NotNull) > 0, CheckNotNull)
-	add(c.AcceptedValues != nil, CheckAcceptedValues)
-	add(c.AcceptedRange != nil, CheckAcceptedRange)
-	add(c.Relationships != nil, CheckRelationships)
-	add(c.RowCount != nil, CheckRowCount)
-	add(c.RowCountChange != nil, CheckRowCountChange)
-	add(c.Expression != "", CheckExpression)
-	add(c.SQL != "", CheckSQL)
+	f := float64(*p)
+	return &f
+}
+
+// Check kinds and severities: package checks defines them.
+const (
+	CheckUnique         = checks.KindUnique
+	CheckNotNull        = checks.KindNotNull
+	CheckAcceptedValues = checks.KindAcceptedValues
+	CheckAcceptedRange  = checks.KindAcceptedRange
+	CheckRelationships  = checks.KindRelationships
+	CheckRowCount       = checks.KindRowCount
+	CheckRowCountChange = checks.KindRowCountChange
+	CheckExpression     = checks.KindExpression
+	CheckSQL            = checks.KindSQL
+
+	SeverityError = checks.SeverityError
+	SeverityWarn  = checks.SeverityWarn
+
+	DefaultMinBaseline = checks.DefaultMinBaseline
+)
+
+// Spec is c in the plain form the load runs.
+func (c Check) Spec() checks.Spec {
+	s := checks.Spec{
+		Name: c.Name, Unique: c.Unique, NotNull: c.NotNull,
+		AcceptedValues: c.AcceptedValues, AcceptedRange: c.AcceptedRange,
+		Relationships: c.Relationships, RowCount: c.RowCount,
+		Expression: c.Expression, SQL: c.SQL, Severity: c.Severity,
+		MaxFailing: c.MaxFailing, MaxFailingRatio: c.MaxFailingRatio,
+	}
+	if r := c.RowCountChange; r != nil {
+		s.RowCountChange = &checks.RowCountChange{MaxDrop: r.MaxDrop.share(), MaxRise: r.MaxRise.share(), MinBaseline: r.MinBaseline}
+	}
+	return s
+}
+
+// Specs is cs in the plain form the load runs.
+func Specs(cs []Check) []checks.Spec {
+	out := make([]checks.Spec, len(cs))
+	for i, c := range cs {
+		out[i] = c.Spec()
+	}
 	return out
 }
 
+// Kinds lists the kinds set on c (one, when valid).
+func (c Check) Kinds() []string { return c.Spec().Kinds() }
+
 // Kind is c's kind ("" unless exactly one is set).
-func (c Check) Kind() string {
-	if k := c.Kinds(); len(k) == 1 {
-		return k[0]
-	}
-	return ""
-}
+func (c Check) Kind() string { return c.Spec().Kind() }
 
 // DisplayName is Name, or the kind with its columns.
-func (c Check) DisplayName() string {
-	if c.Name != "" {
-		return c.Name
-	}
-	switch k := c.Kind(); k {
-	case CheckUnique:
-		return k + "(" + strings.Join(c.Unique, ",") + ")"
-	case CheckNotNull:
-		return k + "(" + strings.Join(c.NotNull, ",") + ")"
-	case CheckAcceptedValues:
-		return k + "(" + c.AcceptedValues.Column + ")"
-	case CheckAcceptedRange:
-		return k + "(" + c.AcceptedRange.Column + ")"
-	case CheckRelationships:
-		return k + "(" + c.Relationships.Column + ")"
-	default:
-		return k
-	}
-}
+func (c Check) DisplayName() string { return c.Spec().DisplayName() }
 
 // SeverityOrDefault is Severity, error when unset.
-func (c Check) SeverityOrDefault() string { return orDefault(c.Severity, SeverityError) }
+func (c Check) SeverityOrDefault() string { return c.Spec().SeverityOrDefault() }
 
 // validateChecks checks a dataset's checks without a database: one kind
 // each, names unique, identifiers plain, values present, thresholds sane,

@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/natstest"
-	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/observer"
+	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 

@@ -22,13 +22,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/natstest"
-	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/internal/metrics"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/relay"
 	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/natstest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -44,7 +44,7 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			return nil, fmt.Errorf("dataset %q: %w", name, err)
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
-			Checks: checks.New(d.Checks, st), Target: ts + "." + tn}
+			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn}
 	}
 	for name, ds := range out {
 		ds.Upstreams = cfg.Upstreams(name)

@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/statuspage"
 	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/browsertest"
-	"github.com/idem-data/idem/internal/statuspage"
 )
 
 const operatorToken = "s3cret-token"

@@ -19,12 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/internal/calendar"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 const (

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/calendar"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/statuspage"
+	"github.com/idem-data/idem/testkit/browsertest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // BenchmarkGrid50x400 serves the grid of 50 calendar datasets × 400 days

@@ -19,14 +19,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/audittest"
-	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/deadletter"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/statuspage"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/browsertest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }

@@ -15,15 +15,15 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
-	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
-	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/natstest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }

@@ -212,4 +212,3 @@ func attrMap(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 	}
 	return m
 }
-

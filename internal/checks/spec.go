@@ -1,0 +1,150 @@
+package checks
+
+import "strings"
+
+// Spec is one assertion on the rows a load produces, as the load runs it:
+// exactly one kind field is set; severity and a threshold may go with it.
+// It is plain data: the config's checks: entries (config.Check) are read
+// from YAML and turned into Specs, so that this package, and the handlers
+// that run it, never link the config.
+type Spec struct {
+	// Name names the check in outcomes, logs and metrics; default the kind
+	// and its columns (not_null(order_id,total)).
+	Name string `yaml:"name,omitempty" json:",omitempty"`
+
+	Unique         []string        `yaml:"unique,omitempty" json:",omitempty"`
+	NotNull        []string        `yaml:"not_null,omitempty" json:",omitempty"`
+	AcceptedValues *AcceptedValues `yaml:"accepted_values,omitempty" json:",omitempty"`
+	AcceptedRange  *AcceptedRange  `yaml:"accepted_range,omitempty" json:",omitempty"`
+	Relationships  *Relationship   `yaml:"relationships,omitempty" json:",omitempty"`
+	RowCount       *RowCount       `yaml:"row_count,omitempty" json:",omitempty"`
+	RowCountChange *RowCountChange `yaml:"row_count_change,omitempty" json:",omitempty"`
+	Expression     string          `yaml:"expression,omitempty" json:",omitempty"`
+	SQL            string          `yaml:"sql,omitempty" json:",omitempty"`
+
+	// Severity is error (the default: a failure rolls the load back) or
+	// warn (the load commits; the outcome is recorded).
+	Severity string `yaml:"severity,omitempty" json:",omitempty"`
+	// MaxFailing is how many failing rows pass (default 0);
+	// MaxFailingRatio the same as a share of the rows checked (0.01 = 1%).
+	// At most one of them.
+	MaxFailing      *int64   `yaml:"max_failing,omitempty" json:",omitempty"`
+	MaxFailingRatio *float64 `yaml:"max_failing_ratio,omitempty" json:",omitempty"`
+}
+
+// AcceptedValues: the column's non-NULL values are among Values.
+type AcceptedValues struct {
+	Column string   `yaml:"column"`
+	Values []string `yaml:"values"`
+}
+
+// AcceptedRange: the column's non-NULL values are within [Min, Max]; either
+// bound may be left out. Bounds are written as the column's type reads them
+// (0, 1e6, 2026-01-01).
+type AcceptedRange struct {
+	Column string  `yaml:"column"`
+	Min    *string `yaml:"min,omitempty" json:",omitempty"`
+	Max    *string `yaml:"max,omitempty" json:",omitempty"`
+}
+
+// Relationship: every non-NULL value of Column exists in To's Field.
+type Relationship struct {
+	Column string `yaml:"column"`
+	To     string `yaml:"to"`
+	Field  string `yaml:"field"`
+}
+
+// RowCount bounds the rows the load produced.
+type RowCount struct {
+	Min *int64 `yaml:"min,omitempty" json:",omitempty"`
+	Max *int64 `yaml:"max,omitempty" json:",omitempty"`
+}
+
+// RowCountChange bounds the change against the rows the load replaces, as
+// shares: MaxDrop 0.5 (at least half as many rows) and MaxRise 4 (at most
+// five times as many); either may be left out. MinBaseline skips the check
+// when the replaced rows were fewer (default DefaultMinBaseline).
+type RowCountChange struct {
+	MaxDrop     *float64
+	MaxRise     *float64
+	MinBaseline *int64
+}
+
+// DefaultMinBaseline is row_count_change's min_baseline.
+const DefaultMinBaseline = 100
+
+// Kinds of a check.
+const (
+	KindUnique         = "unique"
+	KindNotNull        = "not_null"
+	KindAcceptedValues = "accepted_values"
+	KindAcceptedRange  = "accepted_range"
+	KindRelationships  = "relationships"
+	KindRowCount       = "row_count"
+	KindRowCountChange = "row_count_change"
+	KindExpression     = "expression"
+	KindSQL            = "sql"
+)
+
+// Severities of a check.
+const (
+	SeverityError = "error"
+	SeverityWarn  = "warn"
+)
+
+// Kinds lists the kinds set on c (one, when valid).
+func (c Spec) Kinds() []string {
+	var out []string
+	add := func(set bool, k string) {
+		if set {
+			out = append(out, k)
+		}
+	}
+	add(len(c.Unique) > 0, KindUnique)
+	add(len(c.NotNull) > 0, KindNotNull)
+	add(c.AcceptedValues != nil, KindAcceptedValues)
+	add(c.AcceptedRange != nil, KindAcceptedRange)
+	add(c.Relationships != nil, KindRelationships)
+	add(c.RowCount != nil, KindRowCount)
+	add(c.RowCountChange != nil, KindRowCountChange)
+	add(c.Expression != "", KindExpression)
+	add(c.SQL != "", KindSQL)
+	return out
+}
+
+// Kind is c's kind ("" unless exactly one is set).
+func (c Spec) Kind() string {
+	if k := c.Kinds(); len(k) == 1 {
+		return k[0]
+	}
+	return ""
+}
+
+// DisplayName is Name, or the kind with its columns.
+func (c Spec) DisplayName() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	switch k := c.Kind(); k {
+	case KindUnique:
+		return k + "(" + strings.Join(c.Unique, ",") + ")"
+	case KindNotNull:
+		return k + "(" + strings.Join(c.NotNull, ",") + ")"
+	case KindAcceptedValues:
+		return k + "(" + c.AcceptedValues.Column + ")"
+	case KindAcceptedRange:
+		return k + "(" + c.AcceptedRange.Column + ")"
+	case KindRelationships:
+		return k + "(" + c.Relationships.Column + ")"
+	default:
+		return k
+	}
+}
+
+// SeverityOrDefault is Severity, error when unset.
+func (c Spec) SeverityOrDefault() string {
+	if c.Severity == "" {
+		return SeverityError
+	}
+	return c.Severity
+}
