@@ -86,12 +86,9 @@ func (r *Results) Document(cold *ColdResults) string {
 
 	w("## How to run\n\n")
 	w("| command | what |\n|---|---|\n")
-	w("| `make bench` | the full run (15–40 min), then `make bench-history` and `make bench-cold`: writes `bench/results/full.json`, this file and `%s` with its chart |\n", FiguresFile)
-	w("| `make bench-quick` | one to two minutes, 300 events and 100k-row partitions: a smoke run, writes `bench/results/quick.json` only |\n")
-	w("| `make bench-cold`, `make bench-cold-quick` | day one alone (up to 30 min; the quick one at 0 and 1k attempts, 1–2 min) |\n")
+	w("| `make bench` | the full run (15–40 min), then `make bench-history` and `make bench-cold`: writes `bench/results/full.json`, this file and `%s` with its chart; `go run ./bench/cmd/idembench -mode full -only PHASE` runs one of %s alone |\n", FiguresFile, strings.Join(Phases, ", "))
+	w("| `make bench-quick`, `make bench-cold-quick` | smoke runs of one to two minutes; they write their results only |\n")
 	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -statements bench/results/statements-full.json -coldreport bench/results/cold-full.json -docs docs` | regenerate this file and `%s` from the saved runs |\n", FiguresFile)
-	w("| `go run ./bench/cmd/idembench -mode full -only checks -json bench/results/checks-full.json` | one phase alone (`-only` takes %s, comma-separated); `-report` then takes its figures with `-checks FILE` or `-statements FILE` |\n", strings.Join(Phases, ", "))
-	w("| `go run ./bench/cmd/idembench -mode full -only lone -baseline OLD_IDEM -baseline-label NAME` | a lone event's latency, this build against an earlier binary |\n")
 	w("| `IDEM_DATABASE_URL=postgres://… IDEM_NATS_URL=nats://… make bench` | against your servers: the role needs CREATEDB; the harness works in a new database `idembench_*` and streams `IDEMBENCH_*`, and drops them |\n")
 	w("| `go test ./bench/` | the smoke test (`make test` runs it): a tiny run, checks the numbers are sane, never their speed |\n")
 	return b.String()
@@ -172,8 +169,8 @@ func (r *Results) Figures(chart string, cold *ColdResults) string {
 	return b.String()
 }
 
-// machineTable is the machine a run measured on; with load, the load
-// average at each of its phases too.
+// machineTable is the machine a run measured on; with load, its server
+// settings and the load average at each of its phases too.
 func (r *Results) machineTable(load bool) string {
 	m := r.Machine
 	t := &table{head: []string{"", ""}}
@@ -198,7 +195,9 @@ func (r *Results) machineTable(load bool) string {
 	for _, k := range keys {
 		set = append(set, k+"="+m.Settings[k])
 	}
-	t.add("settings", strings.Join(set, ", "))
+	if load {
+		t.add("settings", strings.Join(set, ", "))
+	}
 	t.add("Go, commit", m.Go+", "+orDefault(m.Commit, "unknown"))
 	if load {
 		t.add("load average (1 min) at each phase", r.loadSummary())
