@@ -60,20 +60,17 @@ func (r *Results) Document(cold *ColdResults) string {
 	w("; a 1M-row target uses the largest partition size of the run, named in the row.\n\n")
 
 	w("## Method\n\n")
-	w("- **Small events**: %d events per run, each a distinct 10-row partition already in the target, so every load is a rerun (DELETE 10 rows, INSERT 10); the audit and the ledger start with %s rows of history and keep every run. ",
+	w("- **Small events**: %d events per run, each a 10-row partition already in the target (every load a rerun), the audit holding %s rows of history; all published at once, events/s from the first publish to the last ack, which idem sends only after the durable commit. ",
 		r.Sizes.Events, thousands(int64(5*r.Sizes.Partitions)))
-	w("All published at once, events/s from the first publish to the last ack (idem acks only after the load's durable commit). ")
-	w("The reference is **pgbench 1 tx**: BEGIN, the audit row inserted, DELETE, INSERT .. SELECT, the audit row updated, COMMIT, `-M prepared` at the same concurrency. ")
-	w("Beside it: **limit (i)**, idem's own SQL captured from its handler and replayed by a pgx loop (idem without NATS), and **floor (ii)**, `BEGIN; DELETE; INSERT .. SELECT; COMMIT`. ")
-	w("A skipped duplicate is an event of a run that already loaded, published again; a lone event is published once the previous one was acked.\n")
-	w("- **Big partitions**: tables of four partitions of N rows; idem (publish → ack) and the same statements by hand (BEGIN → COMMIT) take turns over five reruns, each on its own partition of the same table, autovacuum off on the targets, CHECKPOINT before each; ratios of the medians. Drift is the last two reruns' time over the first two's, and the table's growth.\n")
-	w("- **Backfill and memory**: `idem backfill --wait` of %d daily partitions of %s rows into an empty target; peak RSS is each `idem serve` child's VmHWM.\n",
+	w("The reference, **pgbench 1 tx**, runs the same work by hand (BEGIN, audit row inserted, DELETE, INSERT .. SELECT, audit row updated, COMMIT) at the same concurrency; **limit (i)** is idem's own SQL captured from its handler and replayed without NATS, **floor (ii)** a bare `BEGIN; DELETE; INSERT .. SELECT; COMMIT`.\n")
+	w("- **Big partitions**: idem (publish → ack) and the same statements by hand (BEGIN → COMMIT) take turns over five reruns on tables of four partitions, autovacuum off; ratios of the medians; drift compares the last two reruns with the first two.\n")
+	w("- **Backfill**: `idem backfill --wait` of %d daily partitions of %s rows; peak RSS is each `idem serve`'s VmHWM.\n",
 		r.Sizes.BackfillDays, thousands(int64(r.Sizes.BackfillRows)))
 	if c := r.Checks; c != nil {
-		w("- **Checks**: a load of %s rows by three datasets that differ only in their `checks:`, taking turns %d times; small events with `row_count: {min: 1}` and without, in turns.\n", thousands(int64(c.Rows)), c.Reps)
+		w("- **Checks**: a load of %s rows by three datasets that differ only in their `checks:`, and small events with a `row_count` check and without, taking turns.\n", thousands(int64(c.Rows)))
 	}
 	if cold != nil {
-		w("- **Day one**: for each history size, a new database whose audit holds that many attempts of other datasets, its statistics left to autovacuum, and a new nats-server; a backlog published while no `idem serve` runs, then drained: **cold** into an empty target at max_in_flight 4, **warm** the same partitions again after VACUUM ANALYZE, against pgbench running the same transaction (advisory lock included) on the same tables. CPU per event is read from /proc; flat is each size's cost over its cost at 0 attempts.\n")
+		w("- **Day one**: at each history size, a new database whose audit holds that many attempts of other datasets (statistics left to autovacuum) and a backlog drained by a new `idem serve`: **cold** into an empty target, **warm** again after VACUUM ANALYZE, against pgbench running the same transaction on the same tables; CPU from /proc; flat is each size's cost over its cost at 0 attempts.\n")
 	}
 	w("\nEvery detail, and the figures of the phases that have no target (tracing, statement modes): [bench/FIGURES.md](%s#method). ", figuresFromDocs)
 	w("Not in the table: the audit's lookups at 100k against 10M attempts (`make bench-history`), in [bench/HISTORY-COSTS.md](%s).\n\n", historyFromDocs)
