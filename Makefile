@@ -123,7 +123,7 @@ bin/idem-$(BENCH_BASELINE):
 	@mkdir -p bin; d=$$(mktemp -d); git archive $(BENCH_BASELINE) | tar -x -C $$d && \
 		(cd $$d && $(GO) build -o $(CURDIR)/$@ ./cmd/idem); s=$$?; rm -rf $$d; exit $$s
 
-bench: postgres bin/idem-$(BENCH_BASELINE) ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, docs/bench-events.svg; then bench-history and bench-cold
+bench: postgres bin/idem-$(BENCH_BASELINE) ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, bench/FIGURES.md and its chart; then bench-history and bench-cold
 	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs \
 		-baseline bin/idem-$(BENCH_BASELINE) -baseline-label "$(BENCH_BASELINE_LABEL)"
 	$(MAKE) bench-history
@@ -132,19 +132,19 @@ bench: postgres bin/idem-$(BENCH_BASELINE) ## full benchmark (15-40 min): table 
 bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json
 	$(GO) run ./bench/cmd/idembench -mode quick -json bench/results/quick.json
 
-# The saved runs docs/BENCHMARKS.md is rendered from, after the day-one
-# section that bench-cold puts first (make bench, whose full run measures
+# The saved runs docs/BENCHMARKS.md and bench/FIGURES.md are rendered from,
+# after the day-one targets and figures that bench-cold puts first (make bench, whose full run measures
 # every phase, passes its own full.json alone).
 BENCH_DOCS_FROM ?= -report bench/results/full.json -statements bench/results/statements-full.json
 
-bench-cold: postgres ## the day-one scenario (up to 30 min): a fresh install's first backfill on 0 to 10M attempts of history, bench/results/cold-full.json, then docs/BENCHMARKS.md again with it first
+bench-cold: postgres ## the day-one scenario (up to 30 min): a fresh install's first backfill on 0 to 10M attempts of history, bench/results/cold-full.json, then docs/BENCHMARKS.md and bench/FIGURES.md again with it first
 	$(GO) run ./bench/cmd/idembench -mode full -cold bench/results/cold-full.json
 	$(GO) run ./bench/cmd/idembench $(BENCH_DOCS_FROM) -coldreport bench/results/cold-full.json -docs docs >/dev/null
 
 bench-cold-quick: postgres ## the day-one scenario at 0 and 1k attempts, 600 events (1-2 min): table on stdout, bin/cold-quick.json
 	$(GO) run ./bench/cmd/idembench -mode quick -cold bin/cold-quick.json
 
-bench-history: postgres ## the audit lookups at 100k and 10M attempts side by side (about 3 min); see docs/HISTORY-COSTS.md
+bench-history: postgres ## the audit lookups at 100k and 10M attempts side by side (about 3 min); see bench/HISTORY-COSTS.md
 	IDEM_BENCH_HISTORY=1 IDEM_BENCH_HISTORY_OUT=$(CURDIR)/bin $(GO) test -count=1 -run '^TestHistoryCosts$$' -v -timeout 60m ./bench/
 
 chaos-groups: postgres ## the short chaos campaigns, single server and cluster, with group loads forced to 1, 2 and 32 events (make test runs them at the default 8); about 4 min each

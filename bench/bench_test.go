@@ -213,17 +213,20 @@ func TestHarnessSmoke(t *testing.T) {
 	require.Contains(t, again.Markdown(), "CPU per event, by process")
 	require.NotEmpty(t, again.Verdicts())
 	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
-	doc := again.Document("hand-written notes", "bench-events.svg")
+	doc := again.Document(nil)
 	require.Contains(t, doc, "## Targets")
-	require.NotContains(t, doc, "hand-written notes", "the notes are in the appendix")
-	require.Contains(t, doc, "]("+FindingsFile+")")
-	require.Contains(t, again.Findings("hand-written notes", nil), "## Reading the figures\n\nhand-written notes")
+	require.Contains(t, doc, "## Method")
+	require.NotContains(t, doc, "(c) Big partitions", "the figures are in bench/FIGURES.md")
+	require.Contains(t, doc, "(../bench/FIGURES.md)")
+	figures := again.Figures(Chart, nil)
+	require.Contains(t, figures, again.Markdown())
+	require.Contains(t, figures, "]("+Chart+")")
 
 	// A report of another run takes (j) from this one, named as such.
 	other := &Results{Mode: ModeTiny, Command: "idembench -mode tiny"}
 	require.NoError(t, other.TakeStatements(again))
 	require.Error(t, other.TakeStatements(again), "it has (j) of its own now")
-	require.Contains(t, other.Document("", ""), "(j), the statement modes")
+	require.Contains(t, other.Figures("", nil), "(j), the statement modes")
 	require.Contains(t, other.Markdown(), "_These figures come from a run of their own")
 }
 

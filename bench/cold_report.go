@@ -5,9 +5,10 @@ import (
 	"strings"
 )
 
-// The day-one section of docs/BENCHMARKS.md (its table) and of
-// docs/BENCHMARKS-FINDINGS.md (its method and statements), rendered from ColdResults
-// alone (`idembench -report … -coldreport FILE -docs docs`).
+// The day-one rows of docs/BENCHMARKS.md's targets (Verdicts) and the
+// day-one section of bench/FIGURES.md (its table, method and statements),
+// rendered from ColdResults alone (`idembench -report … -coldreport FILE
+// -docs docs`).
 
 // coldTarget is one row of the day-one table that has a target: its value
 // at each history size and whether that value meets it.
@@ -82,8 +83,17 @@ func (r *ColdResults) Summary() string {
 	w("From one `%s` run (mode **%s**, %d events per backlog) that started %s UTC and took %s, commit %s, on %d vCPU; figures of their own, apart from the rest of this file. Ratios above 1.00× mean idem is faster.\n\n",
 		orDefault(r.Command, "idembench"), r.Mode, r.Events, r.Started.Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Round(1e9),
 		orDefault(r.Machine.Commit, "unknown"), r.Machine.CPUs)
-	w("%s\n", r.table())
+	t, _ := r.table()
+	w("%s\n", t)
 	return b.String()
+}
+
+// Verdicts are the day-one table's targets, one per row that has one: its
+// value at every history size (in the order of r.Sizes, slashed), and the
+// sizes where it was missed.
+func (r *ColdResults) Verdicts() []Verdict {
+	_, v := r.table()
+	return v
 }
 
 // Details is the rest of the day-one section: the method, the run's
@@ -112,8 +122,9 @@ func (r *ColdResults) historyList() string {
 }
 
 // table is the day-one table: one column per history size, the target and
-// its verdict.
-func (r *ColdResults) table() string {
+// its verdict; and the verdicts of its rows that have a target.
+func (r *ColdResults) table() (string, []Verdict) {
+	var verdicts []Verdict
 	t := &table{head: []string{"history (attempts of other datasets)"}}
 	for _, s := range r.Sizes {
 		t.head = append(t.head, historyLabel(s.Rows))
@@ -137,7 +148,7 @@ func (r *ColdResults) table() string {
 	}
 	targeted := func(label, unit string, tg coldTarget, f func(ColdSize) float64) {
 		row := []string{label}
-		var missed []string
+		var missed, at []string
 		measured := 0
 		for _, s := range r.Sizes {
 			v := f(s)
@@ -152,6 +163,7 @@ func (r *ColdResults) table() string {
 				cell = "**" + cell + "**"
 			}
 			row = append(row, cell)
+			at = append(at, cell)
 		}
 		verdict := "met"
 		switch {
@@ -161,6 +173,10 @@ func (r *ColdResults) table() string {
 			verdict = "**missed** at " + strings.Join(missed, ", ")
 		}
 		t.add(append(row, tg.target, verdict)...)
+		if measured > 0 {
+			verdicts = append(verdicts, Verdict{Target: "day one: " + label + " " + tg.target,
+				Measured: strings.Join(at, " / "), Met: len(missed) == 0, Where: strings.Join(missed, ", ")})
+		}
 	}
 	pair := func(label string, f func(*ColdPass) float64) {
 		plain(label, func(s ColdSize) string { return num(f(s.Cold)) + " / " + num(f(s.Warm)) })
@@ -213,13 +229,13 @@ func (r *ColdResults) table() string {
 		}
 		return "no, " + thousands(int64(s.Autovacuum.AuditReltuples))
 	})
-	return t.String()
+	return t.String(), verdicts
 }
 
 // method is the paragraph that says how the table was measured.
 func (r *ColdResults) method() string {
 	e, q := r.Events, max(1, r.Events/4)
-	return fmt.Sprintf(`**Method.** For each history size, in turn: a new database on the benchmark's PostgreSQL (pg_stat_statements loaded), migrated by `+"`idem migrate`"+` of the binary under test; the history seeded in one INSERT .. SELECT into idem.pipeline_audit and idem.run_ledger for other datasets of the same pipeline (datasets × days × 5 attempts and the ledger of the successes, as docs/HISTORY-COSTS.md's; every attempt started in the last 30 days, so the default retention prunes none), then never ANALYZEd by the harness: it waits until autovacuum has nothing left to do with the seeded tables (last row of the table), as a young install's statistics are whatever autovacuum made. A source of %[1]s ten-row partitions (analysed, index(event_date)) and an empty target with index(event_date), never analysed before the cold pass. A new nats-server process (built from the version go.mod requires, `+"`-js -sd`"+` with a new file store, default sync) and `+"`idem streams`"+`. Each pass: CHECKPOINT, the backlog published (one event per partition, new run_ids, each with its own Nats-Msg-Id) while no `+"`idem serve`"+` runs, pg_stat_statements reset, then a new `+"`idem serve`"+` (max_group at its default) started and the consumer's ack floor watched on the NATS server until it passes the last event (the harness sends no SQL meanwhile); events/s = events ÷ (the last finished_at − the first started_at of their attempts in the audit), every attempt checked to have ended as expected. **cold**: %[1]s events into the empty target at max_in_flight 4. Then, before every later pass and pgbench run, VACUUM ANALYZE of the target, the source and every idem table. **warm**: %[1]s reruns of the same partitions. **skipped duplicate**: %[2]s events whose run_ids already succeeded (the warm pass's), ms each = the span ÷ %[2]s. **max_in_flight 1**: %[2]s reruns. **pgbench**: BEGIN; pg_advisory_xact_lock(hashtext(partition)); the audit's started row; DELETE the partition; INSERT .. SELECT it from the source; the audit row updated to success; COMMIT, a random partition each, `+"`-M prepared`"+`, -c 4 for %[1]s transactions and -c 1 for %[2]s, on the tables the passes filled. CPU is user + system time from /proc from just before `+"`idem serve`"+` starts to the drain: the PostgreSQL cluster (every process, backends counted once reaped, autovacuum included), the serve process (a new one per pass, so its start-up is in), the nats-server child; pgbench's is the cluster's around the run, per transaction. Peak RSS is the serve process's VmHWM at the drain. Flat: each size's per-event cost over the same cost at 0 attempts. The run starts with one unrecorded round of every pass at 0 attempts (full and quick modes), so the first size does not pay for the harness's new cluster (its first WAL segments) and the binaries' first start. Run with `+"`make bench-cold`"+` (this section) or `+"`make bench-cold-quick`"+` (0 and 1k attempts, 600 events, about two minutes, `+"`bin/cold-quick.json`"+`).
+	return fmt.Sprintf(`**Method.** For each history size, in turn: a new database on the benchmark's PostgreSQL (pg_stat_statements loaded), migrated by `+"`idem migrate`"+` of the binary under test; the history seeded in one INSERT .. SELECT into idem.pipeline_audit and idem.run_ledger for other datasets of the same pipeline (datasets × days × 5 attempts and the ledger of the successes, as bench/HISTORY-COSTS.md's; every attempt started in the last 30 days, so the default retention prunes none), then never ANALYZEd by the harness: it waits until autovacuum has nothing left to do with the seeded tables (last row of the table), as a young install's statistics are whatever autovacuum made. A source of %[1]s ten-row partitions (analysed, index(event_date)) and an empty target with index(event_date), never analysed before the cold pass. A new nats-server process (built from the version go.mod requires, `+"`-js -sd`"+` with a new file store, default sync) and `+"`idem streams`"+`. Each pass: CHECKPOINT, the backlog published (one event per partition, new run_ids, each with its own Nats-Msg-Id) while no `+"`idem serve`"+` runs, pg_stat_statements reset, then a new `+"`idem serve`"+` (max_group at its default) started and the consumer's ack floor watched on the NATS server until it passes the last event (the harness sends no SQL meanwhile); events/s = events ÷ (the last finished_at − the first started_at of their attempts in the audit), every attempt checked to have ended as expected. **cold**: %[1]s events into the empty target at max_in_flight 4. Then, before every later pass and pgbench run, VACUUM ANALYZE of the target, the source and every idem table. **warm**: %[1]s reruns of the same partitions. **skipped duplicate**: %[2]s events whose run_ids already succeeded (the warm pass's), ms each = the span ÷ %[2]s. **max_in_flight 1**: %[2]s reruns. **pgbench**: BEGIN; pg_advisory_xact_lock(hashtext(partition)); the audit's started row; DELETE the partition; INSERT .. SELECT it from the source; the audit row updated to success; COMMIT, a random partition each, `+"`-M prepared`"+`, -c 4 for %[1]s transactions and -c 1 for %[2]s, on the tables the passes filled. CPU is user + system time from /proc from just before `+"`idem serve`"+` starts to the drain: the PostgreSQL cluster (every process, backends counted once reaped, autovacuum included), the serve process (a new one per pass, so its start-up is in), the nats-server child; pgbench's is the cluster's around the run, per transaction. Peak RSS is the serve process's VmHWM at the drain. Flat: each size's per-event cost over the same cost at 0 attempts. The run starts with one unrecorded round of every pass at 0 attempts (full and quick modes), so the first size does not pay for the harness's new cluster (its first WAL segments) and the binaries' first start. Run with `+"`make bench-cold`"+` (this section) or `+"`make bench-cold-quick`"+` (0 and 1k attempts, 600 events, about two minutes, `+"`bin/cold-quick.json`"+`).
 
 `, thousands(int64(e)), thousands(int64(q)))
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // The report is rendered from Results alone, so `idembench -report` can
-// regenerate docs/BENCHMARKS.md from a saved JSON file without a new run.
+// regenerate docs/BENCHMARKS.md and bench/FIGURES.md from a saved JSON file
+// without a new run.
 
 // methodLabels name the small-event methods in tables and the chart.
 var methodLabels = []struct{ key, label string }{
@@ -312,6 +313,8 @@ type Verdict struct {
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
 	Met      bool   `json:"met"`
+	// Where names the history sizes a day-one target missed at.
+	Where string `json:"where,omitempty"`
 }
 
 // Verdicts checks the benchmark targets against r. The 1M-row targets use the
@@ -446,12 +449,17 @@ func frac(a, b *Method) float64 {
 }
 
 // VerdictTable renders the verdicts.
-func (r *Results) VerdictTable() string {
+func (r *Results) VerdictTable() string { return verdictTable(r.Verdicts()) }
+
+func verdictTable(vs []Verdict) string {
 	t := &table{head: []string{"target", "measured", "verdict"}}
-	for _, v := range r.Verdicts() {
+	for _, v := range vs {
 		verdict := "**missed**"
-		if v.Met {
+		switch {
+		case v.Met:
 			verdict = "met"
+		case v.Where != "":
+			verdict += " at " + v.Where
 		}
 		t.add(v.Target, v.Measured, verdict)
 	}

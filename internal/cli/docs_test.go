@@ -52,10 +52,8 @@ var docsCommandPages = []string{
 }
 
 // docsLinkBase names the markdown sources whose links resolve from another
-// file: bench/NOTES.md is rendered into docs/BENCHMARKS-FINDINGS.md.
-var docsLinkBase = map[string]string{
-	"bench/NOTES.md": "docs/BENCHMARKS-FINDINGS.md",
-}
+// file (a source rendered into a page elsewhere): none at present.
+var docsLinkBase = map[string]string{}
 
 // docLine is one command line of a page, with where it is written.
 type docLine struct {

@@ -1,8 +1,9 @@
 // Command idembench runs idem's benchmark harness (package bench) and writes
 // its results: a JSON file, a markdown table on stdout, and with -docs the
-// report docs/BENCHMARKS.md, its chart and its appendix
-// docs/BENCHMARKS-FINDINGS.md. With -report it only renders a
-// saved JSON file again.
+// report docs/BENCHMARKS.md (the targets, their verdicts and the method)
+// and, with -figures (default bench/FIGURES.md), every figure behind it
+// with its chart beside it. With -report it only renders a saved JSON file
+// again.
 //
 //	go run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs
 //	go run ./bench/cmd/idembench -report bench/results/full.json -docs docs
@@ -25,7 +26,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,8 +57,8 @@ func run(args []string, out, errOut io.Writer) int {
 	fs.SetOutput(errOut)
 	mode := fs.String("mode", "quick", "full, quick or tiny")
 	jsonPath := fs.String("json", "", "write the results here (default bench/results/<mode>.json)")
-	docs := fs.String("docs", "", "write BENCHMARKS.md, "+bench.FindingsFile+" and bench-events.svg into this directory")
-	notes := fs.String("notes", "bench/NOTES.md", "hand-written notes included in "+bench.FindingsFile)
+	docs := fs.String("docs", "", "write BENCHMARKS.md into this directory, and the figures file (-figures) with its chart")
+	figures := fs.String("figures", bench.FiguresFile, "with -docs: write every figure here, and its chart "+bench.Chart+" beside it")
 	report := fs.String("report", "", "render this results file again instead of running")
 	idemBin := fs.String("idem", "", "a built idem binary (default: go build ./cmd/idem)")
 	baseline := fs.String("baseline", "", "an earlier idem binary the lone-event phase measures beside this one")
@@ -68,7 +68,7 @@ func run(args []string, out, errOut io.Writer) int {
 	checksFrom := fs.String("checks", "", "with -report: take the checks figures (g) from this results file (an -only checks run)")
 	statementsFrom := fs.String("statements", "", "with -report: take the statement-mode figures (j) from this results file (an -only statements run)")
 	coldPath := fs.String("cold", "", "run only the day-one scenario (a fresh install's first backfill) at -mode's sizes and write its results here")
-	coldFrom := fs.String("coldreport", "", "put the day-one table of this results file (a -cold run) first in BENCHMARKS.md, its details in "+bench.FindingsFile)
+	coldFrom := fs.String("coldreport", "", "put the day-one targets of this results file (a -cold run) first in BENCHMARKS.md, its figures first in the figures file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -157,25 +157,23 @@ func run(args []string, out, errOut io.Writer) int {
 	fmt.Fprintln(out, "## Targets\n\n"+res.VerdictTable())
 	fmt.Fprint(out, res.Markdown())
 	if *docs != "" {
-		n, err := os.ReadFile(*notes)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(*figures), 0o755); err != nil {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
-		const chart = "bench-events.svg"
-		if err := os.WriteFile(filepath.Join(*docs, chart), []byte(res.SVG()), 0o644); err != nil {
-			fmt.Fprintln(errOut, "idembench:", err)
-			return 1
+		chart := filepath.Join(filepath.Dir(*figures), bench.Chart)
+		doc := filepath.Join(*docs, "BENCHMARKS.md")
+		for _, f := range []struct{ path, body string }{
+			{chart, res.SVG()},
+			{*figures, res.Figures(bench.Chart, cold)},
+			{doc, res.Document(cold)},
+		} {
+			if err := os.WriteFile(f.path, []byte(f.body), 0o644); err != nil {
+				fmt.Fprintln(errOut, "idembench:", err)
+				return 1
+			}
 		}
-		if err := os.WriteFile(filepath.Join(*docs, "BENCHMARKS.md"), []byte(res.DocumentWith(string(n), chart, cold)), 0o644); err != nil {
-			fmt.Fprintln(errOut, "idembench:", err)
-			return 1
-		}
-		if err := os.WriteFile(filepath.Join(*docs, bench.FindingsFile), []byte(res.Findings(string(n), cold)), 0o644); err != nil {
-			fmt.Fprintln(errOut, "idembench:", err)
-			return 1
-		}
-		fmt.Fprintln(errOut, "idembench: wrote", filepath.Join(*docs, "BENCHMARKS.md"), filepath.Join(*docs, bench.FindingsFile), "and", filepath.Join(*docs, chart))
+		fmt.Fprintln(errOut, "idembench: wrote", doc, *figures, "and", chart)
 	}
 	return 0
 }
