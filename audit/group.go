@@ -27,7 +27,7 @@ type Success struct {
 // Each success is its own statement on purpose: an UPDATE that joins the
 // audit to a set of ids is planned as a join, and the plan a connection
 // keeps was made when the audit was small, where the planner reads the
-// whole table and hashes it (see docs/QUERY-PLANS.md). A statement
+// whole table and hashes it (see bench/NOTES.md). A statement
 // updating one row by its id takes the primary key at every size.
 func QueueSucceedGroup(b *pgx.Batch, ss []Success) error {
 	var checks []checkRow

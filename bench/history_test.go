@@ -19,7 +19,7 @@ import (
 // "small" for 10k and 100k and fewer events, a quick check of the harness).
 // It writes the table and the plans into IDEM_BENCH_HISTORY_OUT (a folder)
 // when set, and logs them. It never
-// checks a speed: the ratios are for docs/HISTORY-COSTS.md.
+// checks a speed: the ratios are for bench/HISTORY-COSTS.md.
 func TestHistoryCosts(t *testing.T) {
 	mode := os.Getenv("IDEM_BENCH_HISTORY")
 	if mode == "" {

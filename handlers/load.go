@@ -164,7 +164,7 @@ func (l *loading) queueMember(b *pgx.Batch) {
 // whole target for each partition's DELETE as it grew, and a partition
 // ten times the others' wants another plan than theirs. idem's own
 // bookkeeping keeps its prepared plans (their shapes hold at any size,
-// docs/QUERY-PLANS.md): planning its group statements at each execution
+// bench/NOTES.md): planning its group statements at each execution
 // would cost more than running them.
 const (
 	customPlans  = "SET LOCAL plan_cache_mode = force_custom_plan"

@@ -19,7 +19,7 @@ import (
 // less than an index probe, and autovacuum analyzes a growing table only
 // once a minute at most: a first backfill ran its bookkeeping on plans
 // made for tables a thousandth of their size. The statements' shapes keep
-// most plans on their indexes at any size (docs/QUERY-PLANS.md); planAges
+// most plans on their indexes at any size (bench/NOTES.md); planAges
 // covers the rest.
 //
 // It reads the size of idem's tables every planCheckEvery and, whenever
