@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 GO    ?= go
 PKGS  ?= ./...
+# Test packages run at once: most of the long suites (e2e, the chaos
+# campaigns) wait on servers and clocks rather than burn CPU, so more of
+# them than cores overlap their waits.
+TEST_P ?= 4
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
@@ -29,8 +33,11 @@ vet: ## go vet
 	$(GO) vet $(PKGS)
 
 test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed), and the conformance suites with unnamed statements
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
-	IDEM_TEST_STATEMENT_MODE=describe $(GO) test -count=1 -run '^TestConformance' ./handlers/
+	@mkdir -p bin
+	@IDEM_TEST_STATEMENT_MODE=describe $(GO) test -count=1 -run '^TestConformance' ./handlers/ > bin/test-describe.log 2>&1 & describe=$$!; \
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout 15m $(PKGS); rc=$$?; \
+	wait $$describe; drc=$$?; echo "== the conformance suites with unnamed statements (statement_mode describe)"; cat bin/test-describe.log; \
+	exit $$(( rc != 0 ? rc : drc ))
 
 # The statement modes (postgres.statement_mode): the suites that send idem's
 # SQL, with every pool in the mode named (make test runs the conformance

@@ -15,21 +15,17 @@ import (
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-// The idem binary (with the crash hook) and the PostgreSQL cluster are made
-// once, by the first test that needs them, and removed by TestMain.
+// The idem binary (with the crash hook) and the nats-server binary are
+// made once, by the first test that needs them, and removed by TestMain.
 var (
-	binOnce, pgOnce, natsOnce sync.Once
-	binErr, pgErr, natsErr    error
-	idemBin, natsBin          string
-	binDir, natsDir           string
-	cluster                   *localpg.Server
+	binOnce, natsOnce sync.Once
+	binErr, natsErr   error
+	idemBin, natsBin  string
+	binDir, natsDir   string
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if cluster != nil {
-		_ = cluster.Close()
-	}
 	for _, d := range []string{binDir, natsDir} {
 		if d != "" {
 			_ = os.RemoveAll(d)
@@ -90,20 +86,20 @@ func natsServerBinary(t *testing.T) string {
 	return natsBin
 }
 
-// pg starts a cluster of this package's own: the campaign restarts it,
-// which no other package's tests may see. synchronous_commit is on, so a
+// pg starts a cluster of the campaign's own: the campaign restarts it and
+// fails it over, which no other campaign or package may see, so the short
+// campaigns run side by side. synchronous_commit is on, so a
 // COMMIT that returned survives a crash of the server (fsync stays off: the
 // machine itself never crashes here).
 func pg(t *testing.T) *localpg.Server {
 	t.Helper()
-	pgOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cluster, pgErr = localpg.Start(ctx, localpg.Options{Settings: []string{"synchronous_commit = on"}})
-	})
-	if pgErr != nil {
-		t.Fatal(pgErr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := localpg.Start(ctx, localpg.Options{Settings: []string{"synchronous_commit = on"}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = cluster.Close() })
 	return cluster
 }
 
@@ -170,6 +166,7 @@ const shortSeed = 20260301
 // one rolling restart and one failover to a standby that missed the last
 // commits among them, sized for a 2-core machine under the race detector.
 func TestChaosShort(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
 	}
@@ -232,6 +229,7 @@ var poolerShortOptions = Options{Seed: poolerShortSeed, PoolMode: PoolTransactio
 // down for up to 2 s. At the end nothing may be left on the pooler's
 // server connections. `make chaos-pooler` runs it; `make test` does not.
 func TestChaosPoolerShort(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
 	}
@@ -284,6 +282,7 @@ var clusterShortOptions = Options{Seed: clusterShortSeed, Cluster: true, Events:
 // outages, rolling restarts of idem) are left to TestChaosShort and to
 // `make chaos-cluster`: in 120 s they would leave room for little else.
 func TestChaosClusterShort(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
 	}
