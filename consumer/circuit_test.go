@@ -118,7 +118,7 @@ func TestCircuitReopensWhenTheTrialLoadFails(t *testing.T) {
 	require.Equal(t, int32(3), probes.Load())
 	require.Equal(t, []bool{false, true}, e.hook.circuitChanges())
 	require.Equal(t, 2, strings.Count(e.logs.String(), "open again"))
-	require.Equal(t, 1, e.hook.event("orders/acked"))
+	e.hook.waitEvent(t, "orders/acked", 1)
 }
 
 func TestStopWhileTheCircuitIsOpenNaksWithoutCounting(t *testing.T) {
@@ -132,7 +132,7 @@ func TestStopWhileTheCircuitIsOpenNaksWithoutCounting(t *testing.T) {
 	e.publish("idem.ready.orders", event("orders", "2026-11-28", "r1"), nil)
 	require.Eventually(t, func() bool { return calls.Load() == 1 }, waitFor, tick)
 	require.NoError(t, stop(time.Second))
-	require.Equal(t, 1, e.hook.event("orders/interrupted"))
+	e.hook.waitEvent(t, "orders/interrupted", 1)
 	require.Zero(t, e.streamMsgs(testDLQ))
 
 	// The next process loads it: the nak spent no attempt.

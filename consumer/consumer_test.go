@@ -40,7 +40,7 @@ func TestSuccessAcksOnce(t *testing.T) {
 	require.Equal(t, 1, m.NumDelivered)
 	require.Equal(t, seq, m.StreamSeq)
 	require.Equal(t, testStream, m.Stream)
-	require.Equal(t, 1, e.hook.event("orders/acked"))
+	e.hook.waitEvent(t, "orders/acked", 1)
 	require.Zero(t, e.streamMsgs(testDLQ))
 
 	// Every log line about the message carries the keys of docs/SPEC.md, the handler's
@@ -94,8 +94,8 @@ func TestFatalErrorDeadLettersAfterOneDelivery(t *testing.T) {
 	failedAt, err := time.Parse(time.RFC3339, h.Get(deadletter.HeaderFailedAt))
 	require.NoError(t, err)
 	require.WithinRange(t, failedAt, before, time.Now().Add(time.Second))
-	require.Equal(t, 1, e.hook.deadLetter("orders/fatal"))
-	require.Equal(t, 1, e.hook.event("orders/dead_lettered"))
+	e.hook.waitDeadLetter(t, "orders/fatal", 1)
+	e.hook.waitEvent(t, "orders/dead_lettered", 1)
 }
 
 func TestTransientRetriesAfterBackoffThenExhausted(t *testing.T) {
@@ -127,15 +127,15 @@ func TestTransientRetriesAfterBackoffThenExhausted(t *testing.T) {
 	// Rand is 0: the delays are exactly Delay, then 2·Delay.
 	require.GreaterOrEqual(t, at[1].Sub(at[0]), delay)
 	require.GreaterOrEqual(t, at[2].Sub(at[1]), 2*delay)
-	require.Equal(t, 2, e.hook.event("orders/retried"))
-	require.Equal(t, 1, e.hook.deadLetter("orders/exhausted"))
+	e.hook.waitEvent(t, "orders/retried", 2)
+	e.hook.waitDeadLetter(t, "orders/exhausted", 1)
 
 	// A transient failure that goes away: acked on the retry, no dead letter.
 	seq = e.publish("idem.ready.customers", event("customers", "2026-11-28", "r1"), nil)
 	e.settled(seq)
 	require.Equal(t, uint64(1), e.streamMsgs(testDLQ))
-	require.Equal(t, 1, e.hook.event("customers/acked"))
-	require.Equal(t, 1, e.hook.event("customers/retried"))
+	e.hook.waitEvent(t, "customers/acked", 1)
+	e.hook.waitEvent(t, "customers/retried", 1)
 }
 
 func TestHeartbeatsKeepALongHandlerOwned(t *testing.T) {
@@ -157,7 +157,7 @@ func TestHeartbeatsKeepALongHandlerOwned(t *testing.T) {
 	require.Equal(t, 1, got.count(), "delivered exactly once")
 	require.Equal(t, uint64(1), info.Delivered.Consumer, "never redelivered")
 	require.GreaterOrEqual(t, e.hook.heartbeatCount(), 6, "InProgress every AckWait/3")
-	require.Equal(t, 1, e.hook.event("orders/acked"))
+	e.hook.waitEvent(t, "orders/acked", 1)
 }
 
 func TestInvalidMessagesSkipTheHandler(t *testing.T) {
@@ -196,8 +196,8 @@ func TestInvalidMessagesSkipTheHandler(t *testing.T) {
 			require.Equal(t, "nope", dl.Header.Get(deadletter.HeaderDataset), "a valid but unconfigured name is still told")
 		}
 	}
-	require.Equal(t, 2, e.hook.deadLetter("_invalid/fatal"))
-	require.Equal(t, 2, e.hook.deadLetter("orders/fatal"))
+	e.hook.waitDeadLetter(t, "_invalid/fatal", 2)
+	e.hook.waitDeadLetter(t, "orders/fatal", 2)
 }
 
 func TestRepeatedHeaderKeysCrashNothing(t *testing.T) {
@@ -225,7 +225,7 @@ func TestRepeatedHeaderKeysCrashNothing(t *testing.T) {
 	require.Equal(t, []string{"one", "two", "three"}, dl.Header.Values("X-Tag"))
 	require.Equal(t, []string{"r1"}, dl.Header.Values(deadletter.HeaderRunID), "ours, not a forged one")
 	require.Equal(t, []string{"x", "y"}, dl.Header.Values("Idem-Original-Idem-Run-Id"), "the publisher's kept, renamed")
-	require.Equal(t, 1, e.hook.event("orders/acked"))
+	e.hook.waitEvent(t, "orders/acked", 1)
 }
 
 func TestConcurrencyLimits(t *testing.T) {
@@ -329,7 +329,7 @@ func TestShutdownNaksAndTheNextConsumerGetsIt(t *testing.T) {
 	<-started
 	require.NoError(t, stop(100*time.Millisecond), "Run returns nil after a stop")
 	require.ErrorIs(t, cause.Load().(error), ErrShutdown, "the handler learns why")
-	require.Equal(t, 1, e.hook.event("orders/interrupted"))
+	e.hook.waitEvent(t, "orders/interrupted", 1)
 
 	var next calls
 	e.start(func(_ context.Context, m *Message) error { next.add(m); return nil })

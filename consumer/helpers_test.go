@@ -316,3 +316,17 @@ func (c *calls) snapshot() ([]Message, []time.Time) {
 	defer c.mu.Unlock()
 	return append([]Message(nil), c.msgs...), append([]time.Time(nil), c.at...)
 }
+
+// waitEvent waits until the hook has counted n events of key. The hook is
+// called after the message is settled and its load slot freed, so a test
+// that saw the consumer settle may still be a moment ahead of it.
+func (r *recorder) waitEvent(t *testing.T, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.event(key) == n }, waitFor, tick, "hook events %s: %d, want %d", key, r.event(key), n)
+}
+
+// waitDeadLetter is waitEvent for the dead-letter hook.
+func (r *recorder) waitDeadLetter(t *testing.T, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return r.deadLetter(key) == n }, waitFor, tick, "hook dead letters %s: %d, want %d", key, r.deadLetter(key), n)
+}
