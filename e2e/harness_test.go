@@ -7,6 +7,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,6 +30,16 @@ import (
 var idemBin string
 
 func TestMain(m *testing.M) {
+	// The suites wait on servers and clocks (Prometheus's scrapes and
+	// rule periods, outages, ack waits) far more than they compute: run
+	// more of them at once than the machine has cores, unless -parallel
+	// was given.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", "8")
+	}
 	dir, err := os.MkdirTemp("", "idem-e2e-bin-")
 	if err != nil {
 		panic(err)
