@@ -18,7 +18,7 @@ it is missing. The idem config comes from IDEM_CONFIG (or --config) on the
 worker; IDEM_NATS_URL and the NATS credentials from the environment.
 
 Each command a test runs is a module constant marked `# recipe-shell: NAME`,
-a raw triple-quoted string: internal/e2e/recipes_test.go renders {{ ds }}
+a raw triple-quoted string: e2e/recipes_test.go renders {{ ds }}
 and {{ run_id }} and runs it against a real `idem serve`. Keep the markers
 when you copy a command out.
 """

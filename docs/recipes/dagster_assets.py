@@ -21,7 +21,7 @@ environment (IDEM_NATS_URL, IDEM_NATS_USER, IDEM_NATS_PASSWORD or
 IDEM_NATS_CREDS), for idem and the sensor alike.
 
 The command a test runs is marked `# recipe-shell: NAME`, a raw
-triple-quoted string: internal/e2e/recipes_test.go fills {dataset},
+triple-quoted string: e2e/recipes_test.go fills {dataset},
 {partition} and {run_id} and runs it against a real `idem serve`.
 """
 

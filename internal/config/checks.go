@@ -11,9 +11,8 @@ import (
 	"github.com/idem-data/idem/internal/sqlcheck"
 )
 
-// Check is one entry of a dataset's checks: as written in YAML; the load
-// runs its plain form, Spec (checks.Spec). Exactly one kind field is set;
-// severity and a threshold may go with it:
+// Check is one assertion on the rows a load produces (checks:). Exactly one
+// kind field is set; severity and a threshold may go with it:
 //
 //	checks:
 //	  - unique: [order_id]
