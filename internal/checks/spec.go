@@ -10,54 +10,54 @@ import "strings"
 type Spec struct {
 	// Name names the check in outcomes, logs and metrics; default the kind
 	// and its columns (not_null(order_id,total)).
-	Name string `yaml:"name,omitempty" json:",omitempty"`
+	Name string
 
-	Unique         []string        `yaml:"unique,omitempty" json:",omitempty"`
-	NotNull        []string        `yaml:"not_null,omitempty" json:",omitempty"`
-	AcceptedValues *AcceptedValues `yaml:"accepted_values,omitempty" json:",omitempty"`
-	AcceptedRange  *AcceptedRange  `yaml:"accepted_range,omitempty" json:",omitempty"`
-	Relationships  *Relationship   `yaml:"relationships,omitempty" json:",omitempty"`
-	RowCount       *RowCount       `yaml:"row_count,omitempty" json:",omitempty"`
-	RowCountChange *RowCountChange `yaml:"row_count_change,omitempty" json:",omitempty"`
-	Expression     string          `yaml:"expression,omitempty" json:",omitempty"`
-	SQL            string          `yaml:"sql,omitempty" json:",omitempty"`
+	Unique         []string
+	NotNull        []string
+	AcceptedValues *AcceptedValues
+	AcceptedRange  *AcceptedRange
+	Relationships  *Relationship
+	RowCount       *RowCount
+	RowCountChange *RowCountChange
+	Expression     string
+	SQL            string
 
 	// Severity is error (the default: a failure rolls the load back) or
 	// warn (the load commits; the outcome is recorded).
-	Severity string `yaml:"severity,omitempty" json:",omitempty"`
+	Severity string
 	// MaxFailing is how many failing rows pass (default 0);
 	// MaxFailingRatio the same as a share of the rows checked (0.01 = 1%).
 	// At most one of them.
-	MaxFailing      *int64   `yaml:"max_failing,omitempty" json:",omitempty"`
-	MaxFailingRatio *float64 `yaml:"max_failing_ratio,omitempty" json:",omitempty"`
+	MaxFailing      *int64
+	MaxFailingRatio *float64
 }
 
 // AcceptedValues: the column's non-NULL values are among Values.
 type AcceptedValues struct {
-	Column string   `yaml:"column"`
-	Values []string `yaml:"values"`
+	Column string
+	Values []string
 }
 
 // AcceptedRange: the column's non-NULL values are within [Min, Max]; either
 // bound may be left out. Bounds are written as the column's type reads them
 // (0, 1e6, 2026-01-01).
 type AcceptedRange struct {
-	Column string  `yaml:"column"`
-	Min    *string `yaml:"min,omitempty" json:",omitempty"`
-	Max    *string `yaml:"max,omitempty" json:",omitempty"`
+	Column string
+	Min    *string
+	Max    *string
 }
 
 // Relationship: every non-NULL value of Column exists in To's Field.
 type Relationship struct {
-	Column string `yaml:"column"`
-	To     string `yaml:"to"`
-	Field  string `yaml:"field"`
+	Column string
+	To     string
+	Field  string
 }
 
 // RowCount bounds the rows the load produced.
 type RowCount struct {
-	Min *int64 `yaml:"min,omitempty" json:",omitempty"`
-	Max *int64 `yaml:"max,omitempty" json:",omitempty"`
+	Min *int64
+	Max *int64
 }
 
 // RowCountChange bounds the change against the rows the load replaces, as

@@ -50,14 +50,33 @@ type Check struct {
 	MaxFailingRatio *float64 `yaml:"max_failing_ratio,omitempty" json:",omitempty"`
 }
 
-// The kinds' bodies are the plain ones of package checks, but for
-// row_count_change, whose shares are written as percentages.
-type (
-	AcceptedValues = checks.AcceptedValues
-	AcceptedRange  = checks.AcceptedRange
-	Relationship   = checks.Relationship
-	RowCount       = checks.RowCount
-)
+// AcceptedValues: the column's non-NULL values are among Values.
+type AcceptedValues struct {
+	Column string   `yaml:"column"`
+	Values []string `yaml:"values"`
+}
+
+// AcceptedRange: the column's non-NULL values are within [Min, Max]; either
+// bound may be left out. Bounds are written as the column's type reads them
+// (0, 1e6, 2026-01-01).
+type AcceptedRange struct {
+	Column string  `yaml:"column"`
+	Min    *string `yaml:"min,omitempty" json:",omitempty"`
+	Max    *string `yaml:"max,omitempty" json:",omitempty"`
+}
+
+// Relationship: every non-NULL value of Column exists in To's Field.
+type Relationship struct {
+	Column string `yaml:"column"`
+	To     string `yaml:"to"`
+	Field  string `yaml:"field"`
+}
+
+// RowCount bounds the rows the load produced.
+type RowCount struct {
+	Min *int64 `yaml:"min,omitempty" json:",omitempty"`
+	Max *int64 `yaml:"max,omitempty" json:",omitempty"`
+}
 
 // RowCountChange bounds the change against the rows the load replaces.
 type RowCountChange struct {
@@ -128,9 +147,11 @@ const (
 func (c Check) Spec() checks.Spec {
 	s := checks.Spec{
 		Name: c.Name, Unique: c.Unique, NotNull: c.NotNull,
-		AcceptedValues: c.AcceptedValues, AcceptedRange: c.AcceptedRange,
-		Relationships: c.Relationships, RowCount: c.RowCount,
-		Expression: c.Expression, SQL: c.SQL, Severity: c.Severity,
+		AcceptedValues: (*checks.AcceptedValues)(c.AcceptedValues),
+		AcceptedRange:  (*checks.AcceptedRange)(c.AcceptedRange),
+		Relationships:  (*checks.Relationship)(c.Relationships),
+		RowCount:       (*checks.RowCount)(c.RowCount),
+		Expression:     c.Expression, SQL: c.SQL, Severity: c.Severity,
 		MaxFailing: c.MaxFailing, MaxFailingRatio: c.MaxFailingRatio,
 	}
 	if r := c.RowCountChange; r != nil {
