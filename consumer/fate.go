@@ -63,6 +63,7 @@ const (
 	OutcomeRetried          Outcome = "retried"            // transient failure, nak'ed with backoff
 	OutcomeInterrupted      Outcome = "interrupted"        // stopped by shutdown, nak'ed, not a failure
 	OutcomeDeferred         Outcome = "deferred"           // its dataset was at max_concurrency with a queue: nak'ed, not a failure
+	OutcomeWaiting          Outcome = "waiting"            // its source was not ready yet: nak'ed for later, not a failure
 	OutcomeDeadLettered     Outcome = "dead_lettered"      // in the dead-letter stream, terminated
 	OutcomeDeadLetterFailed Outcome = "dead_letter_failed" // the dead letter could not be published: nak'ed
 )
@@ -79,6 +80,10 @@ type Fate struct {
 	Shutdown bool
 	// Deferred marks a Nak of a message whose dataset had no turn free.
 	Deferred bool
+	// Waiting marks a Nak of a message whose source is not ready yet (a
+	// partition without its marker, a replica too far behind): no load
+	// ran, no attempt is spent; the handler decides when waiting ends.
+	Waiting bool
 }
 
 // Outcome is f's metric label once carried out as decided.
@@ -92,6 +97,8 @@ func (f Fate) Outcome() Outcome {
 		return OutcomeInterrupted
 	case f.Deferred:
 		return OutcomeDeferred
+	case f.Waiting:
+		return OutcomeWaiting
 	}
 	return OutcomeRetried
 }
@@ -137,6 +144,7 @@ type Input struct {
 //	Err is errNoTurn                             -> Nak after TurnDelay(Delivery) (not a failure)
 //	Err is errElsewhere or errRollout            -> Nak after 1-3s: another replica knows the dataset, or may soon
 //	Err has Unavailable() == true                -> Hold (the warehouse circuit)
+//	Err has WaitFor() > 0 (a source not ready)   -> Nak after WaitFor, no attempt spent
 //	Err has Fatal() == true                      -> DeadLetter fatal
 //	Err has BudgetSpent(), and Crashed()         -> DeadLetter crashed (nothing ran)
 //	Err has BudgetSpent()                        -> DeadLetter exhausted (nothing ran)
@@ -160,6 +168,8 @@ func Decide(in Input) Fate {
 		return Fate{Action: Nak, Delay: fleetDelay(in.Jitter), Deferred: true}
 	case has(in.Err, func(e interface{ Unavailable() bool }) bool { return e.Unavailable() }):
 		return Fate{Action: Hold}
+	case sourceWait(in.Err) > 0:
+		return Fate{Action: Nak, Delay: sourceWait(in.Err), Waiting: true}
 	case isFatal(in.Err):
 		return Fate{Action: DeadLetter, Kind: KindFatal, Delay: backoff}
 	case has(in.Err, func(e interface{ BudgetSpent() bool }) bool { return e.BudgetSpent() }):
@@ -210,6 +220,16 @@ var (
 // redelivered ever more slowly and a short one is taken up soon.
 func TurnDelay(delivery int) time.Duration {
 	return min(time.Duration(max(delivery, 1))*time.Second, 30*time.Second)
+}
+
+// sourceWait is how long the handler asks the message to wait for its source
+// (a WaitFor method on the error), 0 when it asks for nothing.
+func sourceWait(err error) time.Duration {
+	var w interface{ WaitFor() time.Duration }
+	if errors.As(err, &w) {
+		return w.WaitFor()
+	}
+	return 0
 }
 
 // isFatal finds the behaviour, not a type: handlers and schemas mark their

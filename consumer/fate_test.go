@@ -154,3 +154,19 @@ func TestFleetDelayIsJittered(t *testing.T) {
 	require.Less(t, fleetDelay(0.999), 3*time.Second)
 	require.NotEqual(t, Decide(Input{Err: errElsewhere, Jitter: 0.1}).Delay, Decide(Input{Err: errElsewhere, Jitter: 0.9}).Delay)
 }
+
+// waitErr asks for a wait, as a handler's error for a source not ready.
+type waitErr time.Duration
+
+func (w waitErr) Error() string          { return "source not ready" }
+func (w waitErr) WaitFor() time.Duration { return time.Duration(w) }
+
+func TestDecideWaitsForASourceWithoutSpendingAnAttempt(t *testing.T) {
+	in := Input{Err: fmt.Errorf("load: %w", waitErr(7*time.Second)), Attempt: 3, Retry: Retry{MaxAttempts: 3, Delay: time.Second, MaxDelay: time.Minute}}
+	f := Decide(in)
+	require.Equal(t, Fate{Action: Nak, Delay: 7 * time.Second, Waiting: true}, f, "a wait is a nak for the asked delay, even on the last attempt")
+	require.Equal(t, OutcomeWaiting, f.Outcome())
+	// A wait of 0 asks for nothing: the error is transient like any other.
+	in.Err, in.Attempt = waitErr(0), 1
+	require.Equal(t, OutcomeRetried, Decide(in).Outcome())
+}

@@ -240,6 +240,8 @@ func (c *Consumer) apply(d *delivery, in Input, f Fate, handled time.Duration) {
 			log.Info().Msg("interrupted by shutdown: nak'ed for redelivery")
 		case f.Deferred:
 			log.Debug().Dur("retry_in", f.Delay).Msg("no turn for the dataset: nak'ed for later, not counted")
+		case f.Waiting:
+			log.Info().Str("waiting", in.Err.Error()).Dur("retry_in", f.Delay).Msg("source not ready: waiting, no attempt spent")
 		default:
 			log.Warn().Err(in.Err).Int("max_attempts", d.retry.MaxAttempts).Dur("retry_in", f.Delay).
 				Msg("transient failure: will retry")
