@@ -114,6 +114,8 @@ type Config struct {
 	Lineage Lineage `yaml:"lineage,omitempty"`
 	// Tracing says where OpenTelemetry spans go; absent, none are exported.
 	Tracing Tracing `yaml:"tracing,omitempty"`
+	// S3 reaches the object store of the datasets whose files are in one.
+	S3 S3 `yaml:"s3,omitempty"`
 	// Defaults are the values datasets take for fields they leave out.
 	Defaults DatasetDefaults `yaml:"defaults,omitempty"`
 	// Datasets maps a dataset name (the last subject token) to how it loads.
@@ -337,10 +339,15 @@ type Dataset struct {
 	// LoadSeqColumn holds the load sequence. append_dedupe only; default
 	// DefaultLoadSeqColumn.
 	LoadSeqColumn string `yaml:"load_seq_column,omitempty"`
-	// Source is the SELECT that produces the partition's rows, with the pgx
-	// named arguments @partition and @run_id. It never reads the clock.
+	// Source is where the partition's rows come from: the SELECT that
+	// produces them, with the pgx named arguments @partition and @run_id
+	// (it never reads the clock), or files: or postgres: (Source).
 	// Required.
-	Source string `yaml:"source"`
+	Source Source `yaml:"source"`
+	// WaitUpTo is how long an event whose source is not ready yet (files
+	// without their ready marker, a replica too far behind) waits, no
+	// attempt spent, before it is dead-lettered. Default DefaultWaitUpTo.
+	WaitUpTo Duration `yaml:"wait_up_to,omitempty"`
 	// Then names datasets to trigger, same partition and run_id, after a
 	// successful load.
 	Then []string `yaml:"then,omitempty"`

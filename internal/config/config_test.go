@@ -114,7 +114,7 @@ func TestParseFullConfig(t *testing.T) {
 	require.Equal(t, &Dataset{
 		Name: "orders", Strategy: DeleteInsert, Target: "analytics.fact_orders",
 		PartitionColumn: "event_date", PartitionType: schemas.PartitionDate,
-		Source:  "SELECT * FROM staging.orders WHERE event_date = @partition",
+		Source:  Source{SQL: "SELECT * FROM staging.orders WHERE event_date = @partition"},
 		Retries: &five, RetryDelay: Duration(5 * time.Second), MaxRetryDelay: Duration(10 * time.Minute),
 		Timeout: Duration(15 * time.Minute), MaxConcurrency: 2, AllowEmpty: true,
 	}, orders)

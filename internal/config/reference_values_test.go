@@ -224,7 +224,7 @@ func strategyMatrix() ([]string, map[string]map[Strategy]string, error) {
 	cells := map[string]map[Strategy]string{}
 	var keys []string
 	for _, s := range Strategies {
-		base := &Dataset{Strategy: s, Target: "c_schema.c_target", Source: "SELECT 1 WHERE c = @partition"}
+		base := &Dataset{Strategy: s, Target: "c_schema.c_target", Source: Source{SQL: "SELECT 1 WHERE c = @partition"}}
 		required := map[string]bool{}
 		for range 5 {
 			var missing []string

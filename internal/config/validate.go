@@ -411,15 +411,15 @@ func validateRetries(v *validator, d *Dataset) {
 // validateSource checks the source SQL: present, clock-free, and binding only
 // the arguments idem passes.
 func (c *Config) validateSource(v *validator, d *Dataset) {
-	if strings.TrimSpace(d.Source) == "" {
+	if strings.TrimSpace(d.Source.SQL) == "" && d.Source.Files == nil && d.Source.Postgres == nil {
 		v.add("source", "required; write the SELECT that returns the partition's rows, filtered with @partition")
 		return
 	}
-	for _, f := range sqlcheck.WallClock(d.Source) {
+	for _, f := range sqlcheck.WallClock(d.Source.SQL) {
 		v.add("source", "reads the wall clock with %s (byte %d), so a rerun or backfill of an old partition would load different rows; use @partition instead", f.Name, f.Offset)
 	}
 	usesPartition := false
-	for _, p := range sqlcheck.Params(d.Source) {
+	for _, p := range sqlcheck.Params(d.Source.SQL) {
 		switch p {
 		case "partition":
 			usesPartition = true

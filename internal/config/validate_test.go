@@ -151,7 +151,7 @@ func TestValidateProblems(t *testing.T) {
 
 		// Required per strategy.
 		{"no target", func(c *Config) { c.Datasets["orders"].Target = "" }, "orders", "target", []string{"required", "schema.table"}, false},
-		{"no source", func(c *Config) { c.Datasets["orders"].Source = "\n" }, "orders", "source", []string{"required", "@partition"}, false},
+		{"no source", func(c *Config) { c.Datasets["orders"].Source.SQL = "\n" }, "orders", "source", []string{"required", "@partition"}, false},
 		{"delete_insert without partition_column", func(c *Config) { c.Datasets["orders"].PartitionColumn = "" }, "orders", "partition_column", []string{"required for strategy delete_insert; name the target column that holds the partition key"}, false},
 		{"merge without key", func(c *Config) { c.Datasets["customers"].Key = nil; c.Datasets["customers"].VersionColumn = "" }, "customers", "key", []string{"required for strategy merge", "key: [customer_id]"}, false},
 		{"append_dedupe without key", func(c *Config) { c.Datasets["events"].Key = nil }, "events", "key", []string{"required for strategy append_dedupe"}, false},
@@ -197,15 +197,15 @@ func TestValidateProblems(t *testing.T) {
 
 		// Source SQL.
 		{"source reads now()", func(c *Config) {
-			c.Datasets["customers"].Source = "SELECT * FROM staging.customers WHERE updated_at > now() - interval '1 day'"
+			c.Datasets["customers"].Source.SQL = "SELECT * FROM staging.customers WHERE updated_at > now() - interval '1 day'"
 		}, "customers", "source", []string{"reads the wall clock with now()", "use @partition instead"}, false},
 		{"source reads CURRENT_DATE", func(c *Config) {
-			c.Datasets["orders"].Source = "SELECT * FROM s WHERE d = @partition AND d <= CURRENT_DATE"
+			c.Datasets["orders"].Source.SQL = "SELECT * FROM s WHERE d = @partition AND d <= CURRENT_DATE"
 		}, "orders", "source", []string{"reads the wall clock with CURRENT_DATE", "use @partition instead"}, false},
-		{"source reads 'today'", func(c *Config) { c.Datasets["customers"].Source = "SELECT * FROM s WHERE d = 'today'::date" }, "customers", "source", []string{"with 'today'"}, false},
-		{"source with unknown argument", func(c *Config) { c.Datasets["orders"].Source = "SELECT * FROM s WHERE d = @partition AND r = @region" }, "orders", "source", []string{"uses @region", "only @partition and @run_id"}, false},
-		{"source with misspelt argument", func(c *Config) { c.Datasets["customers"].Source = "SELECT * FROM s WHERE d = @partiton" }, "customers", "source", []string{"uses @partiton", "did you mean @partition?"}, false},
-		{"delete_insert source without @partition", func(c *Config) { c.Datasets["orders"].Source = "SELECT * FROM staging.orders" }, "orders", "source", []string{"never uses @partition", "filter the source with @partition"}, false},
+		{"source reads 'today'", func(c *Config) { c.Datasets["customers"].Source.SQL = "SELECT * FROM s WHERE d = 'today'::date" }, "customers", "source", []string{"with 'today'"}, false},
+		{"source with unknown argument", func(c *Config) { c.Datasets["orders"].Source.SQL = "SELECT * FROM s WHERE d = @partition AND r = @region" }, "orders", "source", []string{"uses @region", "only @partition and @run_id"}, false},
+		{"source with misspelt argument", func(c *Config) { c.Datasets["customers"].Source.SQL = "SELECT * FROM s WHERE d = @partiton" }, "customers", "source", []string{"uses @partiton", "did you mean @partition?"}, false},
+		{"delete_insert source without @partition", func(c *Config) { c.Datasets["orders"].Source.SQL = "SELECT * FROM staging.orders" }, "orders", "source", []string{"never uses @partition", "filter the source with @partition"}, false},
 
 		// Retries and limits.
 		{"negative retries", func(c *Config) { c.Datasets["orders"].Retries = intp(-1) }, "orders", "retries", []string{"use 0 for no retry"}, false},

@@ -27,7 +27,7 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		spec := strategies.Spec{
 			Dataset:         name,
 			Target:          strategies.Table{Schema: ts, Name: tn},
-			Source:          d.Source,
+			Source:          d.Source.SQL,
 			PartitionColumn: d.PartitionColumn,
 			Key:             d.Key,
 			VersionColumn:   d.VersionColumn,
@@ -133,7 +133,7 @@ func lineageInputs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 			continue
 		}
 		p := strategies.Params{Partition: SamplePartition(ds.PartitionType), RunID: "idem-lineage"}
-		tables, err := lineage.SourceTables(ctx, pool, d.Source, p.NamedArgs())
+		tables, err := lineage.SourceTables(ctx, pool, d.Source.SQL, p.NamedArgs())
 		if err != nil {
 			log.Warn().Err(err).Str("dataset", name).Msg("lineage: the tables the source reads are not known; its events name no inputs")
 			continue

@@ -66,7 +66,7 @@ datasets:
 	require.Equal(t, ConfigVersion(a), ConfigVersion(b))
 	require.Len(t, ConfigVersion(a), 12)
 
-	b.Datasets["orders"].Source = "SELECT 1"
+	b.Datasets["orders"].Source.SQL = "SELECT 1"
 	require.NotEqual(t, ConfigVersion(a), ConfigVersion(b))
 	require.Equal(t, []string{"source"}, DiffDefinitions(Definitions(a), Definitions(b)).Changed["orders"])
 }
