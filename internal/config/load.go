@@ -256,6 +256,13 @@ func (c *Config) secretFiles() []secretFile {
 	if ol := c.Lineage.OpenLineage; ol != nil {
 		files = append(files, secretFile{"lineage.openlineage.api_key", "lineage.openlineage.api_key_file", &ol.APIKey, &ol.APIKeyFile})
 	}
+	for _, name := range c.DatasetNames() {
+		if d := c.Datasets[name]; d != nil && d.Source.Postgres != nil {
+			p := d.Source.Postgres
+			field := "datasets." + name + ".source.postgres.url"
+			files = append(files, secretFile{field, field + "_file", &p.URL, &p.URLFile})
+		}
+	}
 	return files
 }
 

@@ -408,18 +408,100 @@ func validateRetries(v *validator, d *Dataset) {
 	}
 }
 
-// validateSource checks the source SQL: present, clock-free, and binding only
-// the arguments idem passes.
+// validateSource checks the source: one kind; SQL present, clock-free and
+// binding only the arguments idem passes; files and another PostgreSQL
+// named in a way idem can reach.
 func (c *Config) validateSource(v *validator, d *Dataset) {
-	if strings.TrimSpace(d.Source.SQL) == "" && d.Source.Files == nil && d.Source.Postgres == nil {
-		v.add("source", "required; write the SELECT that returns the partition's rows, filtered with @partition")
+	src := d.Source
+	kinds := 0
+	for _, set := range []bool{strings.TrimSpace(src.SQL) != "", src.Files != nil, src.Postgres != nil} {
+		if set {
+			kinds++
+		}
+	}
+	switch {
+	case kinds == 0:
+		v.add("source", "required; write the SELECT that returns the partition's rows, filtered with @partition, or files: or postgres:")
+		return
+	case kinds > 1:
+		v.add("source", "names %d sources; give one: a SELECT, files: or postgres:", kinds)
 		return
 	}
-	for _, f := range sqlcheck.WallClock(d.Source.SQL) {
-		v.add("source", "reads the wall clock with %s (byte %d), so a rerun or backfill of an old partition would load different rows; use @partition instead", f.Name, f.Offset)
+	if d.WaitUpTo < 0 || d.WaitUpTo > MaxWaitUpTo {
+		v.add("wait_up_to", "%s; use a duration from 0 (the default, %s) up to %s", d.WaitUpTo, DefaultWaitUpTo, MaxWaitUpTo)
+	}
+	switch {
+	case src.Files != nil:
+		c.validateFiles(v, src.Files)
+		return
+	case src.Postgres != nil:
+		if src.Postgres.URL == "" {
+			v.add("source.postgres.url", "required; the source server's connection string (url, or url_file)")
+		}
+		if n := src.Postgres.RecoveryConflictRetries; n != nil && (*n < 0 || *n > 100) {
+			v.add("source.postgres.recovery_conflict_retries", "%d; use 0 to 100", *n)
+		}
+		if src.Postgres.MaxReplicaLag < 0 {
+			v.add("source.postgres.max_replica_lag", "%s; use a positive duration, or 0 for no gate", src.Postgres.MaxReplicaLag)
+		}
+		c.validateSourceSQL(v, d, "source.postgres.sql", src.Postgres.SQL)
+		return
+	}
+	c.validateSourceSQL(v, d, "source", src.SQL)
+}
+
+// validateFiles checks a files: source without reaching the store.
+func (c *Config) validateFiles(v *validator, f *FilesSource) {
+	switch {
+	case strings.HasPrefix(f.URL, "s3://"):
+		if strings.TrimPrefix(f.URL, "s3://") == "" || strings.HasPrefix(strings.TrimPrefix(f.URL, "s3://"), "/") {
+			v.add("source.files.url", "%q names no bucket; write s3://BUCKET/path/dt={partition}/", f.URL)
+		}
+	case strings.HasPrefix(f.URL, "file:///"):
+	default:
+		v.add("source.files.url", "%q; write s3://BUCKET/path/dt={partition}/ or file:///path/dt={partition}/", f.URL)
+	}
+	if !strings.Contains(f.URL, "{partition") {
+		v.add("source.files.url", "%q never names {partition}, so every partition would load the same files", f.URL)
+	}
+	switch f.Format {
+	case "csv", "ndjson", "parquet":
+	default:
+		v.add("source.files.format", "%q; use csv, ndjson or parquet", f.Format)
+	}
+	if r := f.Ready; r != nil {
+		rules := 0
+		for _, set := range []bool{r.Marker != "", r.Manifest != "", r.QuietFor > 0} {
+			if set {
+				rules++
+			}
+		}
+		if rules != 1 {
+			v.add("source.files.ready", "give exactly one of marker, manifest or quiet_for (it has %d)", rules)
+		}
+		if r.MinFiles < 0 || r.MinFiles > 0 && r.QuietFor == 0 {
+			v.add("source.files.ready.min_files", "%d; goes with quiet_for, 1 or more", r.MinFiles)
+		}
+	}
+	for _, a := range f.Allow {
+		if a != "uint64_as_bigint" && a != "naive_timestamp_as_utc" {
+			v.add("source.files.allow", "%q; use uint64_as_bigint or naive_timestamp_as_utc", a)
+		}
+	}
+}
+
+// validateSourceSQL checks a source SELECT: clock-free and binding only
+// @partition and @run_id, and using @partition where the strategy needs it.
+func (c *Config) validateSourceSQL(v *validator, d *Dataset, field, sql string) {
+	if strings.TrimSpace(sql) == "" {
+		v.add(field, "required; write the SELECT that returns the partition's rows, filtered with @partition")
+		return
+	}
+	for _, f := range sqlcheck.WallClock(sql) {
+		v.add(field, "reads the wall clock with %s (byte %d), so a rerun or backfill of an old partition would load different rows; use @partition instead", f.Name, f.Offset)
 	}
 	usesPartition := false
-	for _, p := range sqlcheck.Params(d.Source.SQL) {
+	for _, p := range sqlcheck.Params(sql) {
 		switch p {
 		case "partition":
 			usesPartition = true
@@ -429,11 +511,11 @@ func (c *Config) validateSource(v *validator, d *Dataset) {
 			if m := closest(p, []string{"partition", "run_id"}); m != "" {
 				msg += fmt.Sprintf(" (did you mean @%s?)", m)
 			}
-			v.add("source", "%s", msg)
+			v.add(field, "%s", msg)
 		}
 	}
 	if !usesPartition && (d.Strategy == DeleteInsert || d.Strategy == AppendDedupe && d.PartitionColumn != "") {
-		v.add("source", "never uses @partition, so every partition would load the same rows; filter the source with @partition, e.g. WHERE event_date = @partition")
+		v.add(field, "never uses @partition, so every partition would load the same rows; filter the source with @partition, e.g. WHERE event_date = @partition")
 	}
 }
 

@@ -202,6 +202,32 @@ func TestValidateProblems(t *testing.T) {
 		{"source reads CURRENT_DATE", func(c *Config) {
 			c.Datasets["orders"].Source.SQL = "SELECT * FROM s WHERE d = @partition AND d <= CURRENT_DATE"
 		}, "orders", "source", []string{"reads the wall clock with CURRENT_DATE", "use @partition instead"}, false},
+		{"two sources", func(c *Config) {
+			c.Datasets["customers"].Source.Files = &FilesSource{URL: "s3://b/c/dt={partition}/", Format: "csv"}
+		}, "customers", "source", []string{"names 2 sources", "give one"}, false},
+		{"files url of another scheme", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "http://b/c/{partition}/", Format: "csv"}}
+		}, "customers", "source.files.url", []string{"write s3://BUCKET/path/dt={partition}/"}, false},
+		{"files url without the partition", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "s3://b/c/", Format: "csv"}}
+		}, "customers", "source.files.url", []string{"never names {partition}"}, false},
+		{"files of an unknown format", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "xlsx"}}
+		}, "customers", "source.files.format", []string{`"xlsx"`, "csv, ndjson or parquet"}, false},
+		{"two ready rules", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "csv",
+				Ready: &FilesReady{Marker: "_SUCCESS", QuietFor: Duration(time.Minute)}}}
+		}, "customers", "source.files.ready", []string{"exactly one of marker, manifest or quiet_for"}, false},
+		{"wait_up_to past the limit", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "csv"}}
+			c.Datasets["customers"].WaitUpTo = Duration(48 * time.Hour)
+		}, "customers", "wait_up_to", []string{"up to 12h"}, false},
+		{"postgres source without a url", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Postgres: &PostgresSource{SQL: "SELECT * FROM o WHERE d = @partition"}}
+		}, "customers", "source.postgres.url", []string{"required"}, false},
+		{"postgres source reading the clock", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Postgres: &PostgresSource{URL: "postgres://h/db", SQL: "SELECT * FROM o WHERE d = @partition AND t < now()"}}
+		}, "customers", "source.postgres.sql", []string{"reads the wall clock with now()"}, false},
 		{"source reads 'today'", func(c *Config) { c.Datasets["customers"].Source.SQL = "SELECT * FROM s WHERE d = 'today'::date" }, "customers", "source", []string{"with 'today'"}, false},
 		{"source with unknown argument", func(c *Config) { c.Datasets["orders"].Source.SQL = "SELECT * FROM s WHERE d = @partition AND r = @region" }, "orders", "source", []string{"uses @region", "only @partition and @run_id"}, false},
 		{"source with misspelt argument", func(c *Config) { c.Datasets["customers"].Source.SQL = "SELECT * FROM s WHERE d = @partiton" }, "customers", "source", []string{"uses @partiton", "did you mean @partition?"}, false},
