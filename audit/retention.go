@@ -158,6 +158,8 @@ del AS (
      RETURNING a.dag_id, a.task_id, a.partition_key, a.logical_date, a.status),
 checks AS (
      DELETE FROM idem.check_results c USING doomed d WHERE c.audit_id = d.id),
+files AS (
+     DELETE FROM idem.source_files f USING doomed d WHERE f.audit_id = d.id),
 counted AS (
      INSERT INTO idem.pruned_attempts AS p (dag_id, task_id, partition_key, logical_date, attempts, skipped)
      SELECT dag_id, task_id, partition_key, max(logical_date),
