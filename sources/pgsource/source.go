@@ -121,12 +121,13 @@ const (
 )
 
 // lagSQL reads a standby's replay: in recovery, caught up with all it
-// received, and now() - the primary's commit time of the last replayed
-// transaction, in microseconds.
+// received, now() - the primary's commit time of the last replayed
+// transaction, and that commit time. Times are microseconds, so that no
+// DateStyle of the session (it runs before the pins) changes how they read.
 const lagSQL = `SELECT pg_is_in_recovery(),
   coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false),
   (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint,
-  pg_last_xact_replay_timestamp()`
+  (extract(epoch FROM pg_last_xact_replay_timestamp()) * 1000000)::bigint`
 
 // lag is a standby's replay lag as lagSQL measures it: 0 on a primary or
 // when replay has applied everything the standby received, so an idle
@@ -152,8 +153,7 @@ func (s *session) gate(ctx context.Context, limit time.Duration) error {
 	}
 	for sample := 1; ; sample++ {
 		var inRecovery, caughtUp bool
-		var us *int64
-		var replayedAt *time.Time
+		var us, replayedAt *int64
 		if err := s.conn.QueryRow(ctx, lagSQL).Scan(&inRecovery, &caughtUp, &us, &replayedAt); err != nil {
 			return s.fail(ctx, "gate", err)
 		}
@@ -162,11 +162,7 @@ func (s *session) gate(ctx context.Context, limit time.Duration) error {
 			return nil
 		}
 		if sample == lagSamples {
-			e := &LagError{Source: s.addr, Lag: l, Limit: limit}
-			if replayedAt != nil {
-				e.ReplayedAt = *replayedAt
-			}
-			return e
+			return &LagError{Source: s.addr, Lag: l, Limit: limit, ReplayedAt: fromMicros(replayedAt)}
 		}
 		select {
 		case <-ctx.Done():
@@ -182,7 +178,7 @@ const snapshotSQL = `SELECT pg_is_in_recovery(),
   (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,
   coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false),
   (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint,
-  pg_last_xact_replay_timestamp(),
+  (extract(epoch FROM pg_last_xact_replay_timestamp()) * 1000000)::bigint,
   coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local'),
   current_setting('server_version_num')::int,
   CASE WHEN has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE')
@@ -195,8 +191,7 @@ func (s *session) begin(ctx context.Context) (Source, error) {
 	}
 	src := Source{Addr: s.addr}
 	var caughtUp bool
-	var us *int64
-	var replayedAt *time.Time
+	var us, replayedAt *int64
 	var sysID *string
 	err := s.conn.QueryRow(ctx, snapshotSQL).Scan(&src.InRecovery, &src.LSN, &caughtUp, &us, &replayedAt,
 		&src.ServerAddr, &src.Version, &sysID)
@@ -208,9 +203,7 @@ func (s *session) begin(ctx context.Context) (Source, error) {
 	}
 	if src.InRecovery {
 		src.Lag = max(lag(true, caughtUp, us), 0)
-		if replayedAt != nil {
-			src.ReplayedAt = replayedAt.UTC()
-		}
+		src.ReplayedAt = fromMicros(replayedAt)
 	}
 	return src, nil
 }
@@ -283,3 +276,12 @@ type dstError struct{ err error }
 
 func (e *dstError) Error() string { return e.err.Error() }
 func (e *dstError) Unwrap() error { return e.err }
+
+// fromMicros is a time given in microseconds since the Unix epoch, in UTC;
+// zero for NULL.
+func fromMicros(us *int64) time.Time {
+	if us == nil {
+		return time.Time{}
+	}
+	return time.UnixMicro(*us).UTC()
+}
