@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -128,7 +129,9 @@ func copyInSavepoint(ctx context.Context, s *session, dst pgx.Tx, copyTo, copyFr
 	n, err := pinnedCopy(ctx, s, sp, copyTo, copyFrom)
 	if err != nil {
 		var d *dstError
-		if rbErr := sp.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.As(err, &d) && ctx.Err() == nil {
+		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if rbErr := sp.Rollback(rbCtx); rbErr != nil && !errors.As(err, &d) && ctx.Err() == nil {
 			// The source failed and dst cannot even go back to the
 			// savepoint: dst is the problem now.
 			return 0, &dstError{fmt.Errorf("pgsource: rolling back to the savepoint after a failed copy: %w", rbErr)}

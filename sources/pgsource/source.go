@@ -61,7 +61,8 @@ type Source struct {
 	ReplayedAt time.Time
 	// Lag is how far replay was behind when the snapshot was taken: 0 on a
 	// primary and on a standby that had replayed all it had received,
-	// now() - ReplayedAt otherwise.
+	// now() - ReplayedAt otherwise, -1 when the standby had replayed no
+	// transaction yet.
 	Lag time.Duration
 }
 
@@ -202,7 +203,7 @@ func (s *session) begin(ctx context.Context) (Source, error) {
 		src.SystemIdentifier = *sysID
 	}
 	if src.InRecovery {
-		src.Lag = max(lag(true, caughtUp, us), 0)
+		src.Lag = lag(true, caughtUp, us)
 		src.ReplayedAt = fromMicros(replayedAt)
 	}
 	return src, nil

@@ -107,7 +107,7 @@ func addrOf(cfg *pgconn.Config) string {
 
 // SpecError is one thing wrong with a Spec. Retrying cannot fix it.
 type SpecError struct {
-	Field   string // url, sql, max_replica_lag, recovery_conflict_retries
+	Field   string // url, sql, max_replica_lag, recovery_conflict_retries; target (Copy); fingerprint (Fingerprint)
 	Problem string // what is wrong and the fix; never holds a password
 	reason  string
 }
