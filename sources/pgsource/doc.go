@@ -40,10 +40,12 @@
 //
 // With [Spec.MaxReplicaLag] set, a source in recovery is sampled before its
 // snapshot is taken: now() - pg_last_xact_replay_timestamp(), the age of the
-// primary's last commit the standby has replayed. A standby that has
-// replayed everything it received (pg_last_wal_receive_lsn() =
-// pg_last_wal_replay_lsn()) counts as lag 0, because an idle primary commits
-// nothing and the last commit only grows old. If the lag stays above the
+// primary's last commit the standby has replayed. A standby that streams
+// (its WAL receiver runs) and has replayed everything it received
+// (pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()) counts as lag 0,
+// because an idle primary commits nothing and the last commit only grows
+// old; a standby whose stream is down does not, as it cannot know what it
+// misses. If the lag stays above the
 // limit for a few samples, Copy returns a [*LagError]: a wait, never a
 // failure. The comparison uses the standby's clock against the primary's
 // commit times, so clock skew between them adds to or hides lag.

@@ -60,7 +60,7 @@ type Source struct {
 	// everything the primary committed up to then. Zero on a primary.
 	ReplayedAt time.Time
 	// Lag is how far replay was behind when the snapshot was taken: 0 on a
-	// primary and on a standby that had replayed all it had received,
+	// primary and on a streaming standby that had replayed all it received,
 	// now() - ReplayedAt otherwise, -1 when the standby had replayed no
 	// transaction yet.
 	Lag time.Duration
@@ -121,19 +121,26 @@ const (
 	lagSampleGap = 100 * time.Millisecond
 )
 
-// lagSQL reads a standby's replay: in recovery, caught up with all it
-// received, now() - the primary's commit time of the last replayed
-// transaction, and that commit time. Times are microseconds, so that no
-// DateStyle of the session (it runs before the pins) changes how they read.
+// caughtUpSQL says a standby has replayed all the WAL it received and is
+// receiving more: a WAL receiver runs (every role sees its pid) and, where
+// the role may see it (pg_read_all_stats), streams. Without a receiver, a
+// standby cut off from its primary would look caught up forever.
+const caughtUpSQL = `coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+    AND EXISTS (SELECT FROM pg_stat_wal_receiver WHERE pid IS NOT NULL AND coalesce(status, 'streaming') = 'streaming'), false)`
+
+// lagSQL reads a standby's replay: in recovery, caught up (caughtUpSQL),
+// now() - the primary's commit time of the last replayed transaction, and
+// that commit time. Times are microseconds, so that no DateStyle of the
+// session (it runs before the pins) changes how they read.
 const lagSQL = `SELECT pg_is_in_recovery(),
-  coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false),
+  ` + caughtUpSQL + `,
   (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint,
   (extract(epoch FROM pg_last_xact_replay_timestamp()) * 1000000)::bigint`
 
 // lag is a standby's replay lag as lagSQL measures it: 0 on a primary or
-// when replay has applied everything the standby received, so an idle
-// primary, whose last commit grows old, is not mistaken for lag; -1 when
-// nothing was replayed yet.
+// when replay has applied everything a streaming standby received, so an
+// idle primary, whose last commit grows old, is not mistaken for lag; -1
+// when nothing was replayed yet.
 func lag(inRecovery, caughtUp bool, us *int64) time.Duration {
 	switch {
 	case !inRecovery || caughtUp:
@@ -177,7 +184,7 @@ func (s *session) gate(ctx context.Context, limit time.Duration) error {
 // snapshot, and says what that snapshot is.
 const snapshotSQL = `SELECT pg_is_in_recovery(),
   (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,
-  coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false),
+  ` + caughtUpSQL + `,
   (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint,
   (extract(epoch FROM pg_last_xact_replay_timestamp()) * 1000000)::bigint,
   coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local'),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,7 +97,37 @@ func TestLagGate(t *testing.T) {
 	res, err = copyRows(spec)
 	require.NoError(t, err)
 	require.Equal(t, int64(15), res.Rows)
+
+	// Cut off from its primary, a standby has replayed all it received and
+	// still cannot say it is fresh: once the last commit is older than the
+	// limit, wait.
+	var conninfo string
+	require.NoError(t, sb.QueryRow(ctx, "SHOW primary_conninfo").Scan(&conninfo))
+	setConninfo := func(ci string) {
+		_, err := sb.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = "+quoteLiteral(ci))
+		require.NoError(t, err)
+		_, err = sb.Exec(ctx, "SELECT pg_reload_conf()")
+		require.NoError(t, err)
+	}
+	setConninfo("host=127.0.0.1 port=1 user=postgres connect_timeout=1")
+	t.Cleanup(func() {
+		setConninfo(conninfo)
+		require.Eventually(t, func() bool {
+			var n int
+			return sb.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n) == nil && n == 1
+		}, 30*time.Second, 20*time.Millisecond, "the standby streams again")
+	})
+	require.Eventually(t, func() bool {
+		var cut bool
+		return sb.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_wal_receiver WHERE status = 'streaming')
+  AND now() - pg_last_xact_replay_timestamp() > $1::interval`, limit.String()).Scan(&cut) == nil && cut
+	}, 30*time.Second, 20*time.Millisecond, "the standby stopped streaming")
+	_, err = copyRows(spec)
+	require.True(t, errors.As(err, &lagErr), "%T %v", err, err)
 }
+
+// quoteLiteral quotes a test's own constant as a SQL string.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // conflictFixture makes a source database where a copy of big streams half
 // its rows, then sleeps at id 10000 while gate.ms > 0, and junk has rows for
