@@ -191,8 +191,14 @@ func classify(ctx context.Context, err error, addr, op, secret string) error {
 		return fmt.Errorf("pgsource: %s on %s: %w", op, addr, ctx.Err())
 	}
 	e := &Error{Source: addr, Op: op}
-	var pgErr *pgconn.PgError
+	var (
+		pgErr    *pgconn.PgError
+		parseErr *pgconn.ParseConfigError
+	)
 	switch {
+	case errors.As(err, &parseErr):
+		// Its text repeats the URL, redacted only on a best-effort basis.
+		e.Message, e.Kind, e.Reason = "cannot parse the URL: "+parseProblem(err), KindFatal, ReasonSourceConfig
 	case errors.As(err, &pgErr):
 		e.SQLState = pgErr.Code
 		e.Message = pgErr.Error()

@@ -63,6 +63,14 @@ func TestClassify(t *testing.T) {
 	require.False(t, e.Fatal())
 	require.Equal(t, "", e.FatalReason())
 
+	_, parseErr := pgconn.ParseConfig("postgres://app:" + secret + "@db:bad/shop")
+	require.Error(t, parseErr)
+	err = classify(ctx, parseErr, "(unparsable url)", "connect", "")
+	require.True(t, errors.As(err, &e))
+	require.Equal(t, ReasonSourceConfig, e.FatalReason())
+	noSecret(t, err.Error())
+	require.NotContains(t, err.Error(), "db:bad")
+
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	err = classify(cctx, fmt.Errorf("anything"), "db:5432/shop", "copy", secret)

@@ -154,13 +154,16 @@ func validateURL(u string) string {
 	if strings.TrimSpace(u) == "" {
 		return "required; the source database's postgres:// URL"
 	}
-	parsed, err := url.Parse(u)
-	if err != nil || (parsed.Scheme != "postgres" && parsed.Scheme != "postgresql") {
+	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		return "is not a postgres:// or postgresql:// URL (the URL is not repeated here, as it may hold a password)"
 	}
 	cfg, err := pgconn.ParseConfig(u)
 	if err != nil {
-		return "PostgreSQL cannot use this URL: " + scrub(parseProblem(err), parsed.User)
+		problem := parseProblem(err)
+		if parsed, err := url.Parse(u); err == nil {
+			problem = scrub(problem, parsed.User)
+		}
+		return "PostgreSQL cannot use this URL: " + problem
 	}
 	if cfg.Database == "" {
 		return "names no database; end the URL with /dbname"
@@ -168,13 +171,25 @@ func validateURL(u string) string {
 	return ""
 }
 
-// parseProblem is what pgconn found wrong with a URL, without the URL.
+// parseProblem is what pgconn found wrong with a URL, without the URL: the
+// words after the URL that pgconn quotes between backticks, unless they
+// look like they hold a URL themselves.
 func parseProblem(err error) string {
+	const generic = "invalid connection settings"
 	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) && errors.Unwrap(pe) != nil {
-		return errors.Unwrap(pe).Error()
+	if !errors.As(err, &pe) {
+		return generic
 	}
-	return "invalid connection settings"
+	text := pe.Error()
+	i := strings.LastIndex(text, "`: ")
+	if i < 0 {
+		return generic
+	}
+	text = text[i+3:]
+	if strings.Contains(text, "://") || strings.Contains(text, "@") || strings.Contains(text, "password") {
+		return generic
+	}
+	return text
 }
 
 // scrub removes a URL's password from text, plainly and URL-escaped.

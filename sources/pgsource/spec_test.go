@@ -99,3 +99,16 @@ func TestScrubSecret(t *testing.T) {
 	noSecret(t, got)
 	require.Equal(t, "x", scrubSecret("x", ""))
 }
+
+func TestURLProblemsNameTheFixNotTheURL(t *testing.T) {
+	for url, says := range map[string]string{
+		"postgres://app:" + secret + "@db:bad/shop":           "invalid port",
+		"postgres://app:" + secret + "@db/shop?sslmode=bogus": "sslmode is invalid",
+		"postgres://app:" + secret + "@[::1/shop":             "IPv6",
+	} {
+		err := Spec{URL: url, SQL: "SELECT 1 AS a"}.Validate()
+		require.ErrorContains(t, err, says)
+		noSecret(t, err.Error())
+		require.NotContains(t, err.Error(), "app:")
+	}
+}
