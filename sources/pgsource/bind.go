@@ -16,9 +16,10 @@ import (
 //     lexer would put $1 if the query ran with pgx.NamedArgs, as the SQL
 //     source in the target database does; pgx skips strings ('...', E'...',
 //     $tag$...$tag$), quoted names and comments (nested ones too).
-//     Validate also refuses SQL in which internal/sqlcheck's lexer, which
-//     the wall-clock and one-read checks use, finds a different set of
-//     arguments: two lexers must agree that each @name is code.
+//     As a cross-check, Validate refuses SQL in which internal/sqlcheck's
+//     lexer (the one the wall-clock and one-read checks use) finds a
+//     different set of argument names, as in x<@partition, which pgx binds
+//     and sqlcheck reads as the <@ operator.
 //  2. What: the value becomes one string constant. The source session runs
 //     with standard_conforming_strings on (SET LOCAL before the query), so
 //     a backslash is an ordinary character and only a quote could end the

@@ -30,7 +30,7 @@
 //
 // COPY (query) TO STDOUT takes no bind parameters. @partition and @run_id
 // are replaced by string literals exactly where pgx's named-argument lexer
-// would bind them, and only where internal/sqlcheck's lexer agrees; the
+// would bind them, cross-checked against internal/sqlcheck's lexer; the
 // literal is plain for simple values ('2026-11-28') and a Unicode-escape
 // constant (U&'...') holding no quote, dollar, star or semicolon otherwise.
 // It is untyped, like a bound parameter, so PostgreSQL types it from
