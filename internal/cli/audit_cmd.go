@@ -33,22 +33,24 @@ func dateRange(from, to string) (time.Time, time.Time, error) {
 	return f, t, nil
 }
 
-// datasetArg checks DATASET names a configured dataset.
-func datasetArg(cfg *config.Config, name string) error {
-	if _, ok := cfg.Datasets[name]; !ok {
-		return &UsageError{fmt.Errorf("dataset %q is not in %v", name, cfg.DatasetNames())}
+// configFor is the validated config of a command on dataset, which it
+// must name.
+func (e *env) configFor(dataset string) (*config.Config, error) {
+	cfg, err := e.validConfig()
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if _, ok := cfg.Datasets[dataset]; !ok {
+		return nil, &UsageError{fmt.Errorf("dataset %q is not in %v", dataset, cfg.DatasetNames())}
+	}
+	return cfg, nil
 }
 
 // auditQuery checks what every audit subcommand takes and connects.
 func (e *env) auditQuery(cmd *cobra.Command, dataset, from, to string) (*config.Config, time.Time, time.Time, *pgxpool.Pool, error) {
 	var zero time.Time
-	cfg, err := e.validConfig()
+	cfg, err := e.configFor(dataset)
 	if err != nil {
-		return nil, zero, zero, nil, err
-	}
-	if err := datasetArg(cfg, dataset); err != nil {
 		return nil, zero, zero, nil, err
 	}
 	f, t, err := dateRange(from, to)
