@@ -4,32 +4,32 @@ import "strings"
 
 // Spec is one assertion on the rows a load produces, as the load runs it:
 // exactly one kind field is set; severity and a threshold may go with it.
-// It is plain data: the config's checks: entries (config.Check) are read
-// from YAML and turned into Specs, so that this package, and the handlers
-// that run it, never link the config.
+// It is plain data, never read from YAML: the config's checks: entries
+// (config.Check, whose fields these are and which documents them) are
+// turned into Specs, so that this package, and the handlers that run it,
+// never link the config.
 type Spec struct {
-	// Name names the check in outcomes, logs and metrics; default the kind
-	// and its columns (not_null(order_id,total)).
-	Name string `yaml:"name,omitempty" json:",omitempty"`
+	// Name names the check; empty, DisplayName makes one of the kind and
+	// its columns.
+	Name string
 
-	Unique         []string        `yaml:"unique,omitempty" json:",omitempty"`
-	NotNull        []string        `yaml:"not_null,omitempty" json:",omitempty"`
-	AcceptedValues *AcceptedValues `yaml:"accepted_values,omitempty" json:",omitempty"`
-	AcceptedRange  *AcceptedRange  `yaml:"accepted_range,omitempty" json:",omitempty"`
-	Relationships  *Relationship   `yaml:"relationships,omitempty" json:",omitempty"`
-	RowCount       *RowCount       `yaml:"row_count,omitempty" json:",omitempty"`
-	RowCountChange *RowCountChange `yaml:"row_count_change,omitempty" json:",omitempty"`
-	Expression     string          `yaml:"expression,omitempty" json:",omitempty"`
-	SQL            string          `yaml:"sql,omitempty" json:",omitempty"`
+	// The kinds, one of them set.
+	Unique         []string
+	NotNull        []string
+	AcceptedValues *AcceptedValues
+	AcceptedRange  *AcceptedRange
+	Relationships  *Relationship
+	RowCount       *RowCount
+	RowCountChange *RowCountChange
+	Expression     string
+	SQL            string
 
-	// Severity is error (the default: a failure rolls the load back) or
-	// warn (the load commits; the outcome is recorded).
-	Severity string `yaml:"severity,omitempty" json:",omitempty"`
-	// MaxFailing is how many failing rows pass (default 0);
-	// MaxFailingRatio the same as a share of the rows checked (0.01 = 1%).
-	// At most one of them.
-	MaxFailing      *int64   `yaml:"max_failing,omitempty" json:",omitempty"`
-	MaxFailingRatio *float64 `yaml:"max_failing_ratio,omitempty" json:",omitempty"`
+	// Severity is SeverityError (the default) or SeverityWarn.
+	Severity string
+	// MaxFailing or MaxFailingRatio (a share of the rows checked), at most
+	// one of them, is how many failing rows pass; neither: none.
+	MaxFailing      *int64
+	MaxFailingRatio *float64
 }
 
 // AcceptedValues: the column's non-NULL values are among Values.
