@@ -10,7 +10,6 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
-	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
@@ -367,51 +366,19 @@ func (g *group) load(ctx context.Context) bool {
 		g.fallBack(ctx, firstErr(err, refused))
 		return false
 	}
-	// Round trip 3: the successes, their results and downstream events, the
-	// skips the ledger found under the locks, one COMMIT.
-	// The successes, their ledger entries, results and checks' outcomes
-	// are set-based: a statement or two for the whole group, not one each.
-	b = &pgx.Batch{}
-	b.Queue(defaultPlans)
-	var done []audit.Success
+	// Round trip 3: the skips the ledger found under the locks, the
+	// successes and all they leave for others, one COMMIT (finish).
+	var es []ending
 	for _, m := range g.mems {
-		if m == nil {
-			continue
-		}
-		l := m.l
-		switch m.state {
-		case memberDone:
-			audit.QueueSkip(b, m.b.ID)
-			l.queueResult(b, results.StatusSkipped, m.b.ID, nil)
-		case memberLoad:
-			r := m.res
-			s := audit.Success{RunKey: l.a.RunKey, ID: m.b.ID, Force: l.a.Force,
-				Rows: audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, Checks: l.checked}
-			if l.h.Results && l.m.StreamSeq > 0 {
-				s.Result = l.result(results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
-			}
-			done = append(done, s)
-			if err := l.queueComplete(b, m.b.ID, r.Inserted+r.Updated); err != nil {
-				g.fallBack(ctx, err)
-				return false
-			}
-			l.recorded = len(l.checked) > 0
-			if err := audit.QueueRecordSchemaChanges(b, m.b.ID, l.a.RunKey, l.plan.SchemaChanges()); err != nil {
-				g.fallBack(ctx, err)
-				return false
-			}
-			if _, err := h.queueDownstream(b, g.ds, l.a, m.b.ID); err != nil {
-				g.fallBack(ctx, err)
-				return false
-			}
+		switch {
+		case m == nil:
+		case m.state == memberDone:
+			es = append(es, ending{l: m.l, id: m.b.ID})
+		case m.state == memberLoad:
+			es = append(es, ending{l: m.l, id: m.b.ID, res: m.res})
 		}
 	}
-	if err := audit.QueueSucceedGroup(b, done); err != nil {
-		g.fallBack(ctx, err)
-		return false
-	}
-	queueCommit(b)
-	if err := audit.SuccessError(g.c.SendBatch(ctx, b).Close()); err != nil {
+	if err := h.finish(ctx, g.c, es); err != nil {
 		g.fallBack(ctx, err)
 		return false
 	}

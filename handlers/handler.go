@@ -398,10 +398,13 @@ func takes(policy string, cs []strategies.SchemaChange) bool {
 	return true
 }
 
-// pendingJoin is a join whose readiness round trip 3 asks.
+// pendingJoin is a join downstream of attempt id of a, whose readiness
+// the last round trip asks (finish).
 type pendingJoin struct {
 	down  string
 	ready *bool
+	a     audit.Attempt
+	id    int64
 }
 
 // queueDownstream queues, inside the load's transaction, one event per
@@ -426,7 +429,7 @@ func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, au
 			}
 			continue
 		}
-		j := pendingJoin{down: down, ready: new(bool)}
+		j := pendingJoin{down: down, ready: new(bool), a: a, id: auditID}
 		audit.QueueJoinReady(b, a.Pipeline, down, a.Partition, others, j.ready)
 		joins = append(joins, j)
 	}
