@@ -65,3 +65,22 @@ func TestLatestInRangeAndAttempts(t *testing.T) {
 	require.JSONEq(t, `{"seq":7}`, acts[0].Detail)
 	require.Equal(t, "republished as seq 12", acts[0].Outcome)
 }
+
+func TestStateOfAndWaitingFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ status, kind, want string }{
+		{"", "", audit.StatusMissing},
+		{audit.StatusStarted, "", audit.StatusStarted},
+		{audit.StatusSuccess, "", audit.StatusSuccess},
+		{audit.StatusFailed, audit.KindTransient, audit.StatusFailed},
+		{audit.StatusFailed, audit.KindFatal, audit.StatusFailed},
+		{audit.StatusFailed, audit.KindCheck, audit.StateRejected},
+	} {
+		require.Equal(t, tc.want, audit.StateOf(tc.status, tc.kind), "%s/%s", tc.status, tc.kind)
+	}
+	states := map[string]string{"orders": audit.StatusSuccess, "clicks": audit.StateRejected, "refunds": audit.StatusMissing}
+	got := audit.WaitingFor([]string{"orders", "clicks", "refunds"}, func(ds string) string { return states[ds] })
+	require.Equal(t, []audit.Waiting{{Dataset: "clicks", State: audit.StateRejected}, {Dataset: "refunds", State: audit.StatusMissing}}, got)
+	require.Equal(t, "clicks: rejected", got[0].String())
+	require.Empty(t, audit.WaitingFor([]string{"orders"}, func(ds string) string { return states[ds] }))
+}

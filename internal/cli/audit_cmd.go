@@ -210,20 +210,18 @@ func truncateCell(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// markWaiting says, for each partition of a join that is not loaded, which
-// upstreams it waits for.
+// markWaiting says, for each partition of a join, which upstreams it
+// waits for (audit.WaitingFor). A join that loaded keeps its last load
+// while an upstream's newer attempt failed or was refused: it waits too,
+// for a fresh one.
 func markWaiting(ctx context.Context, db audit.Querier, pipeline string, upstreams []string, from, to time.Time, st []audit.PartitionStatus) error {
 	states, err := audit.UpstreamStates(ctx, db, pipeline, upstreams, from, to)
 	if err != nil {
 		return err
 	}
-	// A join that loaded keeps its last load while an upstream's newer
-	// attempt failed or was refused: it waits too, for a fresh one.
 	for i := range st {
-		for _, up := range upstreams {
-			if s := states[st[i].Partition][up]; s != audit.StatusSuccess {
-				st[i].WaitingFor = append(st[i].WaitingFor, up+": "+s)
-			}
+		for _, w := range audit.WaitingFor(upstreams, func(up string) string { return states[st[i].Partition][up] }) {
+			st[i].WaitingFor = append(st[i].WaitingFor, w.String())
 		}
 	}
 	return nil

@@ -74,8 +74,9 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 	return g
 }
 
-// cells is the one rule that turns the audit into a Status, for the grid
-// and the JSON API alike: what both read, indexed for partition keys
+// cells turns the audit into a Status, for the grid and the JSON API
+// alike: the audit's rule (audit.StateOf) with the dead letters and the
+// calendars over it, on what both read, indexed for partition keys
 // from..to.
 type cells struct {
 	now      time.Time
@@ -127,35 +128,35 @@ func (c *cells) slot(ds Dataset, key string) (calendar.Slot, bool) {
 	return s, ok
 }
 
-// status is the colour of ds's partition key.
+// status is the colour of ds's partition key: its state as the audit
+// decides it (audit.StateOf, audit.WaitingFor), with what the page knows
+// besides: the dead letters and the calendars.
 func (c *cells) status(ds Dataset, key string) Status {
-	l, ok := c.byCell[dlqKey{ds.Name, key}]
-	if ok {
-		switch l.Status {
-		case audit.StatusSuccess:
-			return Success
-		case audit.StatusStarted:
-			// A process that died in its last allowed attempt leaves the
-			// row started; the reconciler dead-letters the message.
-			if c.runInDLQ[[3]string{ds.Name, key, l.RunID}] {
-				return DeadLettered
-			}
-			return Running
-		default:
-			if l.ErrorKind == audit.KindCheck {
-				return Rejected
-			}
-			if c.inDLQ[dlqKey{ds.Name, key}] {
-				return DeadLettered
-			}
-			return Failed
+	l := c.byCell[dlqKey{ds.Name, key}]
+	switch audit.StateOf(l.Status, l.ErrorKind) {
+	case audit.StatusSuccess:
+		return Success
+	case audit.StatusStarted:
+		// A process that died in its last allowed attempt leaves the
+		// row started; the reconciler dead-letters the message.
+		if c.runInDLQ[[3]string{ds.Name, key, l.RunID}] {
+			return DeadLettered
 		}
+		return Running
+	case audit.StateRejected:
+		return Rejected
+	case audit.StatusMissing:
+	default:
+		if c.inDLQ[dlqKey{ds.Name, key}] {
+			return DeadLettered
+		}
+		return Failed
 	}
-	for _, up := range ds.Upstreams {
-		if u, ok := c.byCell[dlqKey{up, key}]; !ok || u.Status != audit.StatusSuccess {
-			if ok || c.due[ds.Name] != nil || c.due[up] != nil {
-				return Waiting
-			}
+	// Never attempted: a join waits for its upstreams, as far as the page
+	// knows of them (an attempt, or a calendar that expects the partition).
+	for _, w := range audit.WaitingFor(ds.Upstreams, func(up string) string { return c.state(up, key) }) {
+		if w.State != audit.StatusMissing || c.due[ds.Name] != nil || c.due[w.Dataset] != nil {
+			return Waiting
 		}
 	}
 	if s, ok := c.due[ds.Name][key]; ok {
@@ -165,6 +166,12 @@ func (c *cells) status(ds Dataset, key string) Status {
 		return Late
 	}
 	return None
+}
+
+// state is the audit's state of dataset's partition key (audit.StateOf).
+func (c *cells) state(dataset, key string) string {
+	l := c.byCell[dlqKey{dataset, key}]
+	return audit.StateOf(l.Status, l.ErrorKind)
 }
 
 // columns chooses the grid's partition keys: the calendars' ended
