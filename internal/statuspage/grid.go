@@ -51,8 +51,8 @@ type Row struct {
 	Cells   []Status
 }
 
-// dlqKey names a dead-lettered partition.
-type dlqKey struct{ dataset, partition string }
+// cellKey names one partition of one dataset: a cell of the grid.
+type cellKey struct{ dataset, partition string }
 
 // build colours every cell from the latest attempts, the dead letters and
 // the calendars. It is pure: the caller read the audit and the stream.
@@ -80,8 +80,8 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 // from..to.
 type cells struct {
 	now      time.Time
-	byCell   map[dlqKey]audit.Latest
-	inDLQ    map[dlqKey]bool
+	byCell   map[cellKey]audit.Latest
+	inDLQ    map[cellKey]bool
 	runInDLQ map[[3]string]bool
 	// due holds the slots of each calendar within from..to, by key; a
 	// dataset without a calendar has no entry.
@@ -93,16 +93,16 @@ type cells struct {
 func newCells(now time.Time, datasets []Dataset, from, to string, latest []audit.Latest, dead []DeadLetter) *cells {
 	c := &cells{
 		now:      now,
-		byCell:   make(map[dlqKey]audit.Latest, len(latest)),
-		inDLQ:    make(map[dlqKey]bool, len(dead)),
+		byCell:   make(map[cellKey]audit.Latest, len(latest)),
+		inDLQ:    make(map[cellKey]bool, len(dead)),
 		runInDLQ: make(map[[3]string]bool, len(dead)),
 		due:      map[string]map[string]calendar.Slot{},
 	}
 	for _, l := range latest {
-		c.byCell[dlqKey{l.Dataset, l.Partition}] = l
+		c.byCell[cellKey{l.Dataset, l.Partition}] = l
 	}
 	for _, d := range dead {
-		c.inDLQ[dlqKey{d.Dataset, d.Partition}] = true
+		c.inDLQ[cellKey{d.Dataset, d.Partition}] = true
 		c.runInDLQ[[3]string{d.Dataset, d.Partition, d.RunID}] = true
 	}
 	if from == "" || to == "" {
@@ -132,7 +132,7 @@ func (c *cells) slot(ds Dataset, key string) (calendar.Slot, bool) {
 // decides it (audit.StateOf, audit.WaitingFor), with what the page knows
 // besides: the dead letters and the calendars.
 func (c *cells) status(ds Dataset, key string) Status {
-	l := c.byCell[dlqKey{ds.Name, key}]
+	l := c.byCell[cellKey{ds.Name, key}]
 	switch audit.StateOf(l.Status, l.ErrorKind) {
 	case audit.StatusSuccess:
 		return Success
@@ -147,7 +147,7 @@ func (c *cells) status(ds Dataset, key string) Status {
 		return Rejected
 	case audit.StatusMissing:
 	default:
-		if c.inDLQ[dlqKey{ds.Name, key}] {
+		if c.inDLQ[cellKey{ds.Name, key}] {
 			return DeadLettered
 		}
 		return Failed
@@ -170,7 +170,7 @@ func (c *cells) status(ds Dataset, key string) Status {
 
 // state is the audit's state of dataset's partition key (audit.StateOf).
 func (c *cells) state(dataset, key string) string {
-	l := c.byCell[dlqKey{dataset, key}]
+	l := c.byCell[cellKey{dataset, key}]
 	return audit.StateOf(l.Status, l.ErrorKind)
 }
 
