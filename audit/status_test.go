@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 func TestLatestInRangeAndAttempts(t *testing.T) {
@@ -18,13 +19,13 @@ func TestLatestInRangeAndAttempts(t *testing.T) {
 	// 11-02: a success, then a forced rerun that failed: the latest is the failure.
 	succeedVia(t, db.Pool, "orders", "2026-11-02", "r1")
 	k := audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-02", RunID: "r2"}
-	b, err := audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: k, Force: true, TriggeredBy: "web:2026-11-02:r2"}, 0)
+	b, err := audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: k, Force: true, TriggeredBy: "web:2026-11-02:r2"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, audit.Fail(ctx, db.Pool, b.ID, errors.New(`column "x" <b>does not exist</b>`), "fatal"))
 	// 11-03: running. A skipped duplicate of 11-01 changes nothing.
-	_, err = audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-03", RunID: "r1"}}, 0)
+	_, err = audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-03", RunID: "r1"}}, 0)
 	require.NoError(t, err)
-	skip, err := audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}}, 0)
+	skip, err := audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}}, 0)
 	require.NoError(t, err)
 	require.True(t, skip.Skipped)
 	succeedVia(t, db.Pool, "orders", "2026-12-01", "r1") // out of range

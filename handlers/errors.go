@@ -151,10 +151,10 @@ func (e *BudgetSpentError) Crashed() bool { return e.LastDied }
 // BudgetSpent reports true: the consumer dead-letters without retrying.
 func (e *BudgetSpentError) BudgetSpent() bool { return true }
 
-// beforeLoad classifies an error met before any load ran (the ledger check
+// classifyBeforeLoad classifies an error met before any load ran (the ledger check
 // and the `started` row): a fatal error stays fatal, and any other means the
 // warehouse cannot even record an attempt, which is not the event's fault.
-func beforeLoad(err error) error {
+func classifyBeforeLoad(err error) error {
 	err = Classify(err)
 	if err == nil || IsFatal(err) || IsUnavailable(err) || errors.Is(err, context.Canceled) {
 		return err

@@ -70,7 +70,7 @@ func (h *Handler) finish(ctx context.Context, c *pgx.Conn, es []ending) error {
 		}
 		joins = append(joins, js...)
 	}
-	if err := audit.QueueSucceedGroup(b, loaded); err != nil {
+	if err := audit.QueueMarkSucceeded(b, loaded); err != nil {
 		return err
 	}
 	if len(joins) == 0 {

@@ -45,9 +45,11 @@ type loading struct {
 
 	// begun: the audit statement ran, so its row is committed.
 	begun bool
-	// locked and done answer the partition lock and the ledger check.
-	locked, done bool
-	plan         *strategies.Plan
+	// locked answers the partition lock (tried); alreadyLoaded, the
+	// ledger's lookup under it: the run (or, forced, this message) has
+	// already loaded, so this attempt is skipped.
+	locked, alreadyLoaded bool
+	plan                  *strategies.Plan
 	// checked are the outcomes of the dataset's checks on this load;
 	// recorded, that they went out with the load's success.
 	checked  []checks.Outcome
@@ -183,16 +185,16 @@ func (l *loading) queueDescribe(b *pgx.Batch, first *strategies.Plan) {
 
 func (l *loading) queueCheck(b *pgx.Batch) {
 	if l.a.Force {
-		audit.QueueMessageSucceeded(b, l.a.RunKey, l.a.StreamSeq, &l.done)
+		audit.QueueLookupMessage(b, l.a.RunKey, l.a.StreamSeq, &l.alreadyLoaded)
 	} else {
-		audit.QueueSucceeded(b, l.a.RunKey, &l.done)
+		audit.QueueLookupRun(b, l.a.RunKey, &l.alreadyLoaded)
 	}
 }
 
 // load runs round trip 2 in the transaction begin opened, then finish.
 func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	if l.done {
+	if l.alreadyLoaded {
 		out.Status = audit.StatusSkipped
 		err := l.h.finish(ctx, l.c, []ending{{l: l, id: id}})
 		if err == nil && l.h.Results && l.h.Enqueued != nil {
