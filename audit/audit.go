@@ -1,21 +1,30 @@
 // Package audit records what happened to every event in PostgreSQL schema idem:
 // one row per attempt in idem.pipeline_audit, the success ledger that makes a
 // redelivery a no-op, and the queries operators ask at 3 a.m. ("what failed?",
-// "which partitions are missing?").
+// "which partitions are missing?", StateOf a partition).
 //
 // It also keeps what a load leaves for others, written in the load's
 // transaction: the outbox of downstream events, results and lineage events
-// (outbox.go), the checks' outcomes (checks.go), and, for a group load,
-// the same statements set-based over the group's events (group.go). Passes
-// that span many transactions (re-verification, retention) take turns
-// through leases with an expiry (lease.go), never a session lock, which
-// behind a transaction pooler would stay on a server connection.
+// (outbox.go), the checks' outcomes (checks.go) and the schema changes
+// (schemachanges.go). The ledger's lookups and the successes that write it
+// are in ledger.go, for one load and a group alike; a group load's start,
+// set-based over its events, in group.go. Passes that span many
+// transactions (re-verification, retention) take turns through leases with
+// an expiry (lease.go), never a session lock, which behind a transaction
+// pooler would stay on a server connection.
 //
-// Functions take a Querier, so the caller decides the transaction: the
-// `started` row is written in its own short transaction (it must survive a
-// crash), the success and the ledger entry inside the load's transaction. This
-// package never opens a transaction of its own except in Migrate and in
+// # Transactions
+//
+// The handler owns a load's transaction. What a load writes is queued on
+// the batches it sends (the Queue* functions): the `started` row commits in
+// its first round trip, before the load's transaction opens, so it survives
+// a crash; the success, the ledger entry and everything left for others
+// commit with the load. The other functions run on the Querier they are
+// given, in whatever transaction the caller holds. This package begins and
+// commits transactions of its own only outside any load: Migrate,
 // EnqueueLineage (a failed attempt's lineage, after its load rolled back),
+// Prune (one per batch), StoreIdentity (a verified warehouse) and ReadStory
+// (one read-only snapshot). It never begins, commits or rolls back a load,
 // and knows nothing of NATS.
 package audit
 

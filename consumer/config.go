@@ -79,7 +79,8 @@ type Dataset struct {
 }
 
 // Config configures a Consumer and a Reconciler. Names and prefixes have no
-// defaults here: cmd passes the values of internal/config, which has them.
+// defaults here: internal/service passes the values of internal/config,
+// which has them.
 type Config struct {
 	// Stream is the events stream, e.g. IDEM_EVENTS. Required.
 	Stream string
