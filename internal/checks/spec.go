@@ -34,30 +34,30 @@ type Spec struct {
 
 // AcceptedValues: the column's non-NULL values are among Values.
 type AcceptedValues struct {
-	Column string   `yaml:"column"`
-	Values []string `yaml:"values"`
+	Column string
+	Values []string
 }
 
 // AcceptedRange: the column's non-NULL values are within [Min, Max]; either
 // bound may be left out. Bounds are written as the column's type reads them
 // (0, 1e6, 2026-01-01).
 type AcceptedRange struct {
-	Column string  `yaml:"column"`
-	Min    *string `yaml:"min,omitempty" json:",omitempty"`
-	Max    *string `yaml:"max,omitempty" json:",omitempty"`
+	Column string
+	Min    *string
+	Max    *string
 }
 
 // Relationship: every non-NULL value of Column exists in To's Field.
 type Relationship struct {
-	Column string `yaml:"column"`
-	To     string `yaml:"to"`
-	Field  string `yaml:"field"`
+	Column string
+	To     string
+	Field  string
 }
 
 // RowCount bounds the rows the load produced.
 type RowCount struct {
-	Min *int64 `yaml:"min,omitempty" json:",omitempty"`
-	Max *int64 `yaml:"max,omitempty" json:",omitempty"`
+	Min *int64
+	Max *int64
 }
 
 // RowCountChange bounds the change against the rows the load replaces, as
