@@ -1,27 +1,35 @@
 // Package audit records what happened to every event in PostgreSQL schema idem:
 // one row per attempt in idem.pipeline_audit, the success ledger that makes a
 // redelivery a no-op, and the queries operators ask at 3 a.m. ("what failed?",
-// "which partitions are missing?").
+// "which partitions are missing?", StateOf a partition).
 //
 // It also keeps what a load leaves for others, written in the load's
 // transaction: the outbox of downstream events, results and lineage events
-// (outbox.go), the checks' outcomes (checks.go), and, for a group load,
-// the same statements set-based over the group's events (group.go). Passes
-// that span many transactions (re-verification, retention) take turns
-// through leases with an expiry (lease.go), never a session lock, which
-// behind a transaction pooler would stay on a server connection.
+// (outbox.go), the checks' outcomes (checks.go) and the schema changes
+// (schemachanges.go). The ledger's lookups and the successes that write it
+// are in ledger.go, for one load and a group alike; a group load's start,
+// set-based over its events, in group.go. Passes that span many
+// transactions (re-verification, retention) take turns through leases with
+// an expiry (lease.go), never a session lock, which behind a transaction
+// pooler would stay on a server connection.
 //
-// Functions take a Querier, so the caller decides the transaction: the
-// `started` row is written in its own short transaction (it must survive a
-// crash), the success and the ledger entry inside the load's transaction. This
-// package never opens a transaction of its own except in Migrate and in
+// # Transactions
+//
+// The handler owns a load's transaction. What a load writes is queued on
+// the batches it sends (the Queue* functions): the `started` row commits in
+// its first round trip, before the load's transaction opens, so it survives
+// a crash; the success, the ledger entry and everything left for others
+// commit with the load. The other functions run on the Querier they are
+// given, in whatever transaction the caller holds. This package begins and
+// commits transactions of its own only outside any load: Migrate,
 // EnqueueLineage (a failed attempt's lineage, after its load rolled back),
+// Prune (one per batch), StoreIdentity (a verified warehouse) and ReadStory
+// (one read-only snapshot). It never begins, commits or rolls back a load,
 // and knows nothing of NATS.
 package audit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -95,10 +103,6 @@ func nullSeq(seq uint64) *int64 {
 	return &v
 }
 
-// ErrNotStarted means the audit row was not in state `started`: another
-// process finished it, which would be a bug in the caller's locking.
-var ErrNotStarted = errors.New("audit: row is not in state started")
-
 // Fail marks a started row `failed` with the error and its kind ("fatal" or
 // "transient").
 func Fail(ctx context.Context, db Querier, id int64, cause error, kind string) error {
@@ -129,21 +133,6 @@ const skipSQL = `
 		UPDATE idem.pipeline_audit SET status = 'skipped', finished_at = clock_timestamp()
 		 WHERE id = $1 AND status = 'started'`
 
-// ErrAlreadySucceeded is reported by QueueRecordSuccess when the ledger
-// already holds a success for the run and force is false.
-var ErrAlreadySucceeded = errors.New("audit: run already succeeded")
-
-func recordSuccessSQL(force bool) string {
-	if force {
-		return `INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
-		       VALUES ($1, $2, $3, $4, $5)
-		       ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
-		       SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
-	}
-	return `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
-	        VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`
-}
-
 func nullAttrs(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
@@ -171,7 +160,7 @@ const (
 	KindInterrupted = "interrupted" // idem stopped the load (shutdown)
 )
 
-// Begun is what Begin found and did.
+// Begun is what QueueBegin found and did.
 type Begun struct {
 	// ID is the audit row written: `started`, or `skipped` when the run had
 	// already succeeded. 0 when the budget was spent and nothing was written.
@@ -192,37 +181,6 @@ type Begun struct {
 	// ResultWritten reports that the statement wrote the skip's result
 	// (QueueBegin with a result body).
 	ResultWritten bool
-}
-
-// Begin records the start of an attempt in one statement. When the run is
-// already done it writes a finished `skipped` row: without force, when the
-// ledger holds a success for the run; with force, when this very message
-// (the stream sequence) already loaded, so a forced event redelivered after
-// its commit does not load again. Otherwise it counts the loads of the same message
-// that already ran and, when budget is 0 or that count is below it, writes
-// the `started` row; at the budget it writes nothing and reports Spent.
-func Begin(ctx context.Context, db Querier, a Attempt, budget int) (Begun, error) {
-	var (
-		b      Begun
-		id     *int64
-		status *string
-		last   *string
-	)
-	err := db.QueryRow(ctx, beginSQL(a.Force, false),
-		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget,
-	).Scan(&b.Prior, &last, &id, &status)
-	if err != nil {
-		return Begun{}, fmt.Errorf("audit: begin: %w", err)
-	}
-	b.Attempt = b.Prior + 1
-	b.LastDied = last != nil && *last == StatusStarted
-	if id == nil {
-		b.Spent = true
-		return b, nil
-	}
-	b.ID, b.Skipped = *id, *status == StatusSkipped
-	return b, nil
 }
 
 // beginSQL: the ledger check, the count of attempts that ran for this
@@ -312,60 +270,16 @@ ins AS (
 SELECT prior.n, prior.last, ins.id, ins.status FROM prior LEFT JOIN ins ON true`
 }
 
-// QueueSucceed queues on b the update of started row id to `success` with
-// the row counts; the callback reports ErrNotStarted when the row was not
-// `started`.
-func QueueSucceed(b *pgx.Batch, id int64, rows Rows) {
-	var deleted *int64
-	if rows.Deleted >= 0 {
-		deleted = &rows.Deleted
-	}
-	b.Queue(`
-		UPDATE idem.pipeline_audit
-		   SET status = 'success', row_count = $2, rows_inserted = $3, rows_updated = $4,
-		       rows_deleted = $5, finished_at = clock_timestamp()
-		 WHERE id = $1 AND status = 'started'`,
-		id, rows.Written(), rows.Inserted, rows.Updated, deleted).Exec(func(ct pgconn.CommandTag) error {
-		if ct.RowsAffected() != 1 {
-			return ErrNotStarted
-		}
-		return nil
-	})
-}
-
-// QueueRecordSuccess queues on b the ledger entry for k, pointing at audit
-// row auditID. The primary key makes two concurrent successes of one run
-// impossible; with force a rerun replaces the entry and counts the load. The
-// callback reports ErrAlreadySucceeded.
-func QueueRecordSuccess(b *pgx.Batch, k RunKey, auditID int64, force bool) {
-	b.Queue(recordSuccessSQL(force), k.Pipeline, k.Dataset, k.Partition, k.RunID, auditID).Exec(func(ct pgconn.CommandTag) error {
-		if ct.RowsAffected() == 0 {
-			return ErrAlreadySucceeded
-		}
-		return nil
-	})
-}
-
-// QueueSucceeded queues the ledger lookup on b, storing the answer in done.
-func QueueSucceeded(b *pgx.Batch, k RunKey, done *bool) {
-	b.Queue(`
-		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
-		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`,
-		k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
-}
-
-// QueueMessageSucceeded queues on b whether message seq of run k already
-// loaded (a forced event's duplicate check), storing the answer in done.
-func QueueMessageSucceeded(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
-	b.Queue(`SELECT $5::bigint IS NOT NULL AND (SELECT true FROM idem.pipeline_audit
-	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success'
-	          ORDER BY id DESC LIMIT 1) IS NOT NULL`,
-		k.Pipeline, k.Dataset, k.Partition, k.RunID, nullSeq(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
-}
-
-// QueueBegin queues on b what Begin runs, for a caller that pipelines it
-// with its own statements; into is filled once b's results are read, and
-// ran reports whether the statement succeeded.
+// QueueBegin queues on b the start of an attempt, in one statement, for a
+// caller that pipelines it with its own statements; into is filled once
+// b's results are read, and ran reports whether the statement succeeded.
+// When the run is already done it writes a finished `skipped` row: without
+// force, when the ledger holds a success for the run; with force, when
+// this very message (the stream sequence) already loaded, so a forced
+// event redelivered after its commit does not load again. Otherwise it
+// counts the loads of the same message that already ran and, when budget
+// is 0 or that count is below it, writes the `started` row; at the budget
+// it writes nothing and reports Spent.
 //
 // skipResult, when not nil, is the body of this attempt's result should the
 // statement decide a skip (package results' JSON, without the audit id):
@@ -397,92 +311,6 @@ func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Be
 		into.ResultWritten = into.Skipped && skipResult != nil
 		return nil
 	})
-}
-
-// QueueSucceedAndRecord queues on b, as one statement, the update of
-// started row id to `success` with the row counts and the ledger entry for
-// k pointing at it. Both conditions are checked by the server, so a batch
-// that ends with COMMIT never commits past them: a row that was not
-// `started` leaves the ledger's audit_id NULL (23502), and without force a
-// second success of the run violates the ledger's primary key (23505).
-// SuccessError turns those into ErrNotStarted and ErrAlreadySucceeded.
-func QueueSucceedAndRecord(b *pgx.Batch, k RunKey, id int64, rows Rows, force bool) {
-	queueSucceed(b, k, id, rows, force, nil)
-}
-
-// queueSucceed is QueueSucceedAndRecord that also writes, when result is
-// not nil, the attempt's result into the outbox (QueueEnqueueResult), in
-// the same statement.
-func queueSucceed(b *pgx.Batch, k RunKey, id int64, rows Rows, force bool, result []byte) {
-	var deleted *int64
-	if rows.Deleted >= 0 {
-		deleted = &rows.Deleted
-	}
-	args := []any{k.Pipeline, k.Dataset, k.Partition, k.RunID, id, rows.Written(), rows.Inserted, rows.Updated, deleted}
-	if result != nil {
-		args = append(args, string(result))
-	}
-	b.Queue(succeedSQL[succeedKind(force, result != nil)], args...)
-}
-
-func succeedKind(force, result bool) int {
-	n := 0
-	if force {
-		n++
-	}
-	if result {
-		n += 2
-	}
-	return n
-}
-
-// succeedSQL are the texts of queueSucceed, by succeedKind: each updates
-// one audit row by its id, so it takes the primary key at every size.
-var succeedSQL = func() (texts [4]string) {
-	for _, force := range []bool{false, true} {
-		for _, result := range []bool{false, true} {
-			conflict, res := "", ""
-			if force {
-				conflict = `
-		ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
-		SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
-			}
-			if result {
-				res = `,
-		res AS (
-		     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-		     VALUES ($2, $3, $4, $5, $10::jsonb)
-		     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
-			}
-			texts[succeedKind(force, result)] = `
-		WITH done AS (
-		     UPDATE idem.pipeline_audit
-		        SET status = 'success', row_count = $6, rows_inserted = $7, rows_updated = $8,
-		            rows_deleted = $9, finished_at = clock_timestamp()
-		      WHERE id = $5 AND status = 'started'
-		     RETURNING id)` + res + `
-		INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
-		VALUES ($1, $2, $3, $4, (SELECT id FROM done))` + conflict
-		}
-	}
-	return texts
-}()
-
-// SuccessError maps the server's refusals of QueueSucceedAndRecord's
-// statement to ErrNotStarted and ErrAlreadySucceeded; other errors come
-// back unchanged.
-func SuccessError(err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.TableName != "run_ledger" {
-		return err
-	}
-	switch {
-	case pgErr.Code == "23502" && pgErr.ColumnName == "audit_id":
-		return ErrNotStarted
-	case pgErr.Code == "23505":
-		return ErrAlreadySucceeded
-	}
-	return err
 }
 
 // TryLockSQL is LockSQL without the wait: it returns false at once when

@@ -72,7 +72,7 @@ func TestLedgerAllowsOneSuccessPerRun(t *testing.T) {
 
 	id1, err := audittest.Start(ctx, db.Pool, a)
 	require.NoError(t, err)
-	require.NoError(t, recordSuccess(ctx, db.Pool, a.RunKey, id1, false))
+	require.NoError(t, audittest.Succeed(ctx, db.Pool, a.RunKey, id1, audit.Rows{}, false))
 	ok, err := audittest.Succeeded(ctx, db.Pool, a.RunKey)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -82,7 +82,7 @@ func TestLedgerAllowsOneSuccessPerRun(t *testing.T) {
 	rerun.Force = true
 	id2, err := audittest.Start(ctx, db.Pool, rerun)
 	require.NoError(t, err)
-	require.ErrorIs(t, recordSuccess(ctx, db.Pool, a.RunKey, id2, false), audit.ErrAlreadySucceeded)
+	require.ErrorIs(t, audittest.Succeed(ctx, db.Pool, a.RunKey, id2, audit.Rows{}, false), audit.ErrAlreadySucceeded)
 
 	// The database itself refuses a second ledger row, whatever the code does.
 	_, err = db.Pool.Exec(ctx, `INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
@@ -92,7 +92,7 @@ func TestLedgerAllowsOneSuccessPerRun(t *testing.T) {
 	require.Equal(t, "23505", pgErr.Code)
 
 	// force replaces the entry and counts the load.
-	require.NoError(t, recordSuccess(ctx, db.Pool, a.RunKey, id2, true))
+	require.NoError(t, audittest.Succeed(ctx, db.Pool, a.RunKey, id2, audit.Rows{}, true))
 	require.EqualValues(t, 2, db.Int(t, "SELECT loads FROM idem.run_ledger"))
 	require.EqualValues(t, id2, db.Int(t, "SELECT audit_id FROM idem.run_ledger"))
 }
@@ -109,9 +109,9 @@ func TestAttemptLifecycleAndGuards(t *testing.T) {
 	require.NoError(t, audit.Fail(ctx, db.Pool, id1, errors.New("reset"), audit.KindTransient))
 	id, err := audittest.Start(ctx, db.Pool, a)
 	require.NoError(t, err)
-	require.NoError(t, succeed(ctx, db.Pool, id, audit.Rows{Inserted: 3, Updated: 2, Deleted: -1}))
+	require.NoError(t, audittest.Succeed(ctx, db.Pool, a.RunKey, id, audit.Rows{Inserted: 3, Updated: 2, Deleted: -1}, false))
 	// A finished row is never finished again.
-	require.ErrorIs(t, succeed(ctx, db.Pool, id, audit.Rows{}), audit.ErrNotStarted)
+	require.ErrorIs(t, audittest.Succeed(ctx, db.Pool, a.RunKey, id, audit.Rows{}, false), audit.ErrNotStarted)
 	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("late"), audit.KindTransient))
 
 	rows := attempts(t, db, a.RunKey)
@@ -209,14 +209,6 @@ func TestStatusAndMissing(t *testing.T) {
 	require.Equal(t, 2, st[2].Attempts)
 	require.Equal(t, "r2", st[2].RunID)
 	require.Equal(t, "boom", st[1].Error)
-}
-
-func succeed(ctx context.Context, db audittest.DB, id int64, rows audit.Rows) error {
-	return audittest.Send(ctx, db, func(b *pgx.Batch) { audit.QueueSucceed(b, id, rows) })
-}
-
-func recordSuccess(ctx context.Context, db audittest.DB, k audit.RunKey, id int64, force bool) error {
-	return audittest.Send(ctx, db, func(b *pgx.Batch) { audit.QueueRecordSuccess(b, k, id, force) })
 }
 
 // attemptRow is one row of idem.pipeline_audit, as these tests read it.

@@ -8,9 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// StatusMissing is the status of a partition with no attempt at all.
-const StatusMissing = "missing"
-
 // LatestAttempt is what a backfill plans from: the latest attempt of one
 // partition, skipped duplicates aside (they say nothing new).
 type LatestAttempt struct {

@@ -35,7 +35,7 @@ func TestLatestAttemptsAndRunAttempts(t *testing.T) {
 	}
 	// 01: loaded, then a duplicate skipped (which says nothing new).
 	succeed(key("2026-01-01", "r1"))
-	dup, err := audit.Begin(ctx, db.Pool, key("2026-01-01", "r1"), 0)
+	dup, err := audittest.Begin(ctx, db.Pool, key("2026-01-01", "r1"), 0)
 	require.NoError(t, err)
 	require.True(t, dup.Skipped)
 	// 02: loaded by r1, then failed fatally under r2.

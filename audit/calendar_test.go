@@ -28,7 +28,7 @@ func TestLoadedPartitions(t *testing.T) {
 	succeedVia(t, db.Pool, "orders", "2026-12-01", "r1")    // outside the range
 	succeedVia(t, db.Pool, "customers", "2026-11-02", "r1") // another dataset
 	// A failed attempt is not a load.
-	b, err := audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-02", RunID: "r1"}}, 0)
+	b, err := audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-02", RunID: "r1"}}, 0)
 	require.NoError(t, err)
 	require.NoError(t, audit.Fail(ctx, db.Pool, b.ID, context.DeadlineExceeded, "transient"))
 

@@ -61,21 +61,7 @@ func RecordChecks(ctx context.Context, db Querier, id int64, k RunKey, rs []Chec
 	return nil
 }
 
-// QueueRecordChecks queues on b the same insert, for a load whose checks
-// passed: written in its own success round trip, committed with it.
-func QueueRecordChecks(b *pgx.Batch, id int64, k RunKey, rs []CheckOutcome) error {
-	if len(rs) == 0 {
-		return nil
-	}
-	data, err := json.Marshal(rs)
-	if err != nil {
-		return err
-	}
-	b.Queue(recordChecksSQL, id, k.Pipeline, k.Dataset, k.Partition, k.RunID, data)
-	return nil
-}
-
-// CheckRow is a recorded check outcome, as the status page lists it.
+// CheckRow is a recorded check outcome, as a partition's story lists it.
 type CheckRow struct {
 	AuditID   int64     `json:"audit_id"`
 	RunID     string    `json:"run_id"`
@@ -91,9 +77,9 @@ type CheckRow struct {
 	CheckedAt time.Time `json:"checked_at"`
 }
 
-// PartitionChecks returns the newest limit check outcomes of a partition,
+// partitionChecks returns the newest limit check outcomes of a partition,
 // newest first.
-func PartitionChecks(ctx context.Context, db Querier, pipeline, dataset, partition string, limit int) ([]CheckRow, error) {
+func partitionChecks(ctx context.Context, db Querier, pipeline, dataset, partition string, limit int) ([]CheckRow, error) {
 	rows, err := db.Query(ctx, `
 		SELECT audit_id, run_id, name, kind, severity, status, coalesce(note, ''), failing, checked, threshold,
 		       coalesce(samples::text, ''), checked_at

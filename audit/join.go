@@ -2,11 +2,11 @@ package audit
 
 import "github.com/jackc/pgx/v5"
 
-// JoinLockKey is the advisory lock a join's upstreams take, in their load's
+// joinLockKey is the advisory lock a join's upstreams take, in their load's
 // transaction, before they look at each other: two upstreams committing at
 // the same moment then see each other's commit one after the other, so the
 // join is triggered at least once, never zero times.
-func JoinLockKey(pipeline, downstream, partition string) string {
+func joinLockKey(pipeline, downstream, partition string) string {
 	return "join\x1f" + pipeline + "\x1f" + downstream + "\x1f" + partition
 }
 
@@ -27,6 +27,6 @@ SELECT NOT EXISTS (
 // is its own statement after the lock, so under READ COMMITTED it sees every
 // upstream that committed before the lock was granted.
 func QueueJoinReady(b *pgx.Batch, pipeline, downstream, partition string, others []string, ready *bool) {
-	b.Queue(LockSQL, JoinLockKey(pipeline, downstream, partition))
+	b.Queue(LockSQL, joinLockKey(pipeline, downstream, partition))
 	b.Queue(joinReadySQL, pipeline, partition, others).QueryRow(func(r pgx.Row) error { return r.Scan(ready) })
 }

@@ -11,7 +11,7 @@ package audit
 const lockIDSQL = "hashtextextended(lock_key, 0)"
 
 // LockSQL takes, until the caller's transaction ends, the advisory lock
-// whose key text is $1: PartitionLockKey around a load, JoinLockKey before
+// whose key text is $1: PartitionLockKey around a load, joinLockKey before
 // a join's readiness check.
 const LockSQL = "SELECT pg_advisory_xact_lock(" + lockIDSQL + ") FROM (SELECT $1::text AS lock_key) k"
 

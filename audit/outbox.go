@@ -22,11 +22,11 @@ type OutboxEvent struct {
 	Trace string
 }
 
-// QueueEnqueue queues on b, inside the caller's transaction, the insert of e
+// QueueEnqueueEvent queues on b, inside the caller's transaction, the insert of e
 // into idem.outbox. An event already queued by the same upstream attempt is
 // left alone: it is the same message. An event that could never be published
 // (one Marshal refuses) is refused here, before it is stored.
-func QueueEnqueue(b *pgx.Batch, e OutboxEvent) error {
+func QueueEnqueueEvent(b *pgx.Batch, e OutboxEvent) error {
 	if _, err := e.Event.Marshal(); err != nil {
 		return fmt.Errorf("audit: outbox: %w", err)
 	}

@@ -92,26 +92,26 @@ func perEventStatements(t *testing.T) []planStatement {
 	{
 		b := &pgx.Batch{}
 		var done bool
-		QueueSucceeded(b, attempt("p-7", false, 0).RunKey, &done)
-		add("succeeded", b, []string{ledgerPK}, nil)
+		QueueLookupRun(b, attempt("p-7", false, 0).RunKey, &done)
+		add("lookup run", b, []string{ledgerPK}, nil)
 		b = &pgx.Batch{}
-		QueueMessageSucceeded(b, attempt("p-7", true, 77).RunKey, 77, &done)
-		add("message succeeded", b, []string{partIdx}, []string{dateIdx})
+		QueueLookupMessage(b, attempt("p-7", true, 77).RunKey, 77, &done)
+		add("lookup message", b, []string{partIdx}, []string{dateIdx})
 	}
 	{
 		b := &pgx.Batch{}
-		var ls []Loaded
+		var ls []RunLookup
 		for i := range 8 {
-			ls = append(ls, Loaded{RunKey: attempt(fmt.Sprintf("p-%d", 10+i), false, 0).RunKey, Force: i == 3,
+			ls = append(ls, RunLookup{RunKey: attempt(fmt.Sprintf("p-%d", 10+i), false, 0).RunKey, Force: i == 3,
 				Seq: uint64(100 + i), Done: new(bool)})
 		}
-		require.NoError(t, QueueSucceededGroup(b, ls))
-		add("succeeded group", b, lookups, []string{dateIdx})
+		require.NoError(t, QueueLookupRuns(b, ls))
+		add("lookup runs", b, lookups, []string{dateIdx})
 	}
 	{
 		b := &pgx.Batch{}
-		QueueSucceedAndRecord(b, attempt("p-7", false, 0).RunKey, 4242, Rows{Inserted: 10}, false)
-		add("succeed and record", b, []string{auditPK}, nil)
+		require.NoError(t, QueueMarkSucceeded(b, []Success{{RunKey: attempt("p-7", false, 0).RunKey, ID: 4242, Rows: Rows{Inserted: 10}}}))
+		add("mark succeeded", b, []string{auditPK}, nil)
 		b = &pgx.Batch{}
 		QueueSkip(b, 4242)
 		add("skip", b, []string{auditPK}, nil)
@@ -123,8 +123,8 @@ func perEventStatements(t *testing.T) []planStatement {
 			ss = append(ss, Success{RunKey: attempt(fmt.Sprintf("p-%d", 10+i), force, 0).RunKey, ID: int64(4000 + i),
 				Rows: Rows{Inserted: 10}, Force: force, Result: []byte(`{"status":"loaded"}`)})
 		}
-		require.NoError(t, QueueSucceedGroup(b, ss))
-		add(fmt.Sprintf("succeed group force=%v", force), b, []string{auditPK}, nil)
+		require.NoError(t, QueueMarkSucceeded(b, ss))
+		add(fmt.Sprintf("mark succeeded group force=%v", force), b, []string{auditPK}, nil)
 	}
 	{
 		b := &pgx.Batch{}

@@ -29,30 +29,31 @@ type PartitionStatus struct {
 }
 
 // UpstreamStates returns, for each day from..to and each upstream, the
-// status of the upstream's latest attempt for that day ("missing" when it
-// never ran, "rejected" when its checks refused it), skips aside: what a
-// join waits for. Like StatusRange it seeks
-// each day's partitions, so its cost follows the range, not the history.
+// state of the upstream's partition of that day (StateOf its latest
+// attempt, skips aside): what a join waits for (WaitingFor). Like
+// StatusRange it seeks each day's partitions, so its cost follows the
+// range, not the history.
 func UpstreamStates(ctx context.Context, db Querier, pipeline string, upstreams []string, from, to time.Time) (map[string]map[string]string, error) {
 	rows, err := db.Query(ctx, `
-		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id,
-		       coalesce((SELECT CASE WHEN a.status = 'failed' AND a.error_kind = '`+KindCheck+`' THEN 'rejected' ELSE a.status END
-		                   FROM idem.pipeline_audit a
-		                  WHERE a.dag_id = $1 AND a.task_id = u.task_id AND `+dayKeysSQL+`
-		                    AND a.logical_date = d::date AND a.status <> 'skipped'
-		                  ORDER BY a.id DESC LIMIT 1), 'missing')
-		  FROM `+daysSQL+`, unnest($2::text[]) AS u(task_id)`,
+		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id, coalesce(s.status, ''), coalesce(s.error_kind, '')
+		  FROM `+daysSQL+` CROSS JOIN unnest($2::text[]) AS u(task_id)
+		  LEFT JOIN LATERAL (
+		       SELECT a.status, a.error_kind
+		         FROM idem.pipeline_audit a
+		        WHERE a.dag_id = $1 AND a.task_id = u.task_id AND `+dayKeysSQL+`
+		          AND a.logical_date = d::date AND a.status <> 'skipped'
+		        ORDER BY a.id DESC LIMIT 1) s ON true`,
 		pipeline, upstreams, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("audit: upstream states: %w", err)
 	}
 	out := map[string]map[string]string{}
-	var day, ds, status string
-	_, err = pgx.ForEachRow(rows, []any{&day, &ds, &status}, func() error {
+	var day, ds, status, kind string
+	_, err = pgx.ForEachRow(rows, []any{&day, &ds, &status, &kind}, func() error {
 		if out[day] == nil {
 			out[day] = map[string]string{}
 		}
-		out[day][ds] = status
+		out[day][ds] = StateOf(status, kind)
 		return nil
 	})
 	if err != nil {

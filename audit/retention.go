@@ -12,14 +12,14 @@ import (
 
 // Bounds of one prune batch.
 const (
-	// DefaultPruneBatch is how many attempts, in id order, one prune
+	// defaultPruneBatch is how many attempts, in id order, one prune
 	// statement examines (it deletes at most that many).
-	DefaultPruneBatch = 1000
-	// PruneLockTimeout bounds how long a batch waits for a lock; a row a load
+	defaultPruneBatch = 1000
+	// pruneLockTimeout bounds how long a batch waits for a lock; a row a load
 	// holds is skipped (SKIP LOCKED), so only DDL could make it wait.
-	PruneLockTimeout = time.Second
-	// PruneStatementTimeout bounds one batch.
-	PruneStatementTimeout = 30 * time.Second
+	pruneLockTimeout = time.Second
+	// pruneStatementTimeout bounds one batch.
+	pruneStatementTimeout = 30 * time.Second
 )
 
 // pruneLease is the lease one prune pass holds: with several replicas, one
@@ -39,8 +39,8 @@ type PruneOptions struct {
 	// Retention: attempts that started longer ago than this are pruned,
 	// measured by the database clock. Must be positive.
 	Retention time.Duration
-	// Batch is how many attempts one statement examines; 0 means
-	// DefaultPruneBatch.
+	// Batch is how many attempts one statement examines; 0 means 1,000
+	// (defaultPruneBatch).
 	Batch int
 	// Pruned, when set, is called after each batch that deleted rows.
 	Pruned func(n int64)
@@ -72,8 +72,8 @@ type PruneResult struct {
 //
 // Prune holds a lease for the pass (pruneLeaseTTL): with several replicas,
 // one prunes and the others return Busy at once. Each batch is a
-// transaction of its own on db, with PruneLockTimeout and
-// PruneStatementTimeout set for it alone, so no state outlives a batch
+// transaction of its own on db, with pruneLockTimeout and
+// pruneStatementTimeout set for it alone, so no state outlives a batch
 // and db may be behind a transaction pooler.
 func Prune(ctx context.Context, db *pgxpool.Pool, o PruneOptions) (PruneResult, error) {
 	var res PruneResult
@@ -82,7 +82,7 @@ func Prune(ctx context.Context, db *pgxpool.Pool, o PruneOptions) (PruneResult, 
 	}
 	batch := o.Batch
 	if batch <= 0 {
-		batch = DefaultPruneBatch
+		batch = defaultPruneBatch
 	}
 	lease, ok, err := TryLease(ctx, db, pruneLease, pruneLeaseTTL)
 	if err != nil {
@@ -111,7 +111,7 @@ func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res
 		)
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d",
-				PruneLockTimeout.Milliseconds(), PruneStatementTimeout.Milliseconds())); err != nil {
+				pruneLockTimeout.Milliseconds(), pruneStatementTimeout.Milliseconds())); err != nil {
 				return err
 			}
 			return tx.QueryRow(ctx, pruneSQL, cursor, batch, cutoff).Scan(&last, &deleted, &done)

@@ -81,7 +81,7 @@ func TestPruneKeepsWhatReadersNeed(t *testing.T) {
 		require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("boom"), kind))
 	}
 	skip := func(a audit.Attempt) {
-		b, err := audit.Begin(ctx, db.Pool, a, 0)
+		b, err := audittest.Begin(ctx, db.Pool, a, 0)
 		require.NoError(t, err)
 		require.True(t, b.Skipped)
 	}

@@ -9,6 +9,53 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// A partition's state, beside the statuses of its latest attempt.
+const (
+	// StatusMissing is the state of a partition with no attempt at all.
+	StatusMissing = "missing"
+	// StateRejected is the state of a partition whose latest load its
+	// checks refused: it failed, and the rows loaded before it stay.
+	StateRejected = "rejected"
+)
+
+// StateOf is the one rule that says what the audit knows of a partition
+// from its latest attempt, skipped duplicates aside (they say nothing
+// new), whose status and error kind are given (status "": it has none):
+// StatusMissing, StateRejected, or the attempt's status (started,
+// success, failed). `idem audit status` and the status page both decide
+// by it.
+func StateOf(status, errorKind string) string {
+	switch {
+	case status == "":
+		return StatusMissing
+	case status == StatusFailed && errorKind == KindCheck:
+		return StateRejected
+	}
+	return status
+}
+
+// Waiting is an upstream a join waits for, and its state (StateOf) at the
+// partition.
+type Waiting struct {
+	Dataset, State string
+}
+
+func (w Waiting) String() string { return w.Dataset + ": " + w.State }
+
+// WaitingFor lists, in order, the upstreams of a join whose state at a
+// partition (state of each, as StateOf says it) is not success: until
+// there are none, a join has nothing new to load. A join that loaded
+// keeps its last load meanwhile.
+func WaitingFor(upstreams []string, state func(dataset string) string) []Waiting {
+	var out []Waiting
+	for _, up := range upstreams {
+		if s := state(up); s != StatusSuccess {
+			out = append(out, Waiting{Dataset: up, State: s})
+		}
+	}
+	return out
+}
+
 // Latest is the latest attempt (skips aside) of one partition of a dataset.
 type Latest struct {
 	Dataset   string

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 func TestLatestInRangeAndAttempts(t *testing.T) {
@@ -18,13 +19,13 @@ func TestLatestInRangeAndAttempts(t *testing.T) {
 	// 11-02: a success, then a forced rerun that failed: the latest is the failure.
 	succeedVia(t, db.Pool, "orders", "2026-11-02", "r1")
 	k := audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-02", RunID: "r2"}
-	b, err := audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: k, Force: true, TriggeredBy: "web:2026-11-02:r2"}, 0)
+	b, err := audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: k, Force: true, TriggeredBy: "web:2026-11-02:r2"}, 0)
 	require.NoError(t, err)
 	require.NoError(t, audit.Fail(ctx, db.Pool, b.ID, errors.New(`column "x" <b>does not exist</b>`), "fatal"))
 	// 11-03: running. A skipped duplicate of 11-01 changes nothing.
-	_, err = audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-03", RunID: "r1"}}, 0)
+	_, err = audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-03", RunID: "r1"}}, 0)
 	require.NoError(t, err)
-	skip, err := audit.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}}, 0)
+	skip, err := audittest.Begin(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}}, 0)
 	require.NoError(t, err)
 	require.True(t, skip.Skipped)
 	succeedVia(t, db.Pool, "orders", "2026-12-01", "r1") // out of range
@@ -64,4 +65,23 @@ func TestLatestInRangeAndAttempts(t *testing.T) {
 	require.Equal(t, "alice", acts[0].RequestedBy)
 	require.JSONEq(t, `{"seq":7}`, acts[0].Detail)
 	require.Equal(t, "republished as seq 12", acts[0].Outcome)
+}
+
+func TestStateOfAndWaitingFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ status, kind, want string }{
+		{"", "", audit.StatusMissing},
+		{audit.StatusStarted, "", audit.StatusStarted},
+		{audit.StatusSuccess, "", audit.StatusSuccess},
+		{audit.StatusFailed, audit.KindTransient, audit.StatusFailed},
+		{audit.StatusFailed, audit.KindFatal, audit.StatusFailed},
+		{audit.StatusFailed, audit.KindCheck, audit.StateRejected},
+	} {
+		require.Equal(t, tc.want, audit.StateOf(tc.status, tc.kind), "%s/%s", tc.status, tc.kind)
+	}
+	states := map[string]string{"orders": audit.StatusSuccess, "clicks": audit.StateRejected, "refunds": audit.StatusMissing}
+	got := audit.WaitingFor([]string{"orders", "clicks", "refunds"}, func(ds string) string { return states[ds] })
+	require.Equal(t, []audit.Waiting{{Dataset: "clicks", State: audit.StateRejected}, {Dataset: "refunds", State: audit.StatusMissing}}, got)
+	require.Equal(t, "clicks: rejected", got[0].String())
+	require.Empty(t, audit.WaitingFor([]string{"orders"}, func(ds string) string { return states[ds] }))
 }

@@ -123,7 +123,7 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 			return err
 		}
 		var err error
-		if s.Checks, err = PartitionChecks(ctx, tx, pipeline, dataset, partition, 4*limit); err != nil {
+		if s.Checks, err = partitionChecks(ctx, tx, pipeline, dataset, partition, 4*limit); err != nil {
 			return err
 		}
 		if s.Checks == nil {

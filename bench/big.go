@@ -100,6 +100,19 @@ func (e *env) rerunTables(ctx context.Context, src, t string, rows int) error {
 	)
 }
 
+// startAlone starts `idem serve` on dss at max_in_flight 1, so each load
+// it is sent runs alone, and connects to the database; stop ends both.
+func (e *env) startAlone(ctx context.Context, name string, dss []dataset) (proc *idemProc, conn *pgx.Conn, stop func(), err error) {
+	if proc, err = e.startIdem(ctx, name, 1, dss); err != nil {
+		return nil, nil, nil, err
+	}
+	if conn, err = pgx.Connect(ctx, e.dbURL); err != nil {
+		proc.kill()
+		return nil, nil, nil, err
+	}
+	return proc, conn, func() { conn.Close(context.WithoutCancel(ctx)); proc.kill() }, nil
+}
+
 // runBig runs phase (c) for every size with one idem serve, max_in_flight 1.
 func (e *env) runBig(ctx context.Context) error {
 	var dss []dataset
@@ -109,16 +122,11 @@ func (e *env) runBig(ctx context.Context) error {
 		}
 		dss = append(dss, bigDatasets(labelRows(n))...)
 	}
-	proc, err := e.startIdem(ctx, "big", 1, dss)
+	proc, conn, stop, err := e.startAlone(ctx, "big", dss)
 	if err != nil {
 		return err
 	}
-	defer proc.kill()
-	conn, err := pgx.Connect(ctx, e.dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer stop()
 	for _, n := range e.sizes.Big {
 		e.sampleLoad("big " + labelRows(n))
 		b := &big{env: e, proc: proc, conn: conn, rows: n, l: labelRows(n),

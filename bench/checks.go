@@ -105,16 +105,11 @@ func (e *env) checksBig(ctx context.Context, out *ChecksResult) error {
 	for _, v := range checksVariants {
 		dss = append(dss, checksDataset(l, v))
 	}
-	proc, err := e.startIdem(ctx, "checks-big", 1, dss)
+	proc, conn, stop, err := e.startAlone(ctx, "checks-big", dss)
 	if err != nil {
 		return err
 	}
-	defer proc.kill()
-	conn, err := pgx.Connect(ctx, e.dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer stop()
 	b := &big{env: e, proc: proc, conn: conn, rows: out.Rows, l: l}
 	for _, d := range dss {
 		if _, err := b.idem(ctx, d.Name, warmDay); err != nil {

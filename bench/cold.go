@@ -259,17 +259,8 @@ func (c *cold) start(ctx context.Context) error {
 	c.adminURL = c.opts.AdminURL
 	if c.adminURL == "" {
 		// The cluster env.startPostgres starts.
-		settings := []string{
-			"shared_buffers = 1GB",
-			"shared_preload_libraries = 'pg_stat_statements'",
-			"pg_stat_statements.track = top",
-			"pg_stat_statements.track_planning = on",
-		}
-		if !c.opts.Durable {
-			settings[0] = "shared_buffers = 128MB"
-		}
 		c.logf("starting PostgreSQL (durable=%v)", c.opts.Durable)
-		if c.pg, err = localpg.Start(ctx, localpg.Options{Durable: c.opts.Durable, Settings: settings}); err != nil {
+		if c.pg, err = startCluster(ctx, c.opts.Durable); err != nil {
 			return err
 		}
 		c.adminURL = c.pg.URL("postgres")
@@ -279,27 +270,10 @@ func (c *cold) start(ctx context.Context) error {
 		return err
 	}
 	c.natsBin = filepath.Join(c.work, "nats-server")
-	root, err := moduleRoot()
-	if err != nil {
+	if err := c.goBuild(ctx, "nats-server", c.natsBin, "github.com/nats-io/nats-server/v2"); err != nil {
 		return err
 	}
-	c.logf("building nats-server")
-	build := exec.CommandContext(ctx, "go", "build", "-o", c.natsBin, "github.com/nats-io/nats-server/v2")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build nats-server: %w\n%s", err, out)
-	}
-	if d, err := localpg.BinDir(); err == nil {
-		if _, err := os.Stat(filepath.Join(d, "pgbench")); err == nil {
-			c.pgbench = filepath.Join(d, "pgbench")
-		}
-	}
-	if c.pgbench == "" {
-		c.pgbench, _ = exec.LookPath("pgbench")
-	}
-	if c.pgbench == "" {
-		c.res.note("pgbench not found: the pgbench rows are empty")
-	}
+	c.findPgbench("rows")
 	return nil
 }
 
@@ -500,33 +474,11 @@ func seedYoungHistory(ctx context.Context, pool *pgxpool.Pool, sz HistorySize) e
 		return err
 	}
 	defer conn.Release()
-	first := historyEnd.AddDate(0, 0, -(sz.Days - 1))
-	for _, sql := range []string{
-		`INSERT INTO idem.pipeline_audit (dag_id, task_id, logical_date, partition_key, run_id, status, attempt,
-		                                  row_count, error, error_kind, started_at, finished_at)
-		 SELECT $1, 'd' || lpad(ds::text, 3, '0'), day, day::text,
-		        CASE WHEN k <= 3 THEN 'r1' ELSE 'r2' END,
-		        (ARRAY['failed', 'success', 'skipped', 'failed', 'success'])[k],
-		        CASE k WHEN 2 THEN 2 WHEN 5 THEN 2 ELSE 1 END,
-		        CASE WHEN k IN (2, 5) THEN 1000 END,
-		        CASE WHEN k IN (1, 4) THEN 'boom' END,
-		        (ARRAY['transient', NULL, NULL, 'fatal', NULL])[k],
-		        at, at + interval '5 seconds'
-		   FROM generate_series(0, $3::int - 1) AS g CROSS JOIN LATERAL (SELECT $2::date + g AS day) dd,
-		        generate_series(0, $4::int - 1) AS ds, generate_series(1, 5) AS k,
-		        LATERAL (SELECT now() - interval '30 days'
-		                        + ((g::bigint * $4 + ds) * 5 + k) * (interval '30 days' / ($3::bigint * $4 * 5))) AS t(at)
-		  ORDER BY dd.day, ds, k`,
-		`INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id, succeeded_at)
-		 SELECT dag_id, task_id, partition_key, run_id, id, finished_at FROM idem.pipeline_audit WHERE status = 'success'`,
-	} {
-		args := []any{pipeline, first, sz.Days, sz.Datasets}
-		if !strings.Contains(sql, "$4") {
-			args = nil
-		}
-		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			return fmt.Errorf("seed: %w", err)
-		}
+	// Spread over the last 30 days, in id order.
+	err = seedAttempts(ctx, conn, pipeline, sz,
+		"now() - interval '30 days' + ((g::bigint * $4 + ds) * 5 + k) * (interval '30 days' / ($3::bigint * $4 * 5))")
+	if err != nil {
+		return err
 	}
 	// Report the seed to the statistics now rather than within seconds
 	// (PostgreSQL 15 on; before, the wait that follows covers it).
@@ -667,7 +619,7 @@ func (c *cold) pass(ctx context.Context, name, cfg string, inFlight int, evs []e
 			return nil, err
 		}
 	}
-	if err := stopServe(p); err != nil {
+	if err := p.stop(); err != nil {
 		return nil, err
 	}
 	var done, failed int
@@ -720,37 +672,12 @@ func (c *cold) publishBacklog(ctx context.Context, tag string, evs []event) (fir
 // startServe starts `idem serve` on cfg without waiting: the backlog is
 // there, it starts loading as soon as it is up.
 func (c *cold) startServe(name, cfg string) (*idemProc, error) {
-	p := &idemProc{name: name, cfg: cfg, logPath: filepath.Join(c.work, name+".log"), done: make(chan error, 1)}
-	logf, err := os.Create(p.logPath)
+	p, err := spawnServe(c.idemBin, c.work, name, cfg)
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(c.idemBin, "serve", "--config", cfg, "--grace", "60s")
-	p.cmd.Env = childEnv()
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
 	c.children = append(c.children, p)
-	go func() { err := p.cmd.Wait(); logf.Close(); p.done <- err }()
 	return p, nil
-}
-
-// stopServe sends SIGTERM and waits for a clean exit.
-func stopServe(p *idemProc) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			return fmt.Errorf("idem serve %s: %v\n%s", p.name, err, p.tail())
-		}
-		return nil
-	case <-time.After(90 * time.Second):
-		p.kill()
-		return fmt.Errorf("idem serve %s did not stop within 90s", p.name)
-	}
 }
 
 // coldTimes is a snapshot of cumulative CPU seconds.

@@ -113,17 +113,7 @@ func (e *env) start(ctx context.Context) error {
 	if err := e.buildIdem(ctx); err != nil {
 		return err
 	}
-	if d, err := localpg.BinDir(); err == nil {
-		if _, err := os.Stat(filepath.Join(d, "pgbench")); err == nil {
-			e.pgbench = filepath.Join(d, "pgbench")
-		}
-	}
-	if e.pgbench == "" {
-		e.pgbench, _ = exec.LookPath("pgbench")
-	}
-	if e.pgbench == "" {
-		e.res.note("pgbench not found: the pgbench columns are empty")
-	}
+	e.findPgbench("columns")
 	if e.idemParams, err = idemRuntimeParams(e.dbURL); err != nil {
 		return err
 	}
@@ -197,20 +187,26 @@ func (e *env) poolAsIdem(ctx context.Context, size int) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// startCluster starts the throwaway cluster the harness measures on,
+// with pg_stat_statements; a durable one gets the larger shared_buffers.
+func startCluster(ctx context.Context, durable bool) (*localpg.Server, error) {
+	settings := []string{
+		"shared_buffers = 1GB",
+		"shared_preload_libraries = 'pg_stat_statements'",
+		"pg_stat_statements.track = top",
+		"pg_stat_statements.track_planning = on",
+	}
+	if !durable {
+		settings[0] = "shared_buffers = 128MB"
+	}
+	return localpg.Start(ctx, localpg.Options{Durable: durable, Settings: settings})
+}
+
 func (e *env) startPostgres(ctx context.Context) error {
 	e.adminURL = e.opts.AdminURL
 	if e.adminURL == "" {
-		settings := []string{
-			"shared_buffers = 1GB",
-			"shared_preload_libraries = 'pg_stat_statements'",
-			"pg_stat_statements.track = top",
-			"pg_stat_statements.track_planning = on",
-		}
-		if !e.opts.Durable {
-			settings[0] = "shared_buffers = 128MB"
-		}
 		e.logf("starting PostgreSQL (durable=%v)", e.opts.Durable)
-		s, err := localpg.Start(ctx, localpg.Options{Durable: e.opts.Durable, Settings: settings})
+		s, err := startCluster(ctx, e.opts.Durable)
 		if err != nil {
 			return err
 		}
@@ -282,23 +278,43 @@ func (e *env) startNATS() error {
 	return err
 }
 
+// findPgbench finds pgbench beside the server's binaries, else on PATH;
+// without it, the report's pgbench figures (what) are left empty.
+func (e *env) findPgbench(what string) {
+	if d, err := localpg.BinDir(); err == nil {
+		if _, err := os.Stat(filepath.Join(d, "pgbench")); err == nil {
+			e.pgbench = filepath.Join(d, "pgbench")
+		}
+	}
+	if e.pgbench == "" {
+		e.pgbench, _ = exec.LookPath("pgbench")
+	}
+	if e.pgbench == "" {
+		e.res.note("pgbench not found: the pgbench %s are empty", what)
+	}
+}
+
 func (e *env) buildIdem(ctx context.Context) error {
 	if e.opts.IdemBin != "" {
 		e.idemBin = e.opts.IdemBin
 		return nil
 	}
 	e.idemBin = filepath.Join(e.work, "idem")
+	// A production build: no test hooks.
+	return e.goBuild(ctx, "idem", e.idemBin, "./cmd/idem")
+}
+
+// goBuild builds pkg of the module (or one it requires) into bin.
+func (e *env) goBuild(ctx context.Context, name, bin, pkg string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	e.logf("building idem")
-	// A production build: no test hooks.
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", e.idemBin, "./cmd/idem")
+	e.logf("building %s", name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go build idem: %w\n%s", err, out)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", name, err, out)
 	}
 	return nil
 }

@@ -222,20 +222,11 @@ func (e *env) startIdem(ctx context.Context, name string, inFlight int, dss []da
 	if err != nil {
 		return nil, err
 	}
-	p := &idemProc{name: name, cfg: cfg, logPath: filepath.Join(e.work, name+".log"), done: make(chan error, 1)}
-	logf, err := os.Create(p.logPath)
+	p, err := spawnServe(e.idemBin, e.work, name, cfg)
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(e.idemBin, "serve", "--config", cfg, "--grace", "60s")
-	p.cmd.Env = childEnv()
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
 	e.children = append(e.children, p)
-	go func() { err := p.cmd.Wait(); logf.Close(); p.done <- err }()
 	if p.acks, err = e.watchAcks(); err != nil {
 		p.kill()
 		return nil, err
@@ -254,6 +245,25 @@ func (e *env) startIdem(ctx context.Context, name string, inFlight int, dss []da
 		p.kill()
 		return nil, err
 	}
+	return p, nil
+}
+
+// spawnServe starts `idem serve` (bin) on cfg, its output in work/name.log,
+// without waiting for it to be up.
+func spawnServe(bin, work, name, cfg string) (*idemProc, error) {
+	p := &idemProc{name: name, cfg: cfg, logPath: filepath.Join(work, name+".log"), done: make(chan error, 1)}
+	logf, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(bin, "serve", "--config", cfg, "--grace", "60s")
+	p.cmd.Env = childEnv()
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { err := p.cmd.Wait(); logf.Close(); p.done <- err }()
 	return p, nil
 }
 
@@ -285,7 +295,9 @@ func (p *idemProc) peakMiB() float64 {
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *idemProc) stop() error {
-	p.acks.stop()
+	if p.acks != nil {
+		p.acks.stop()
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:

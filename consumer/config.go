@@ -14,14 +14,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/internal/defaults"
 	"github.com/idem-data/idem/schemas"
 )
 
 // Defaults applied by WithDefaults to fields left zero.
 const (
 	// DefaultMaxAttempts is a dataset's budget of loads that run: one attempt
-	// and three retries, as internal/config's default retries.
-	DefaultMaxAttempts = 4
+	// and three retries.
+	DefaultMaxAttempts = defaults.MaxAttempts
 	// DefaultMaxDeliver is JetStream's MaxDeliver on the durable consumer: a
 	// loose backstop, not the retry budget (that counts loads that ran, in
 	// the audit table). Deliveries that run nothing still count for
@@ -34,9 +35,9 @@ const (
 	DefaultProbeDelay    = time.Second
 	DefaultMaxProbeDelay = 30 * time.Second
 	// DefaultRetryDelay is the first backoff delay after a transient failure.
-	DefaultRetryDelay = 10 * time.Second
+	DefaultRetryDelay = defaults.RetryDelay
 	// DefaultMaxRetryDelay caps the exponential backoff.
-	DefaultMaxRetryDelay = 30 * time.Minute
+	DefaultMaxRetryDelay = defaults.MaxRetryDelay
 	// DefaultFetchWait is how long one pull request waits for messages. A
 	// pull asks for as many messages as there are free slots then; slots
 	// freed while it is open wait for the next pull.
@@ -78,7 +79,8 @@ type Dataset struct {
 }
 
 // Config configures a Consumer and a Reconciler. Names and prefixes have no
-// defaults here: cmd passes the values of internal/config, which has them.
+// defaults here: internal/service passes the values of internal/config,
+// which has them.
 type Config struct {
 	// Stream is the events stream, e.g. IDEM_EVENTS. Required.
 	Stream string

@@ -67,8 +67,9 @@ type Consumer struct {
 }
 
 // New checks cfg (after WithDefaults) and returns a Consumer. js comes from
-// cmd, which owns the connection: build it with nats.MaxReconnects(-1) and
-// reconnect/disconnect handlers that log, and drain it after Run returns.
+// the caller, which owns the connection (internal/service builds it with
+// internal/natsconn: reconnecting forever, every disconnect and reconnect
+// logged) and drains it after Run returns.
 func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 	if js == nil || h == nil {
 		return nil, errors.New("consumer: New needs a JetStream and a Handler")

@@ -28,8 +28,11 @@
 //  5. If the dataset has a MaxConcurrency, the message waits for a turn; if
 //     half the slots already wait for that dataset, it goes back instead.
 //  6. The message waits for one of the MaxInFlight load slots, then the
-//     Handler runs, panics recovered as *PanicError. The slot is freed
-//     before the fate is carried out: the ack overlaps the next load.
+//     Handler runs, panics recovered as *PanicError; with a GroupHandler,
+//     the message that takes the slot takes along up to GroupSize-1 others
+//     of its dataset waiting for one, and one call loads them all (each
+//     keeps its own heartbeats, fate and ack: see group.go). The slot is
+//     freed before the fate is carried out: the ack overlaps the next load.
 //  7. Decide gives the fate; a Hold goes back to step 4, anything else
 //     stops the heartbeats and is carried out.
 //
@@ -203,15 +206,20 @@
 // the body decoded; subject otherwise), attempt and stream_seq; the handler
 // finds that logger with zerolog.Ctx(ctx). Hooks report events by outcome
 // with the handler's duration, dead letters by kind, redeliveries, messages
-// in flight and heartbeats; cmd plugs Prometheus into them. Dataset labels
+// in flight and heartbeats; internal/service plugs Prometheus into them. Dataset labels
 // are configured names or InvalidDataset, so their number stays bounded.
 //
 // # Wiring, in internal/service
 //
 //	nc, err := natsconn.Connect(ctx, cfg.NATS, "idem serve", log)
 //	js, err := jetstream.New(nc)
-//	cfg := consumer.Config{Stream: ..., Datasets: ..., Log: log, Hooks: hooks}
+//	cfg := consumer.Config{Stream: ..., Datasets: ..., MaxGroup: ..., Log: log, Hooks: hooks}
 //	err = consumer.EnsureStreams(ctx, js, cfg.Streams())
+//	cfg.GroupHandler = func(ctx context.Context, ms []*consumer.Message) []error {
+//		_, errs := h.HandleGroup(ctx, events(ms), metas(ms))
+//		return errs
+//	}
+//	cfg.GroupSize = func(m *consumer.Message) int { return h.GroupSize(m.Event) }
 //	c, err := consumer.New(js, cfg, func(ctx context.Context, m *consumer.Message) error {
 //		_, err := h.Handle(ctx, m.Event, handlers.Meta{StreamSeq: m.StreamSeq, MaxAttempts: m.MaxAttempts})
 //		return err

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/internal/defaults"
 )
 
 // Fleet defaults.
@@ -23,7 +25,7 @@ const (
 	// replica knows waits (a config still rolling out) before it is
 	// dead-lettered as fatal: long enough for a rolling deploy, short enough
 	// that a publisher's typo pages someone the same hour.
-	DefaultUnknownGrace = 5 * time.Minute
+	DefaultUnknownGrace = defaults.UnknownDatasetGrace
 	// fleetNakDelay is the mean redelivery delay of an event left for
 	// another replica or for the rollout (see fleetDelay).
 	fleetNakDelay = 2 * time.Second

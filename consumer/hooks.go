@@ -6,9 +6,10 @@ import "time"
 // configured one: metric labels stay bounded by the configuration.
 const InvalidDataset = "_invalid"
 
-// Hooks let cmd count what the consumer does (Prometheus there; no registry
-// here). Every field is optional and must be safe for concurrent use; hooks
-// run on the message's goroutine, so they must be quick.
+// Hooks let internal/service count what the consumer does (Prometheus
+// there; no registry here). Every field is optional and must be safe for
+// concurrent use; hooks run on the message's goroutine, so they must be
+// quick.
 type Hooks struct {
 	// Event is called for every delivery with its outcome and how long
 	// the handler ran (0 when it was not called).

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-data/idem/internal/defaults"
 )
 
 const (
 	// DefaultDuplicates is the events and dead-letter streams' duplicate
 	// window. Dead letters rely on it: see the package doc.
-	DefaultDuplicates = 2 * time.Minute
+	DefaultDuplicates = defaults.Duplicates
 	// DefaultMaxAckPending is JetStream's own default, shared by every replica
 	// of the durable consumer.
 	DefaultMaxAckPending = 1000

@@ -1,24 +1,42 @@
-// Package handlers turns one "partition ready" event into one load transaction,
-// and classifies every failure as fatal (dead-letter now) or transient (retry).
+// Package handlers turns one "partition ready" event into one load
+// transaction (Handle), or several events of one dataset into one shared
+// transaction (HandleGroup), and classifies every failure: fatal
+// (dead-letter now), unavailable (the warehouse, not the event) or transient
+// (retry).
 //
 // # Who owns what
 //
 // The handler owns the transaction: it is the only place that begins, commits
-// or rolls back a load. Strategies receive the pgx.Tx; audit functions receive
-// whatever Querier the handler gives them. The handler never acknowledges a
-// message: it returns an Outcome or an error, and the consumer decides the
-// message's fate from IsFatal (an interface check, so the consumer does not
-// import this package).
+// or rolls back a load. Strategies receive the pgx.Tx (or queue their
+// statements on the handler's batch); the audit's statements are queued on
+// the batches the handler sends, and what is written after a rollback runs
+// on the pool the handler gives. The handler never acknowledges a message:
+// it returns an Outcome or an error, and the consumer decides the message's
+// fate from the error's behaviour (Fatal, Unavailable, BudgetSpent: interface
+// checks, so the consumer does not import this package).
 //
 // # The order of writes
 //
-// The ledger is checked first, outside any lock, so a redelivery after a lost
-// ack costs one indexed read. The `started` row is committed on its own so that
-// a process that dies mid-load leaves a trace. The load transaction then takes
-// a per-partition advisory lock (two replicas, or a redelivery racing a slow
-// first delivery, never load one partition at once), checks the ledger again,
-// runs the strategy, marks the audit row `success` and inserts the ledger row,
-// whose primary key makes a second success of the same run impossible.
+// A load is three pipelined round trips on one connection (see loading):
+//
+//  1. one statement checks the ledger (a run already done is recorded
+//     `skipped`: a redelivery after a lost ack costs one indexed read),
+//     counts the loads of this message that already ran against its budget,
+//     and writes the `started` row, committed at once so that a process
+//     that dies mid-load leaves a trace; behind it the load's transaction
+//     opens, tries the per-partition advisory lock (two replicas, or a
+//     redelivery racing a slow first delivery, never load one partition at
+//     once) and looks the ledger up again under it;
+//  2. the strategy loads, and the checks run on what it produced;
+//  3. finish marks the audit row `success` and inserts the ledger row in one
+//     statement, whose primary key makes a second success of the same run
+//     impossible, writes the result, the lineage, the checks' outcomes, the
+//     schema changes and the downstream events, and commits.
+//
+// A lock another load holds costs a round trip (a group leaves that event
+// to load alone after it). A group runs the same round trips for all its
+// events, and the same finish; if anything fails in it, it rolls back and
+// each event loads alone.
 //
 // This package must never talk to NATS.
 package handlers

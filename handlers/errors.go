@@ -14,24 +14,25 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
 
-// Reasons are short, stable machine words: they name a fatal error's cause in
-// dead letters, audit rows and metric labels, so they never change once shipped.
+// Reasons name a fatal error's cause in dead letters, audit rows and
+// metric labels; package schemas defines them (schemas.Reason*).
 const (
-	ReasonInvalidEvent        = "invalid_event"        // the event fails decoding or validation
-	ReasonUnknownDataset      = "unknown_dataset"      // no dataset of that name is configured
-	ReasonEmptySource         = "empty_source"         // the source returned no rows and allow_empty is false
-	ReasonWallClockSQL        = "wall_clock_sql"       // the source SQL reads the clock
-	ReasonConfig              = "config"               // connection string, TLS, database name, server setting
-	ReasonPermissionDenied    = "permission_denied"    // grants or authentication
-	ReasonUndefinedObject     = "undefined_object"     // a table, column, function, type or schema is missing
-	ReasonSchemaMismatch      = "schema_mismatch"      // the objects exist but do not fit the statement
-	ReasonInvalidSQL          = "invalid_sql"          // the SQL text itself is wrong, whatever the tables
-	ReasonDataException       = "data_exception"       // a value is invalid for its type, or a RAISE
-	ReasonConstraintViolation = "constraint_violation" // NOT NULL, unique, foreign key, check, exclusion
-	ReasonDataCorrupted       = "data_corrupted"       // the server found corrupted data or indexes
+	ReasonInvalidEvent        = schemas.ReasonInvalidEvent
+	ReasonUnknownDataset      = schemas.ReasonUnknownDataset
+	ReasonEmptySource         = schemas.ReasonEmptySource
+	ReasonWallClockSQL        = schemas.ReasonWallClockSQL
+	ReasonConfig              = schemas.ReasonConfig
+	ReasonPermissionDenied    = schemas.ReasonPermissionDenied
+	ReasonUndefinedObject     = schemas.ReasonUndefinedObject
+	ReasonSchemaMismatch      = schemas.ReasonSchemaMismatch
+	ReasonInvalidSQL          = schemas.ReasonInvalidSQL
+	ReasonDataException       = schemas.ReasonDataException
+	ReasonConstraintViolation = schemas.ReasonConstraintViolation
+	ReasonDataCorrupted       = schemas.ReasonDataCorrupted
 )
 
 // FatalError marks an error that will fail the same way on every attempt: the
@@ -48,10 +49,7 @@ type FatalError struct {
 // Error returns "<reason>: <err>". For a PostgreSQL error the SQLSTATE is part of
 // err's text, e.g. `undefined_object: ERROR: column "x" does not exist (SQLSTATE 42703)`.
 func (e *FatalError) Error() string {
-	reason := e.Reason
-	if reason == "" {
-		reason = "fatal"
-	}
+	reason := e.FatalReason()
 	if e.Err == nil {
 		return reason
 	}
@@ -68,7 +66,7 @@ func (e *FatalError) Fatal() bool { return true }
 // parsing error text.
 func (e *FatalError) FatalReason() string {
 	if e.Reason == "" {
-		return "fatal"
+		return schemas.ReasonFatal
 	}
 	return e.Reason
 }
@@ -153,10 +151,10 @@ func (e *BudgetSpentError) Crashed() bool { return e.LastDied }
 // BudgetSpent reports true: the consumer dead-letters without retrying.
 func (e *BudgetSpentError) BudgetSpent() bool { return true }
 
-// beforeLoad classifies an error met before any load ran (the ledger check
+// classifyBeforeLoad classifies an error met before any load ran (the ledger check
 // and the `started` row): a fatal error stays fatal, and any other means the
 // warehouse cannot even record an attempt, which is not the event's fault.
-func beforeLoad(err error) error {
+func classifyBeforeLoad(err error) error {
 	err = Classify(err)
 	if err == nil || IsFatal(err) || IsUnavailable(err) || errors.Is(err, context.Canceled) {
 		return err

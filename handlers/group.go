@@ -10,7 +10,6 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
-	"github.com/idem-data/idem/internal/results"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
@@ -57,12 +56,13 @@ func (h *Handler) groupable(ds *Dataset) bool {
 
 // member is one event of a group load.
 type member struct {
-	l      *loading
-	b      audit.Begun
-	res    *strategies.Result
-	finish func(error) error
-	out    Outcome
-	err    error
+	l   *loading
+	b   audit.Begun
+	res *strategies.Result
+	// endLoad reads the strategy's answers once round trip 2 is sent.
+	endLoad func(error) error
+	out     Outcome
+	err     error
 	// how it ends in the group: loaded, or its result decided alone (a
 	// skip, a spent budget), or left to load alone after the group (its
 	// lock was held, or the group fell back).
@@ -71,11 +71,12 @@ type member struct {
 
 type memberState int
 
+// A member's state, from the group's first round trip on.
 const (
-	memberLoad  memberState = iota // loads in the group
-	memberDone                     // the ledger under the lock says its run loaded: skipped in the group
-	memberOver                     // its outcome is decided (skipped before the load, budget spent, invalid)
-	memberAlone                    // loads alone, after the group
+	memberLoading       memberState = iota // loads in the group
+	memberAlreadyLoaded                    // the ledger under the lock says its run loaded: skipped in the group
+	memberDecided                          // its outcome is decided (skipped before the load, budget spent, invalid)
+	memberLoadsAlone                       // loads alone, after the group (its lock was held, or the group fell back)
 )
 
 // HandleGroup loads evs, events of one dataset for distinct partitions
@@ -127,7 +128,7 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 	if err != nil {
 		for i, m := range mems {
 			if m != nil {
-				errs[i] = beforeLoad(fmt.Errorf("audit: begin: %w", err))
+				errs[i] = classifyBeforeLoad(fmt.Errorf("audit: begin: %w", err))
 			}
 		}
 		return outs, errs
@@ -152,16 +153,16 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 		if m == nil {
 			continue
 		}
-		if m.state == memberAlone {
-			m.out, m.err = h.alone(ctx, m)
+		if m.state == memberLoadsAlone {
+			m.out, m.err = h.loadAlone(ctx, m)
 		}
 		outs[i], errs[i] = m.out, m.err
 	}
 	return outs, errs
 }
 
-// alone loads m by itself, its audit statement already committed.
-func (h *Handler) alone(ctx context.Context, m *member) (Outcome, error) {
+// loadAlone loads m by itself, its audit statement already committed.
+func (h *Handler) loadAlone(ctx context.Context, m *member) (Outcome, error) {
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
 		// The `started` row is committed: this attempt ran, and failed.
@@ -200,17 +201,18 @@ func (g *group) fallBack(ctx context.Context, why error) {
 		first.l.log.Info().Err(why).Msg("group load rolled back: its events load one at a time")
 	}
 	for _, m := range g.mems {
-		if m != nil && (m.state == memberLoad || m.state == memberDone) {
-			m.state = memberAlone
+		if m != nil && (m.state == memberLoading || m.state == memberAlreadyLoaded) {
+			m.state = memberLoadsAlone
 			m.l.checked, m.l.recorded = nil, false
 		}
 	}
 }
 
-// noneRan ends every member with err before any audit row of the group
-// was written: each message is retried as if it had never been handled.
-func (g *group) noneRan(err error) bool {
-	g.each(memberLoad, func(m *member) { m.state, m.err = memberOver, beforeLoad(err) })
+// failUnstarted ends every loading member with err when no audit row of
+// the group was written: each message is retried as if it had never been
+// handled.
+func (g *group) failUnstarted(err error) bool {
+	g.each(memberLoading, func(m *member) { m.state, m.err = memberDecided, classifyBeforeLoad(err) })
 	return false
 }
 
@@ -244,7 +246,7 @@ func (g *group) load(ctx context.Context) bool {
 		}
 	}
 	if err := audit.QueueBeginGroup(b, gbs, &began); err != nil {
-		return g.noneRan(err)
+		return g.failUnstarted(err)
 	}
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	first := g.first()
@@ -255,19 +257,19 @@ func (g *group) load(ctx context.Context) bool {
 	var (
 		keys   []string
 		locked []*bool
-		ls     []audit.Loaded
+		ls     []audit.RunLookup
 	)
 	for _, m := range g.mems {
 		if m != nil {
 			l := m.l
 			keys = append(keys, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition))
 			locked = append(locked, &l.locked)
-			ls = append(ls, audit.Loaded{RunKey: l.a.RunKey, Force: l.a.Force, Seq: l.a.StreamSeq, Done: &l.done})
+			ls = append(ls, audit.RunLookup{RunKey: l.a.RunKey, Force: l.a.Force, Seq: l.a.StreamSeq, Done: &l.alreadyLoaded})
 		}
 	}
 	audit.QueueTryLocks(b, keys, locked)
-	if err := audit.QueueSucceededGroup(b, ls); err != nil {
-		return g.noneRan(err)
+	if err := audit.QueueLookupRuns(b, ls); err != nil {
+		return g.failUnstarted(err)
 	}
 	for _, m := range g.mems {
 		if m == nil {
@@ -284,7 +286,7 @@ func (g *group) load(ctx context.Context) bool {
 	if !committed {
 		// Nothing of the batch committed: no attempt ran.
 		first.l.close(ctx)
-		return g.noneRan(err)
+		return g.failUnstarted(err)
 	}
 	for _, m := range g.mems {
 		if m == nil {
@@ -294,13 +296,13 @@ func (g *group) load(ctx context.Context) bool {
 		m.l.log = m.l.log.With().Int("attempt", m.b.Attempt).Logger()
 		switch {
 		case m.b.Spent:
-			m.state, m.err = memberOver, &BudgetSpentError{Attempts: m.b.Prior, LastDied: m.b.LastDied}
+			m.state, m.err = memberDecided, &BudgetSpentError{Attempts: m.b.Prior, LastDied: m.b.LastDied}
 			m.l.log.Warn().Err(m.err).Msg("retry budget spent: not loading again")
 		case m.b.Skipped:
-			m.state = memberOver
+			m.state = memberDecided
 			m.l.log.Info().Msg("run already succeeded: skipped")
 			if err := m.l.skipped(ctx, m.b.ID, m.b.ResultWritten); err != nil {
-				m.err = beforeLoad(err)
+				m.err = classifyBeforeLoad(err)
 			} else {
 				m.out = Outcome{Status: audit.StatusSkipped, AuditID: m.b.ID}
 			}
@@ -311,14 +313,14 @@ func (g *group) load(ctx context.Context) bool {
 			}
 			switch {
 			case err != nil:
-				m.state = memberAlone
+				m.state = memberLoadsAlone
 			case !m.l.locked:
 				// Another load holds its partition: never wait inside a group.
-				m.state = memberAlone
-			case m.l.done:
-				m.state = memberDone
+				m.state = memberLoadsAlone
+			case m.l.alreadyLoaded:
+				m.state = memberAlreadyLoaded
 			default:
-				m.state = memberLoad
+				m.state = memberLoading
 			}
 		}
 	}
@@ -327,8 +329,8 @@ func (g *group) load(ctx context.Context) bool {
 		return false
 	}
 	n := 0
-	g.each(memberLoad, func(*member) { n++ })
-	if n == 0 && !g.any(memberDone) {
+	g.each(memberLoading, func(*member) { n++ })
+	if n == 0 && !g.any(memberAlreadyLoaded) {
 		first.l.close(ctx)
 		return false
 	}
@@ -337,10 +339,10 @@ func (g *group) load(ctx context.Context) bool {
 	gl := g.ds.Strategy.(strategies.GroupLoader)
 	b = &pgx.Batch{}
 	for _, m := range g.mems {
-		if m == nil || m.state != memberLoad {
+		if m == nil || m.state != memberLoading {
 			continue
 		}
-		if m.res, m.finish, err = gl.QueueLoad(ctx, tx, m.l.plan, m.l.params(), b); err != nil {
+		if m.res, m.endLoad, err = gl.QueueLoad(ctx, tx, m.l.plan, m.l.params(), b); err != nil {
 			g.fallBack(ctx, err)
 			return false
 		}
@@ -349,8 +351,8 @@ func (g *group) load(ctx context.Context) bool {
 		err = g.c.SendBatch(ctx, b).Close()
 	}
 	var refused error
-	g.each(memberLoad, func(m *member) {
-		if ferr := m.finish(err); ferr != nil && refused == nil {
+	g.each(memberLoading, func(m *member) {
+		if ferr := m.endLoad(err); ferr != nil && refused == nil {
 			refused = ferr
 		}
 		if refused != nil || g.ds.Checks == nil {
@@ -367,51 +369,19 @@ func (g *group) load(ctx context.Context) bool {
 		g.fallBack(ctx, firstErr(err, refused))
 		return false
 	}
-	// Round trip 3: the successes, their results and downstream events, the
-	// skips the ledger found under the locks, one COMMIT.
-	// The successes, their ledger entries, results and checks' outcomes
-	// are set-based: a statement or two for the whole group, not one each.
-	b = &pgx.Batch{}
-	b.Queue(defaultPlans)
-	var done []audit.Success
+	// Round trip 3: the skips the ledger found under the locks, the
+	// successes and all they leave for others, one COMMIT (finish).
+	var es []ending
 	for _, m := range g.mems {
-		if m == nil {
-			continue
-		}
-		l := m.l
-		switch m.state {
-		case memberDone:
-			audit.QueueSkip(b, m.b.ID)
-			l.queueResult(b, results.StatusSkipped, m.b.ID, nil)
-		case memberLoad:
-			r := m.res
-			s := audit.Success{RunKey: l.a.RunKey, ID: m.b.ID, Force: l.a.Force,
-				Rows: audit.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted}, Checks: l.checked}
-			if l.h.Results && l.m.StreamSeq > 0 {
-				s.Result = l.result(results.StatusLoaded, m.b.ID, &results.Rows{Inserted: r.Inserted, Updated: r.Updated, Deleted: r.Deleted})
-			}
-			done = append(done, s)
-			if err := l.queueComplete(b, m.b.ID, r.Inserted+r.Updated); err != nil {
-				g.fallBack(ctx, err)
-				return false
-			}
-			l.recorded = len(l.checked) > 0
-			if err := audit.QueueRecordSchemaChanges(b, m.b.ID, l.a.RunKey, l.plan.SchemaChanges()); err != nil {
-				g.fallBack(ctx, err)
-				return false
-			}
-			if _, err := h.queueDownstream(b, g.ds, l.a, m.b.ID); err != nil {
-				g.fallBack(ctx, err)
-				return false
-			}
+		switch {
+		case m == nil:
+		case m.state == memberAlreadyLoaded:
+			es = append(es, ending{l: m.l, id: m.b.ID})
+		case m.state == memberLoading:
+			es = append(es, ending{l: m.l, id: m.b.ID, res: m.res})
 		}
 	}
-	if err := audit.QueueSucceedGroup(b, done); err != nil {
-		g.fallBack(ctx, err)
-		return false
-	}
-	queueCommit(b)
-	if err := audit.SuccessError(g.c.SendBatch(ctx, b).Close()); err != nil {
+	if err := h.finish(ctx, g.c, es); err != nil {
 		g.fallBack(ctx, err)
 		return false
 	}
@@ -421,12 +391,12 @@ func (g *group) load(ctx context.Context) bool {
 			continue
 		}
 		switch m.state {
-		case memberDone:
-			m.state, m.out = memberOver, Outcome{Status: audit.StatusSkipped, AuditID: m.b.ID}
+		case memberAlreadyLoaded:
+			m.state, m.out = memberDecided, Outcome{Status: audit.StatusSkipped, AuditID: m.b.ID}
 			m.l.log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
-		case memberLoad:
+		case memberLoading:
 			r := *m.res
-			m.state, m.out = memberOver, Outcome{Status: audit.StatusSuccess, AuditID: m.b.ID, Rows: r, Checks: m.l.checked,
+			m.state, m.out = memberDecided, Outcome{Status: audit.StatusSuccess, AuditID: m.b.ID, Rows: r, Checks: m.l.checked,
 				SchemaChanges: m.l.plan.SchemaChanges()}
 			m.l.log.Info().Int64("rows_inserted", r.Inserted).Int64("rows_updated", r.Updated).Int64("rows_deleted", r.Deleted).
 				Str("route", r.Route).Int("group", n).Msg("loaded")

@@ -207,7 +207,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	h.unrecorded.flush(ctx, h.DB, log)
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
-		return Outcome{}, beforeLoad(fmt.Errorf("audit: begin: %w", err))
+		return Outcome{}, classifyBeforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
 	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log}
 	defer func() { l.close(ctx); c.Release() }()
@@ -217,7 +217,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	// any failure but a fatal one is the warehouse's, not the event's.
 	b, err := l.begin(ctx, m.MaxAttempts)
 	if !l.begun {
-		return Outcome{}, beforeLoad(err)
+		return Outcome{}, classifyBeforeLoad(err)
 	}
 	return h.run(ctx, l, b, err)
 }
@@ -252,7 +252,7 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 		Uint64("stream_seq", m.StreamSeq).Logger()
 	if h.Verified != nil && !m.Reverify {
 		if err := h.Verified(ctx); err != nil {
-			return nil, audit.Attempt{}, log, beforeLoad(err)
+			return nil, audit.Attempt{}, log, classifyBeforeLoad(err)
 		}
 	}
 	return ds, a, log, nil
@@ -274,7 +274,7 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 		l.close(ctx)
 		if err := l.skipped(ctx, b.ID, b.ResultWritten); err != nil {
 			log.Warn().Err(err).Msg("skip's result not written")
-			return Outcome{}, beforeLoad(err)
+			return Outcome{}, classifyBeforeLoad(err)
 		}
 		return Outcome{Status: audit.StatusSkipped, AuditID: b.ID}, nil
 	}
@@ -398,10 +398,13 @@ func takes(policy string, cs []strategies.SchemaChange) bool {
 	return true
 }
 
-// pendingJoin is a join whose readiness round trip 3 asks.
+// pendingJoin is a join downstream of attempt id of a, whose readiness
+// the last round trip asks (finish).
 type pendingJoin struct {
 	down  string
 	ready *bool
+	a     audit.Attempt
+	id    int64
 }
 
 // queueDownstream queues, inside the load's transaction, one event per
@@ -426,7 +429,7 @@ func (h *Handler) queueDownstream(b *pgx.Batch, ds *Dataset, a audit.Attempt, au
 			}
 			continue
 		}
-		j := pendingJoin{down: down, ready: new(bool)}
+		j := pendingJoin{down: down, ready: new(bool), a: a, id: auditID}
 		audit.QueueJoinReady(b, a.Pipeline, down, a.Partition, others, j.ready)
 		joins = append(joins, j)
 	}
@@ -448,7 +451,7 @@ func (h *Handler) enqueue(b *pgx.Batch, down string, a audit.Attempt, auditID in
 	if _, err := ev.Marshal(); err != nil {
 		return Fatal(ReasonInvalidEvent, fmt.Errorf("downstream event for %s: %w", down, err))
 	}
-	return audit.QueueEnqueue(b, audit.OutboxEvent{Event: ev, AuditID: auditID, Trace: a.Trace})
+	return audit.QueueEnqueueEvent(b, audit.OutboxEvent{Event: ev, AuditID: auditID, Trace: a.Trace})
 }
 
 // Prepare runs every dataset's one-time setup (append_dedupe's view) now, so

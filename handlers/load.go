@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
@@ -24,8 +23,9 @@ import (
 //     then BEGIN, the settings, the partition lock (tried), the ledger
 //     check under it and the strategy's catalog reads;
 //  2. the strategy's load;
-//  3. the audit success and the ledger entry (one statement), the
-//     downstream events, COMMIT.
+//  3. finish: the audit success and the ledger entry with the result (one
+//     statement), the lineage, the checks' outcomes, the schema changes,
+//     the downstream events, COMMIT; a group load ends the same way.
 //
 // The `started` row is committed by that first COMMIT, before the load
 // runs, without a round trip of its own (the pool commits bookkeeping
@@ -45,9 +45,11 @@ type loading struct {
 
 	// begun: the audit statement ran, so its row is committed.
 	begun bool
-	// locked and done answer the partition lock and the ledger check.
-	locked, done bool
-	plan         *strategies.Plan
+	// locked answers the partition lock (tried); alreadyLoaded, the
+	// ledger's lookup under it: the run (or, forced, this message) has
+	// already loaded, so this attempt is skipped.
+	locked, alreadyLoaded bool
+	plan                  *strategies.Plan
 	// checked are the outcomes of the dataset's checks on this load;
 	// recorded, that they went out with the load's success.
 	checked  []checks.Outcome
@@ -183,33 +185,18 @@ func (l *loading) queueDescribe(b *pgx.Batch, first *strategies.Plan) {
 
 func (l *loading) queueCheck(b *pgx.Batch) {
 	if l.a.Force {
-		audit.QueueMessageSucceeded(b, l.a.RunKey, l.a.StreamSeq, &l.done)
+		audit.QueueLookupMessage(b, l.a.RunKey, l.a.StreamSeq, &l.alreadyLoaded)
 	} else {
-		audit.QueueSucceeded(b, l.a.RunKey, &l.done)
+		audit.QueueLookupRun(b, l.a.RunKey, &l.alreadyLoaded)
 	}
 }
 
-// queueCommit queues the COMMIT that ends the load's transaction; its
-// callback fails when the server rolled back instead.
-func queueCommit(b *pgx.Batch) {
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
-		if ct.String() != "COMMIT" {
-			return fmt.Errorf("commit: the server answered %s", ct)
-		}
-		return nil
-	})
-}
-
-// load runs round trips 2 and 3 in the transaction begin opened.
+// load runs round trip 2 in the transaction begin opened, then finish.
 func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	if l.done {
-		b := &pgx.Batch{}
-		audit.QueueSkip(b, id)
-		l.queueResult(b, results.StatusSkipped, id, nil)
-		queueCommit(b)
+	if l.alreadyLoaded {
 		out.Status = audit.StatusSkipped
-		err := l.c.SendBatch(ctx, b).Close()
+		err := l.h.finish(ctx, l.c, []ending{{l: l, id: id}})
 		if err == nil && l.h.Results && l.h.Enqueued != nil {
 			l.h.Enqueued()
 		}
@@ -257,48 +244,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 			return out, err
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue(defaultPlans)
-	audit.QueueSucceedAndRecord(b, l.a.RunKey, id, audit.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted}, l.a.Force)
-	// The result and the lineage events commit with the load, or not at all.
-	l.queueResult(b, results.StatusLoaded, id, &results.Rows{Inserted: res.Inserted, Updated: res.Updated, Deleted: res.Deleted})
-	if err := l.queueComplete(b, id, res.Inserted+res.Updated); err != nil {
-		return out, err
-	}
-	// The checks passed: their outcomes commit with the load, no round
-	// trip of their own.
-	if err := audit.QueueRecordChecks(b, id, l.a.RunKey, l.checked); err != nil {
-		return out, err
-	}
-	l.recorded = len(l.checked) > 0
-	// A schema change the load made commits with its DDL and its rows.
-	if err := audit.QueueRecordSchemaChanges(b, id, l.a.RunKey, l.plan.SchemaChanges()); err != nil {
-		return out, err
-	}
-	// A join's downstream event is queued only once its other upstreams
-	// are known to be ready: one more round trip, for joins only.
-	joins, err := l.h.queueDownstream(b, l.ds, l.a, id)
-	if err != nil {
-		return out, err
-	}
-	if len(joins) == 0 {
-		queueCommit(b)
-	}
-	err = audit.SuccessError(l.c.SendBatch(ctx, b).Close())
-	if err == nil && len(joins) > 0 {
-		b = &pgx.Batch{}
-		for _, j := range joins {
-			if *j.ready {
-				if err := l.h.enqueue(b, j.down, l.a, id); err != nil {
-					return out, err
-				}
-			} else {
-				zerolog.Ctx(ctx).Debug().Str("join", j.down).Msg("join waits for its other upstreams")
-			}
-		}
-		queueCommit(b)
-		err = l.c.SendBatch(ctx, b).Close()
-	}
+	err = l.h.finish(ctx, l.c, []ending{{l: l, id: id, res: &res}})
 	if errors.Is(err, audit.ErrAlreadySucceeded) {
 		// Unreachable while the lock and the check above hold; if it happens
 		// the transaction rolls back and the run is done: record the duplicate.

@@ -38,9 +38,9 @@ func (e *InvalidEventError) Fatal() bool { return true }
 // well-formed event naming a dataset nobody runs, invalid_event otherwise.
 func (e *InvalidEventError) FatalReason() string {
 	if e.unknownDataset {
-		return "unknown_dataset"
+		return ReasonUnknownDataset
 	}
-	return "invalid_event"
+	return ReasonInvalidEvent
 }
 
 func invalid(field, reason string) *InvalidEventError {

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-data/idem/schemas"
 )
 
 // column of a target table, as the catalog describes it.
@@ -510,7 +512,7 @@ func describe(b *pgx.Batch, spec Spec, p Params, withChildren bool) *Plan {
 func (pl *Plan) checked() (*table, []string, error) {
 	t := pl.target
 	if pl.missing {
-		return nil, nil, &Error{Reason: "undefined_object", Msg: fmt.Sprintf("table %s does not exist; create it or fix target in the config", t.Table)}
+		return nil, nil, &Error{Reason: schemas.ReasonUndefinedObject, Msg: fmt.Sprintf("table %s does not exist; create it or fix target in the config", t.Table)}
 	}
 	if t.Kind != "r" && t.Kind != "p" {
 		return nil, nil, schemaErr("%s is not a table (relkind %s)", t.Table, t.Kind)

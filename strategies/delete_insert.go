@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-data/idem/schemas"
 )
 
 // DeleteInsert replaces one partition: delete its rows, insert the source's.
@@ -214,7 +216,7 @@ func (s *DeleteInsert) checkTruncate(ctx context.Context, tx pgx.Tx) error {
 	if len(shown) > 5 {
 		shown = append(shown[:5:5], fmt.Sprintf("and %d more", len(denied)-5))
 	}
-	return &Error{Reason: "permission_denied", Msg: fmt.Sprintf(
+	return &Error{Reason: schemas.ReasonPermissionDenied, Msg: fmt.Sprintf(
 		"truncate_partition: role %s may not TRUNCATE %s, which hold one partition each, so their loads would fail: GRANT TRUNCATE on each child (and on every new one), or remove truncate_partition to load them with DELETE",
 		role, strings.Join(shown, ", "))}
 }

@@ -9,8 +9,9 @@
 //   - AppendDedupe: append rows tagged with run_id and a load sequence, and a
 //     view that keeps the latest row per key.
 //
-// Every statement is set-based SQL inside a pgx.Tx that the caller owns: rows
-// never travel through Go. Identifiers are quoted with pgx.Identifier; the
+// Every statement is set-based SQL inside a pgx.Tx that the caller owns, run
+// there or queued on the caller's batch (Describe, GroupLoader's QueueLoad):
+// rows never travel through Go. Identifiers are quoted with pgx.Identifier; the
 // partition and run_id are bound parameters (@partition, @run_id), never text
 // spliced into SQL. The source SQL is the user's, embedded as a subquery.
 //
@@ -18,6 +19,7 @@
 // a statement that takes a lock readers would queue behind (TRUNCATE, view
 // DDL) only runs when asked for or needed, and waits at most LockTimeout.
 //
-// A strategy never opens, commits or rolls back a transaction, never reads the
-// configuration file, and knows nothing of NATS.
+// A strategy never opens, commits or rolls back a transaction (a savepoint
+// inside the caller's aside), never reads the configuration file, and knows
+// nothing of NATS.
 package strategies

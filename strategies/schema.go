@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-data/idem/schemas"
 )
 
 // What a load does when the source's columns differ from the target's
@@ -393,7 +395,7 @@ func (pl *Plan) refusal(all, refused []SchemaChange) error {
 	if len(fixes) > 0 {
 		msg += ". Fix it with: " + strings.Join(fixes, "; ") + "; or set on_schema_change: append_new_columns on the dataset; then replay its dead letters: idem dlq replay --reason schema_mismatch " + pl.spec.Dataset
 	}
-	return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: msg}, Changes: pl.changes}
+	return &SchemaChangeError{Err: &Error{Reason: schemas.ReasonSchemaMismatch, Msg: msg}, Changes: pl.changes}
 }
 
 // typeNames names the source's types of the differing columns, as
@@ -518,7 +520,7 @@ func (pl *Plan) refused(msg string) error {
 			pl.changes[k].Action, pl.changes[k].Reason = ActionRefused, "idem's role may not alter the target"
 		}
 	}
-	return &SchemaChangeError{Err: &Error{Reason: "schema_mismatch", Msg: msg}, Changes: pl.changes}
+	return &SchemaChangeError{Err: &Error{Reason: schemas.ReasonSchemaMismatch, Msg: msg}, Changes: pl.changes}
 }
 
 // alterErr explains why the DDL failed: a lock not granted in time

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idem-data/idem/schemas"
 )
 
 // Table is a schema-qualified relation name, quoted only through pgx.Identifier.
@@ -37,7 +39,8 @@ type Spec struct {
 	VersionColumn string
 	// View is the dedupe view append_dedupe maintains.
 	View Table
-	// RunIDColumn and LoadSeqColumn are append_dedupe's bookkeeping columns.
+	// RunIDColumn and LoadSeqColumn are append_dedupe's bookkeeping columns
+	// (default DefaultRunIDColumn and DefaultLoadSeqColumn).
 	RunIDColumn, LoadSeqColumn string
 	// AllowEmpty accepts an empty source partition; otherwise it is a fatal error.
 	AllowEmpty bool
@@ -198,10 +201,10 @@ func New(name string, spec Spec) (Strategy, error) {
 			return nil, errors.New("append_dedupe needs a key and a view")
 		}
 		if spec.RunIDColumn == "" {
-			spec.RunIDColumn = "run_id"
+			spec.RunIDColumn = DefaultRunIDColumn
 		}
 		if spec.LoadSeqColumn == "" {
-			spec.LoadSeqColumn = "load_seq"
+			spec.LoadSeqColumn = DefaultLoadSeqColumn
 		}
 		return &AppendDedupe{spec: spec}, nil
 	}
@@ -216,10 +219,17 @@ func normaliseSource(s string) string {
 	return s
 }
 
+// append_dedupe's bookkeeping columns in the target, when the spec names
+// none.
+const (
+	DefaultRunIDColumn   = "run_id"
+	DefaultLoadSeqColumn = "load_seq"
+)
+
 // Error is a load failure that will repeat on every attempt (a schema that does
 // not fit, an empty source): the consumer dead-letters it without retrying.
 type Error struct {
-	Reason string // stable word: schema_mismatch, empty_source, undefined_object
+	Reason string // a schemas.Reason* word: schema_mismatch, empty_source, undefined_object
 	Msg    string
 }
 
@@ -232,13 +242,13 @@ func (e *Error) Fatal() bool { return true }
 func (e *Error) FatalReason() string { return e.Reason }
 
 func schemaErr(format string, args ...any) error {
-	return &Error{Reason: "schema_mismatch", Msg: fmt.Sprintf(format, args...)}
+	return &Error{Reason: schemas.ReasonSchemaMismatch, Msg: fmt.Sprintf(format, args...)}
 }
 
 // ErrEmptySource is returned when the source has no rows for the partition and
 // the dataset does not allow that: an empty load must never silently wipe a
 // partition.
-var ErrEmptySource = &Error{Reason: "empty_source", Msg: "the source returned no rows for this partition; if that is expected, set allow_empty: true on the dataset"}
+var ErrEmptySource = &Error{Reason: schemas.ReasonEmptySource, Msg: "the source returned no rows for this partition; if that is expected, set allow_empty: true on the dataset"}
 
 func quoteAll(prefix string, cols []string) string {
 	out := make([]string, len(cols))

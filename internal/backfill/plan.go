@@ -153,7 +153,7 @@ func (p policy) state(l audit.LatestAttempt) (status, reason string) {
 		return StatusStale, "started " + CompactDuration(l.Age) + " ago and no load holds the partition: its process died"
 	case audit.StatusFailed:
 		switch {
-		case l.ErrorKind == "fatal":
+		case l.ErrorKind == audit.KindFatal:
 			return StatusFailed, fmt.Sprintf("fatal error on attempt %d: dead-lettered", l.Attempt)
 		case l.Attempt >= p.retry.MaxAttempts:
 			return StatusFailed, fmt.Sprintf("failed attempt %d of %d: dead-lettered", l.Attempt, p.retry.MaxAttempts)

@@ -263,7 +263,7 @@ func outcome(a audit.RunAttempt, dl deadLetter, dead bool, maxDeliveries int) Ou
 	switch {
 	case a.Succeeded:
 		o.Status, o.Final, o.Error = audit.StatusSuccess, true, ""
-	case a.Status == audit.StatusFailed && a.ErrorKind == "fatal":
+	case a.Status == audit.StatusFailed && a.ErrorKind == audit.KindFatal:
 		o.Status, o.Final, o.DLQ = audit.StatusFailed, true, string(consumer.KindFatal)
 	case a.Status == audit.StatusFailed && a.Attempt >= maxDeliveries:
 		o.Status, o.Final, o.DLQ = audit.StatusFailed, true, string(consumer.KindExhausted)

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -467,7 +468,7 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.Broken != "" {
-		return fmt.Sprintf("check_failed: check %s could not run: %v", e.Broken, e.Err)
+		return fmt.Sprintf("%s: check %s could not run: %v", schemas.ReasonCheckFailed, e.Broken, e.Err)
 	}
 	parts := make([]string, len(e.Failed))
 	for i, o := range e.Failed {
@@ -476,7 +477,7 @@ func (e *Error) Error() string {
 			parts[i] += ", " + o.Note
 		}
 	}
-	return "check_failed: " + strings.Join(parts, "; ")
+	return schemas.ReasonCheckFailed + ": " + strings.Join(parts, "; ")
 }
 
 // Fatal: retrying the same data fails the same way.

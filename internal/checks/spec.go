@@ -4,14 +4,16 @@ import "strings"
 
 // Spec is one assertion on the rows a load produces, as the load runs it:
 // exactly one kind field is set; severity and a threshold may go with it.
-// It is plain data: the config's checks: entries (config.Check) are read
-// from YAML and turned into Specs, so that this package, and the handlers
-// that run it, never link the config.
+// It is plain data, never read from YAML: the config's checks: entries
+// (config.Check, whose fields these are and which documents them) are
+// turned into Specs, so that this package, and the handlers that run it,
+// never link the config.
 type Spec struct {
-	// Name names the check in outcomes, logs and metrics; default the kind
-	// and its columns (not_null(order_id,total)).
+	// Name names the check; empty, DisplayName makes one of the kind and
+	// its columns.
 	Name string
 
+	// The kinds, one of them set.
 	Unique         []string
 	NotNull        []string
 	AcceptedValues *AcceptedValues
@@ -22,12 +24,10 @@ type Spec struct {
 	Expression     string
 	SQL            string
 
-	// Severity is error (the default: a failure rolls the load back) or
-	// warn (the load commits; the outcome is recorded).
+	// Severity is SeverityError (the default) or SeverityWarn.
 	Severity string
-	// MaxFailing is how many failing rows pass (default 0);
-	// MaxFailingRatio the same as a share of the rows checked (0.01 = 1%).
-	// At most one of them.
+	// MaxFailing or MaxFailingRatio (a share of the rows checked), at most
+	// one of them, is how many failing rows pass; neither: none.
 	MaxFailing      *int64
 	MaxFailingRatio *float64
 }

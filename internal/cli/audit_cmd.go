@@ -33,22 +33,24 @@ func dateRange(from, to string) (time.Time, time.Time, error) {
 	return f, t, nil
 }
 
-// datasetArg checks DATASET names a configured dataset.
-func datasetArg(cfg *config.Config, name string) error {
-	if _, ok := cfg.Datasets[name]; !ok {
-		return &UsageError{fmt.Errorf("dataset %q is not in %v", name, cfg.DatasetNames())}
+// configFor is the validated config of a command on dataset, which it
+// must name.
+func (e *env) configFor(dataset string) (*config.Config, error) {
+	cfg, err := e.validConfig()
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if _, ok := cfg.Datasets[dataset]; !ok {
+		return nil, &UsageError{fmt.Errorf("dataset %q is not in %v", dataset, cfg.DatasetNames())}
+	}
+	return cfg, nil
 }
 
 // auditQuery checks what every audit subcommand takes and connects.
 func (e *env) auditQuery(cmd *cobra.Command, dataset, from, to string) (*config.Config, time.Time, time.Time, *pgxpool.Pool, error) {
 	var zero time.Time
-	cfg, err := e.validConfig()
+	cfg, err := e.configFor(dataset)
 	if err != nil {
-		return nil, zero, zero, nil, err
-	}
-	if err := datasetArg(cfg, dataset); err != nil {
 		return nil, zero, zero, nil, err
 	}
 	f, t, err := dateRange(from, to)
@@ -208,20 +210,18 @@ func truncateCell(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// markWaiting says, for each partition of a join that is not loaded, which
-// upstreams it waits for.
+// markWaiting says, for each partition of a join, which upstreams it
+// waits for (audit.WaitingFor). A join that loaded keeps its last load
+// while an upstream's newer attempt failed or was refused: it waits too,
+// for a fresh one.
 func markWaiting(ctx context.Context, db audit.Querier, pipeline string, upstreams []string, from, to time.Time, st []audit.PartitionStatus) error {
 	states, err := audit.UpstreamStates(ctx, db, pipeline, upstreams, from, to)
 	if err != nil {
 		return err
 	}
-	// A join that loaded keeps its last load while an upstream's newer
-	// attempt failed or was refused: it waits too, for a fresh one.
 	for i := range st {
-		for _, up := range upstreams {
-			if s := states[st[i].Partition][up]; s != audit.StatusSuccess {
-				st[i].WaitingFor = append(st[i].WaitingFor, up+": "+s)
-			}
+		for _, w := range audit.WaitingFor(upstreams, func(up string) string { return states[st[i].Partition][up] }) {
+			st[i].WaitingFor = append(st[i].WaitingFor, w.String())
 		}
 	}
 	return nil

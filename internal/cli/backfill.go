@@ -120,11 +120,8 @@ Exit code: 0 ok; 1 if a partition failed or a publish failed; 2 usage;
 
 func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) error {
 	ctx := cmd.Context()
-	cfg, err := e.validConfig()
+	cfg, err := e.configFor(dataset)
 	if err != nil {
-		return err
-	}
-	if err := datasetArg(cfg, dataset); err != nil {
 		return err
 	}
 	ds := cfg.Datasets[dataset]

@@ -145,11 +145,8 @@ error, or an error); 2 usage.`,
 // handler connects and builds the handler of a validated config for a
 // command on dataset; closeDB releases the pool.
 func (e *env) handler(cmd *cobra.Command, dataset string) (*config.Config, *handlers.Handler, func(), error) {
-	cfg, err := e.validConfig()
+	cfg, err := e.configFor(dataset)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	if err := datasetArg(cfg, dataset); err != nil {
 		return nil, nil, nil, err
 	}
 	dss, err := datasets(cfg)

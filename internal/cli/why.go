@@ -31,11 +31,8 @@ its checks (a person must act), 2 usage, 3 not loaded yet (loading, retrying,
 missing), 4 the audit or NATS could not be read.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := e.validConfig()
+			cfg, err := e.configFor(args[0])
 			if err != nil {
-				return err
-			}
-			if err := datasetArg(cfg, args[0]); err != nil {
 				return err
 			}
 			pt, _ := cfg.Lookup(args[0])

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/internal/defaults"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
@@ -44,27 +46,26 @@ const (
 	// DefaultAckWait is how long JetStream waits for an ack before
 	// redelivering; longer loads stay owned through in-progress heartbeats.
 	DefaultAckWait = 30 * time.Second
-	// DefaultDuplicates is the duplicate window of the streams idem creates,
-	// consumer.DefaultDuplicates: a dead letter published twice within it is
-	// stored once.
-	DefaultDuplicates = 2 * time.Minute
+	// DefaultDuplicates is the duplicate window of the streams idem creates:
+	// a dead letter published twice within it is stored once.
+	DefaultDuplicates = defaults.Duplicates
 	// DefaultMaxGroup is nats.max_group's default.
-	DefaultMaxGroup = 8
+	DefaultMaxGroup = handlers.DefaultMaxGroup
 	// DefaultMaxInFlight is how many loads one process runs at once.
 	DefaultMaxInFlight = 16
 	// DefaultRetries is how many times a transient failure is retried, so a
 	// message gets DefaultRetries+1 loads that run (attempts counted in the
 	// audit table, not JetStream deliveries).
-	DefaultRetries = 3
+	DefaultRetries = defaults.MaxAttempts - 1
 	// DefaultRetryDelay is the first backoff delay after a transient failure.
-	DefaultRetryDelay = 10 * time.Second
+	DefaultRetryDelay = defaults.RetryDelay
 	// DefaultMaxRetryDelay caps the exponential backoff.
-	DefaultMaxRetryDelay = 30 * time.Minute
+	DefaultMaxRetryDelay = defaults.MaxRetryDelay
 	// DefaultRunIDColumn is the append_dedupe target column holding run_id.
-	DefaultRunIDColumn = "run_id"
+	DefaultRunIDColumn = strategies.DefaultRunIDColumn
 	// DefaultLoadSeqColumn is the append_dedupe target column holding the
 	// load sequence idem assigns.
-	DefaultLoadSeqColumn = "load_seq"
+	DefaultLoadSeqColumn = strategies.DefaultLoadSeqColumn
 	// DefaultSchema qualifies a target or view written without a schema.
 	DefaultSchema = "public"
 )
@@ -208,7 +209,7 @@ type Results struct {
 }
 
 // DefaultUnknownDatasetGrace: see NATS.UnknownDatasetGrace.
-const DefaultUnknownDatasetGrace = 5 * time.Minute
+const DefaultUnknownDatasetGrace = defaults.UnknownDatasetGrace
 
 // FleetBucketName is FleetBucket, or idem_fleet_<consumer> when empty: one
 // fleet per durable consumer.

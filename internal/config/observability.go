@@ -7,17 +7,20 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/idem-data/idem/internal/lineage"
+	"github.com/idem-data/idem/internal/tracing"
 )
 
 // Defaults of lineage: and tracing:, applied when the section is present.
 const (
 	// DefaultOpenLineageEndpoint is the path of OpenLineage's HTTP API
 	// under lineage.openlineage.url (Marquez's, and most backends').
-	DefaultOpenLineageEndpoint = "api/v1/lineage"
+	DefaultOpenLineageEndpoint = lineage.DefaultEndpoint
 	// DefaultOpenLineageTimeout bounds one event's POST.
-	DefaultOpenLineageTimeout = 10 * time.Second
+	DefaultOpenLineageTimeout = lineage.DefaultTimeout
 	// DefaultOTLPProtocol is how spans are exported.
-	DefaultOTLPProtocol = "http/protobuf"
+	DefaultOTLPProtocol = tracing.ProtocolHTTP
 	// DefaultSampleRatio samples every trace idem starts; a trace that
 	// arrives on an event keeps its own decision.
 	DefaultSampleRatio = 1.0
@@ -156,7 +159,7 @@ func validateOTLP(v *validator, o *OTLP) {
 		}
 	}
 	switch o.Protocol {
-	case "http/protobuf", "grpc":
+	case tracing.ProtocolHTTP, tracing.ProtocolGRPC:
 	case "http", "https", "http/json":
 		v.add(f+"protocol", "%q is not supported; use http/protobuf or grpc (did you mean http/protobuf?)", o.Protocol)
 	default:

@@ -84,7 +84,7 @@ func (f *fixture) queue(t *testing.T, dataset string, partitions ...string) []in
 		id, err := audittest.Start(ctx, f.db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: p, RunID: "r1"}})
 		require.NoError(t, err)
 		b := &pgx.Batch{}
-		require.NoError(t, audit.QueueEnqueue(b, event(dataset, p, id)))
+		require.NoError(t, audit.QueueEnqueueEvent(b, event(dataset, p, id)))
 		require.NoError(t, f.db.Pool.SendBatch(ctx, b).Close())
 		ids = append(ids, id)
 	}
@@ -169,7 +169,7 @@ func TestFlushPublishesTheEventSchemasDerive(t *testing.T) {
 	ids := f.queue(t, "daily", "2026-11-01", "2026-11-02", "2026-11-03")
 	// The same upstream attempt queueing the same event again is the same message.
 	b := &pgx.Batch{}
-	require.NoError(t, audit.QueueEnqueue(b, event("daily", "2026-11-01", ids[0])))
+	require.NoError(t, audit.QueueEnqueueEvent(b, event("daily", "2026-11-01", ids[0])))
 	require.NoError(t, f.db.Pool.SendBatch(context.Background(), b).Close())
 	require.EqualValues(t, 3, f.db.Int(t, "SELECT count(*) FROM idem.outbox"))
 
@@ -198,7 +198,7 @@ func TestFlushPublishesTheEventSchemasDerive(t *testing.T) {
 	id, err := audittest.Start(context.Background(), f.db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "x", RunID: "r2"}})
 	require.NoError(t, err)
 	b = &pgx.Batch{}
-	require.NoError(t, audit.QueueEnqueue(b, audit.OutboxEvent{AuditID: id, Event: schemas.PartitionReady{Dataset: "daily", Partition: "2026-11-04", RunID: "r2"}}))
+	require.NoError(t, audit.QueueEnqueueEvent(b, audit.OutboxEvent{AuditID: id, Event: schemas.PartitionReady{Dataset: "daily", Partition: "2026-11-04", RunID: "r2"}}))
 	require.NoError(t, f.db.Pool.SendBatch(context.Background(), b).Close())
 	require.Equal(t, relay.Pass{Claimed: 1, Sent: 1}, flush(t, r))
 	m, err = f.s.GetMsg(context.Background(), 4)
@@ -207,7 +207,7 @@ func TestFlushPublishesTheEventSchemasDerive(t *testing.T) {
 }
 
 func TestEnqueueRefusesAnEventThatCouldNeverBePublished(t *testing.T) {
-	err := audit.QueueEnqueue(&pgx.Batch{}, event("Not-A-Dataset", "2026-11-01", 1))
+	err := audit.QueueEnqueueEvent(&pgx.Batch{}, event("Not-A-Dataset", "2026-11-01", 1))
 	require.ErrorContains(t, err, "dataset")
 }
 
@@ -349,7 +349,7 @@ func TestAReusedAuditIDIsPublishedAgain(t *testing.T) {
 	attempt := func(id int64, status string) {
 		t.Helper()
 		b := &pgx.Batch{}
-		require.NoError(t, audit.QueueEnqueue(b, event("daily", "2026-11-01", id)))
+		require.NoError(t, audit.QueueEnqueueEvent(b, event("daily", "2026-11-01", id)))
 		require.NoError(t, f.db.Pool.SendBatch(ctx, b).Close())
 		body, err := json.Marshal(results.Result{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1",
 			Status: status, Stream: stream, StreamSeq: 7, AuditID: id})

@@ -26,12 +26,14 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/schemas"
 )
 
-// DefaultWindow is how far back a pass looks.
-const DefaultWindow = 15 * time.Minute
+// DefaultWindow is how far back a pass looks: postgres.reverify_window's
+// default.
+const DefaultWindow = config.DefaultReverifyWindow
 
 // Loader is the part of the handler a pass uses.
 type Loader interface {

@@ -234,12 +234,8 @@ func waitUntil[T any](ctx context.Context, log zerolog.Logger, what string, try 
 			log.Warn().Err(err).Str("server", what).Dur("retry_in", delay).Msg("waiting for the server to start")
 			said = msg
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, delay) {
 			return v, err
-		case <-t.C:
 		}
 		delay = min(2*delay, startupMaxDelay)
 	}

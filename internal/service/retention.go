@@ -28,16 +28,8 @@ func startRetention(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTimer(pruneFirstDelay)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		for wait := pruneFirstDelay; sleep(ctx, wait); wait = pruneInterval {
 			pruneAudit(ctx, pool, cfg.Load().AuditRetention(), m, log)
-			t.Reset(pruneInterval)
 		}
 	}()
 }
@@ -55,5 +47,17 @@ func pruneAudit(ctx context.Context, pool *pgxpool.Pool, r config.Retention, m *
 	case res.Deleted > 0:
 		log.Info().Int64("pruned", res.Deleted).Int("batches", res.Batches).Str("retention", r.String()).
 			Dur("took", time.Since(start)).Msg("audit retention: pruned old attempts")
+	}
+}
+
+// sleep waits d, or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

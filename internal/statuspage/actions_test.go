@@ -272,7 +272,7 @@ func forcedSuccess(t *testing.T, w *world, dataset, partition, runID string) {
 	t.Helper()
 	ctx := context.Background()
 	k := audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}
-	b, err := audit.Begin(ctx, w.db, audit.Attempt{RunKey: k, Force: true}, 0)
+	b, err := audittest.Begin(ctx, w.db, audit.Attempt{RunKey: k, Force: true}, 0)
 	require.NoError(t, err)
 	require.NoError(t, audittest.Succeed(ctx, w.db, k, b.ID, audit.Rows{Inserted: 10}, true))
 }

@@ -105,11 +105,11 @@ type partitionJSON struct {
 	Checks   []checkJSON  `json:"checks"` // the latest attempt's
 }
 
-// rowsJSON are what a load wrote; Deleted is null when not counted (a
-// TRUNCATE does not count what it removed).
-
 // rowsJSON, attemptJSON and checkJSON are the audit's rows as the API
-// answers them (docs/api/openapi.yaml).
+// answers them (docs/api/openapi.yaml): what a load wrote (Deleted is null
+// when not counted: a TRUNCATE does not count what it removed), one attempt
+// with the audit's status (started, success or failed), one check's
+// outcome.
 type (
 	rowsJSON    = audit.RangeRows
 	attemptJSON = audit.RangeAttempt
@@ -123,27 +123,25 @@ type attemptsJSON struct {
 	List  []attemptJSON `json:"list"`
 }
 
-// attemptJSON is one attempt, with the audit's status: started, success or
-// failed.
-
-// checkJSON is one check's outcome.
+// spanJSON is what every answer about a range of one dataset's partitions
+// starts with: the dataset, the range (inclusive) and when it was read.
+type spanJSON struct {
+	Dataset string    `json:"dataset"`
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	At      time.Time `json:"at"`
+}
 
 // rangeJSON is a range of one dataset's partitions, oldest first.
 type rangeJSON struct {
-	Dataset    string          `json:"dataset"`
-	From       string          `json:"from"`
-	To         string          `json:"to"`
-	At         time.Time       `json:"at"`
+	spanJSON
 	Partitions []partitionJSON `json:"partitions"`
 }
 
 // missingJSON is a calendar's expected partitions without a successful
 // load, oldest first.
 type missingJSON struct {
-	Dataset string    `json:"dataset"`
-	From    string    `json:"from"`
-	To      string    `json:"to"`
-	At      time.Time `json:"at"`
+	spanJSON
 	// Expected counts the partitions of from..to whose period has ended.
 	Expected   int             `json:"expected"`
 	Partitions []partitionJSON `json:"partitions"`
@@ -154,13 +152,8 @@ type errorJSON struct {
 }
 
 func (p *Page) apiPartition(w http.ResponseWriter, r *http.Request) {
-	dss, ds, ok := p.apiDataset(w, r)
+	dss, ds, key, ok := p.apiPartitionOf(w, r)
 	if !ok {
-		return
-	}
-	key, err := parseKey(ds, "partition", r.PathValue("partition"))
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
 	ps, err := p.read(r.Context(), dss, ds, []string{key.Key})
@@ -174,13 +167,8 @@ func (p *Page) apiPartition(w http.ResponseWriter, r *http.Request) {
 // apiStory answers a partition's whole story and its verdict, as
 // `idem audit why` prints it.
 func (p *Page) apiStory(w http.ResponseWriter, r *http.Request) {
-	_, ds, ok := p.apiDataset(w, r)
+	_, ds, key, ok := p.apiPartitionOf(w, r)
 	if !ok {
-		return
-	}
-	key, err := parseKey(ds, "partition", r.PathValue("partition"))
-	if err != nil {
-		apiError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
 	if p.d.Why == nil {
@@ -209,7 +197,7 @@ func (p *Page) apiPartitions(w http.ResponseWriter, r *http.Request) {
 		p.apiFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rangeJSON{Dataset: ds.Name, From: keys[0], To: keys[len(keys)-1], At: p.d.Now().UTC(), Partitions: ps})
+	writeJSON(w, http.StatusOK, rangeJSON{spanJSON: spanJSON{Dataset: ds.Name, From: keys[0], To: keys[len(keys)-1], At: p.d.Now().UTC()}, Partitions: ps})
 }
 
 func (p *Page) apiMissing(w http.ResponseWriter, r *http.Request) {
@@ -229,7 +217,7 @@ func (p *Page) apiMissing(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), p.d.Now()
 	from, to := keys[0], keys[len(keys)-1]
 	ended := ds.Calendar.Ended(now, from, to)
-	out := missingJSON{Dataset: ds.Name, From: from, To: to, At: now.UTC(), Expected: len(ended), Partitions: []partitionJSON{}}
+	out := missingJSON{spanJSON: spanJSON{Dataset: ds.Name, From: from, To: to, At: now.UTC()}, Expected: len(ended), Partitions: []partitionJSON{}}
 	if len(ended) > 0 {
 		// What `idem audit missing` and the metrics count: no successful load.
 		loaded, err := audit.LoadedPartitions(ctx, p.d.DB, p.d.Pipeline, ds.Name, ended[0].Key, ended[len(ended)-1].Key)
@@ -263,6 +251,21 @@ func (p *Page) apiDataset(w http.ResponseWriter, r *http.Request) ([]Dataset, Da
 	}
 	apiError(w, http.StatusNotFound, "dataset %q is not configured", clip(name))
 	return nil, Dataset{}, false
+}
+
+// apiPartitionOf finds the path's dataset and parses its partition, or
+// answers 404 or 400.
+func (p *Page) apiPartitionOf(w http.ResponseWriter, r *http.Request) ([]Dataset, Dataset, schemas.Partition, bool) {
+	dss, ds, ok := p.apiDataset(w, r)
+	if !ok {
+		return nil, Dataset{}, schemas.Partition{}, false
+	}
+	key, err := parseKey(ds, "partition", r.PathValue("partition"))
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "%s", err)
+		return nil, Dataset{}, schemas.Partition{}, false
+	}
+	return dss, ds, key, true
 }
 
 // rangeOf reads ?from=&to= as partitions of ds and lists the range's

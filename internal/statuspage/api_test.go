@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -63,7 +64,7 @@ func (w *apiWorld) attempt(t *testing.T, dataset, partition, runID, outcome stri
 			a.LogicalDate = &d
 		}
 	}
-	b, err := audit.Begin(ctx, w.db, a, 0)
+	b, err := audittest.Begin(ctx, w.db, a, 0)
 	require.NoError(t, err)
 	if b.Skipped {
 		return b.ID
@@ -212,9 +213,8 @@ func TestAPIPartitionIsTheAudit(t *testing.T) {
 			if got.Rows != nil {
 				require.Equal(t, *latest.Rows, got.Rows.Inserted+got.Rows.Updated)
 			}
-			checks, err := audit.PartitionChecks(ctx, w.db, "shop", ds, key, 100)
-			require.NoError(t, err)
-			var mine []audit.CheckRow
+			checks := partitionChecks(t, w.db, ds, key)
+			var mine []checkRow
 			for i := len(checks) - 1; i >= 0; i-- { // oldest first, as they ran
 				if checks[i].AuditID == latest.ID {
 					mine = append(mine, checks[i])
@@ -612,4 +612,32 @@ func TestAPIStory(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, a.code)
 	a = apiGet(t, srv, "/api/v1/datasets/nope/partitions/2026-11-01")
 	require.Equal(t, http.StatusNotFound, a.code)
+}
+
+// checkRow is one row of idem.check_results, as the tests read it.
+type checkRow struct {
+	AuditID                            int64
+	Name, Kind, Severity, Status, Note string
+	Failing, Checked                   int64
+	Threshold, Samples                 string
+}
+
+// partitionChecks reads the check outcomes of dataset's partition key from
+// the table, newest first: what the API's are compared with.
+func partitionChecks(t *testing.T, db *pgxpool.Pool, dataset, key string) []checkRow {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `
+		SELECT audit_id, name, kind, severity, status, coalesce(note, ''), failing, checked, threshold, coalesce(samples::text, '')
+		  FROM idem.check_results WHERE dag_id = 'shop' AND task_id = $1 AND partition_key = $2
+		 ORDER BY id DESC`, dataset, key)
+	require.NoError(t, err)
+	var out []checkRow
+	var c checkRow
+	_, err = pgx.ForEachRow(rows, []any{&c.AuditID, &c.Name, &c.Kind, &c.Severity, &c.Status, &c.Note, &c.Failing, &c.Checked,
+		&c.Threshold, &c.Samples}, func() error {
+		out = append(out, c)
+		return nil
+	})
+	require.NoError(t, err)
+	return out
 }

@@ -51,8 +51,8 @@ type Row struct {
 	Cells   []Status
 }
 
-// dlqKey names a dead-lettered partition.
-type dlqKey struct{ dataset, partition string }
+// cellKey names one partition of one dataset: a cell of the grid.
+type cellKey struct{ dataset, partition string }
 
 // build colours every cell from the latest attempts, the dead letters and
 // the calendars. It is pure: the caller read the audit and the stream.
@@ -74,13 +74,14 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 	return g
 }
 
-// cells is the one rule that turns the audit into a Status, for the grid
-// and the JSON API alike: what both read, indexed for partition keys
+// cells turns the audit into a Status, for the grid and the JSON API
+// alike: the audit's rule (audit.StateOf) with the dead letters and the
+// calendars over it, on what both read, indexed for partition keys
 // from..to.
 type cells struct {
 	now      time.Time
-	byCell   map[dlqKey]audit.Latest
-	inDLQ    map[dlqKey]bool
+	byCell   map[cellKey]audit.Latest
+	inDLQ    map[cellKey]bool
 	runInDLQ map[[3]string]bool
 	// due holds the slots of each calendar within from..to, by key; a
 	// dataset without a calendar has no entry.
@@ -92,16 +93,16 @@ type cells struct {
 func newCells(now time.Time, datasets []Dataset, from, to string, latest []audit.Latest, dead []DeadLetter) *cells {
 	c := &cells{
 		now:      now,
-		byCell:   make(map[dlqKey]audit.Latest, len(latest)),
-		inDLQ:    make(map[dlqKey]bool, len(dead)),
+		byCell:   make(map[cellKey]audit.Latest, len(latest)),
+		inDLQ:    make(map[cellKey]bool, len(dead)),
 		runInDLQ: make(map[[3]string]bool, len(dead)),
 		due:      map[string]map[string]calendar.Slot{},
 	}
 	for _, l := range latest {
-		c.byCell[dlqKey{l.Dataset, l.Partition}] = l
+		c.byCell[cellKey{l.Dataset, l.Partition}] = l
 	}
 	for _, d := range dead {
-		c.inDLQ[dlqKey{d.Dataset, d.Partition}] = true
+		c.inDLQ[cellKey{d.Dataset, d.Partition}] = true
 		c.runInDLQ[[3]string{d.Dataset, d.Partition, d.RunID}] = true
 	}
 	if from == "" || to == "" {
@@ -127,35 +128,35 @@ func (c *cells) slot(ds Dataset, key string) (calendar.Slot, bool) {
 	return s, ok
 }
 
-// status is the colour of ds's partition key.
+// status is the colour of ds's partition key: its state as the audit
+// decides it (audit.StateOf, audit.WaitingFor), with what the page knows
+// besides: the dead letters and the calendars.
 func (c *cells) status(ds Dataset, key string) Status {
-	l, ok := c.byCell[dlqKey{ds.Name, key}]
-	if ok {
-		switch l.Status {
-		case audit.StatusSuccess:
-			return Success
-		case audit.StatusStarted:
-			// A process that died in its last allowed attempt leaves the
-			// row started; the reconciler dead-letters the message.
-			if c.runInDLQ[[3]string{ds.Name, key, l.RunID}] {
-				return DeadLettered
-			}
-			return Running
-		default:
-			if l.ErrorKind == audit.KindCheck {
-				return Rejected
-			}
-			if c.inDLQ[dlqKey{ds.Name, key}] {
-				return DeadLettered
-			}
-			return Failed
+	l := c.byCell[cellKey{ds.Name, key}]
+	switch audit.StateOf(l.Status, l.ErrorKind) {
+	case audit.StatusSuccess:
+		return Success
+	case audit.StatusStarted:
+		// A process that died in its last allowed attempt leaves the
+		// row started; the reconciler dead-letters the message.
+		if c.runInDLQ[[3]string{ds.Name, key, l.RunID}] {
+			return DeadLettered
 		}
+		return Running
+	case audit.StateRejected:
+		return Rejected
+	case audit.StatusMissing:
+	default:
+		if c.inDLQ[cellKey{ds.Name, key}] {
+			return DeadLettered
+		}
+		return Failed
 	}
-	for _, up := range ds.Upstreams {
-		if u, ok := c.byCell[dlqKey{up, key}]; !ok || u.Status != audit.StatusSuccess {
-			if ok || c.due[ds.Name] != nil || c.due[up] != nil {
-				return Waiting
-			}
+	// Never attempted: a join waits for its upstreams, as far as the page
+	// knows of them (an attempt, or a calendar that expects the partition).
+	for _, w := range audit.WaitingFor(ds.Upstreams, func(up string) string { return c.state(up, key) }) {
+		if w.State != audit.StatusMissing || c.due[ds.Name] != nil || c.due[w.Dataset] != nil {
+			return Waiting
 		}
 	}
 	if s, ok := c.due[ds.Name][key]; ok {
@@ -165,6 +166,12 @@ func (c *cells) status(ds Dataset, key string) Status {
 		return Late
 	}
 	return None
+}
+
+// state is the audit's state of dataset's partition key (audit.StateOf).
+func (c *cells) state(dataset, key string) string {
+	l := c.byCell[cellKey{dataset, key}]
+	return audit.StateOf(l.Status, l.ErrorKind)
 }
 
 // columns chooses the grid's partition keys: the calendars' ended

@@ -55,7 +55,7 @@ func (w *world) attempt(t *testing.T, dataset, partition, runID, outcome string)
 	t.Helper()
 	ctx := context.Background()
 	k := audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}
-	b, err := audit.Begin(ctx, w.db, audit.Attempt{RunKey: k, TriggeredBy: "web:" + partition + ":r1"}, 0)
+	b, err := audittest.Begin(ctx, w.db, audit.Attempt{RunKey: k, TriggeredBy: "web:" + partition + ":r1"}, 0)
 	require.NoError(t, err)
 	switch outcome {
 	case "success":

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/strategies"
 )
@@ -307,7 +308,7 @@ func decide(r *Report) Verdict {
 			line += "; " + strings.TrimPrefix(wasLoaded(won), "; ")
 		}
 		return verdict(StateDeadLettered, line+"; "+fixHint(r, dead)+", then:", fmt.Sprintf("idem dlq replay %d", dead.Seq))
-	case last != nil && last.Status == audit.StatusFailed && last.ErrorKind == "check" && (won == nil || won.ID < last.ID):
+	case last != nil && audit.StateOf(last.Status, last.ErrorKind) == audit.StateRejected && (won == nil || won.ID < last.ID):
 		return verdict(StateRejected, fmt.Sprintf("rejected %s by its checks: %s%s; fix the data, then:", stamp(finished(last)),
 			checkReason(r, last.ID, last.Error), wasLoaded(won)), "idem publish "+arg(r.Dataset)+" "+arg(r.Partition)+" --force --wait")
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
@@ -346,7 +347,7 @@ func checksOf(r *Report, id int64) string {
 			continue
 		}
 		n++
-		if c.Status == "fail" || c.Status == "warn" {
+		if c.Status == checks.StatusFail || c.Status == checks.StatusWarn {
 			warn++
 		}
 	}
@@ -364,7 +365,7 @@ func checksOf(r *Report, id int64) string {
 func checkReason(r *Report, id int64, errText string) string {
 	var out []string
 	for _, c := range r.Checks {
-		if c.AuditID == id && c.Status == "fail" {
+		if c.AuditID == id && c.Status == checks.StatusFail {
 			out = append(out, fmt.Sprintf("check %s failed (%d of %d rows)", c.Name, c.Failing, c.Checked))
 		}
 	}
@@ -381,7 +382,7 @@ func deadReason(r *Report, d *deadletter.Letter) string {
 	a := deadAttempt(r, d)
 	switch {
 	case a == nil:
-	case a.ErrorKind == "check":
+	case a.ErrorKind == audit.KindCheck:
 		return checkReason(r, a.ID, d.Error)
 	case len(refused(r, a.ID)) > 0:
 		return "schema_mismatch: " + differences(r, a.ID)
@@ -407,9 +408,9 @@ func fixHint(r *Report, d *deadletter.Letter) string {
 			return schemaFix(r, rs)
 		}
 		switch a.ErrorKind {
-		case "check":
+		case audit.KindCheck:
 			return "fix the source's rows"
-		case "transient", "unavailable", "interrupted":
+		case audit.KindTransient, audit.KindUnavailable, audit.KindInterrupted:
 			return "it ran out of retries; once the cause is gone"
 		}
 	}

@@ -1,7 +1,8 @@
 // Package audittest writes and reads audit rows for tests through the
-// functions production uses (audit.Begin, the Queue* forms sent in a batch),
-// so no test holds a second copy of the audit SQL. It must never be imported
-// by non-test code.
+// statements a load sends (audit.QueueBegin, audit.QueueMarkSucceeded,
+// audit.QueueLookupRun, sent in a batch), so no test holds a second copy of
+// the audit SQL and none needs an export production does not use. It must
+// never be imported by non-test code.
 package audittest
 
 import (
@@ -21,19 +22,30 @@ type DB interface {
 }
 
 // Send sends what queue puts on a batch and reads every result. The error is
-// the first one, including what a callback reports (audit.ErrNotStarted,
-// audit.ErrAlreadySucceeded).
+// the first one, including what a callback reports.
 func Send(ctx context.Context, db DB, queue func(b *pgx.Batch)) error {
 	b := &pgx.Batch{}
 	queue(b)
 	return db.SendBatch(ctx, b).Close()
 }
 
-// Start writes the `started` row of a, as a handler's audit.Begin does with
-// no retry budget, and returns its id. A run that already succeeded (without
-// force) is an error: Begin then writes a `skipped` row.
+// Begin writes the start of attempt a as a handler's first round trip
+// does (audit.QueueBegin, without a result), with a budget of loads that
+// ran (0: none), and returns what it found and did.
+func Begin(ctx context.Context, db DB, a audit.Attempt, budget int) (audit.Begun, error) {
+	var (
+		b   audit.Begun
+		ran bool
+	)
+	err := Send(ctx, db, func(batch *pgx.Batch) { audit.QueueBegin(batch, a, budget, nil, &b, &ran) })
+	return b, err
+}
+
+// Start writes the `started` row of a, as Begin does with no retry budget,
+// and returns its id. A run that already succeeded (without force) is an
+// error: Begin then writes a `skipped` row.
 func Start(ctx context.Context, db DB, a audit.Attempt) (int64, error) {
-	b, err := audit.Begin(ctx, db, a, 0)
+	b, err := Begin(ctx, db, a, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -43,13 +55,20 @@ func Start(ctx context.Context, db DB, a audit.Attempt) (int64, error) {
 	return b.ID, nil
 }
 
-// Succeed finishes started row id of run k as a load's commit does, in one
-// batch: the row becomes `success` with rows, and the ledger records the run.
+// Succeed finishes started row id of run k as a load's commit does
+// (audit.QueueMarkSucceeded): the row becomes `success` with rows, and the
+// ledger records the run, in one statement. Its refusals come back as
+// audit.SuccessError maps them (audit.ErrNotStarted,
+// audit.ErrAlreadySucceeded).
 func Succeed(ctx context.Context, db DB, k audit.RunKey, id int64, rows audit.Rows, force bool) error {
-	return Send(ctx, db, func(b *pgx.Batch) {
-		audit.QueueSucceed(b, id, rows)
-		audit.QueueRecordSuccess(b, k, id, force)
+	var err error
+	send := Send(ctx, db, func(b *pgx.Batch) {
+		err = audit.QueueMarkSucceeded(b, []audit.Success{{RunKey: k, ID: id, Rows: rows, Force: force}})
 	})
+	if err != nil {
+		return err
+	}
+	return audit.SuccessError(send)
 }
 
 // Load writes a finished successful attempt of a (Start, then Succeed) and
@@ -65,6 +84,6 @@ func Load(ctx context.Context, db DB, a audit.Attempt, rows audit.Rows) (int64, 
 // Succeeded reports whether the ledger holds a success for k.
 func Succeeded(ctx context.Context, db DB, k audit.RunKey) (bool, error) {
 	var done bool
-	err := Send(ctx, db, func(b *pgx.Batch) { audit.QueueSucceeded(b, k, &done) })
+	err := Send(ctx, db, func(b *pgx.Batch) { audit.QueueLookupRun(b, k, &done) })
 	return done, err
 }

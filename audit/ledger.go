@@ -1,0 +1,253 @@
+package audit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The run ledger (idem.run_ledger) holds one row per run that loaded: what
+// makes a redelivery a no-op. A load asks it twice and writes it once, all
+// in batches its handler sends:
+//
+//   - QueueLookupRun, QueueLookupMessage and QueueLookupRuns read it: has
+//     this run (or, for a forced event, this very message) already loaded?
+//     They write nothing.
+//   - QueueMarkSucceeded writes it: each load's `started` row becomes
+//     `success` and its run enters the ledger, in one statement, which
+//     SuccessError reads the refusals of.
+
+// QueueLookupRun queues on b the ledger lookup of run k: done receives
+// whether the run already loaded.
+func QueueLookupRun(b *pgx.Batch, k RunKey, done *bool) {
+	b.Queue(`
+		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
+		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`,
+		k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+}
+
+// QueueLookupMessage queues on b a forced event's lookup: done receives
+// whether message seq of run k already loaded (a forced run loads again,
+// its redelivery does not).
+func QueueLookupMessage(b *pgx.Batch, k RunKey, seq uint64, done *bool) {
+	b.Queue(`SELECT $5::bigint IS NOT NULL AND (SELECT true FROM idem.pipeline_audit
+	          WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4 AND stream_seq = $5 AND status = 'success'
+	          ORDER BY id DESC LIMIT 1) IS NOT NULL`,
+		k.Pipeline, k.Dataset, k.Partition, k.RunID, nullSeq(seq)).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+}
+
+// RunLookup is one run of a group whose lookup QueueLookupRuns queues:
+// without Force, whether the run loaded (QueueLookupRun); with it, whether
+// this very message (Seq) did (QueueLookupMessage). Done receives the
+// answer.
+type RunLookup struct {
+	RunKey
+	Force bool
+	Seq   uint64
+	Done  *bool
+}
+
+type lookupRow struct {
+	Ord       int    `json:"ord"`
+	Pipeline  string `json:"dag"`
+	Dataset   string `json:"task"`
+	Partition string `json:"part"`
+	RunID     string `json:"run"`
+	Force     bool   `json:"force"`
+	Seq       *int64 `json:"seq"`
+}
+
+// QueueLookupRuns queues on b, as one statement, the lookup of each of ls.
+// Queued after a group's locks, it reads a snapshot taken once they are
+// held.
+func QueueLookupRuns(b *pgx.Batch, ls []RunLookup) error {
+	rows := make([]lookupRow, len(ls))
+	for i, l := range ls {
+		rows[i] = lookupRow{Ord: i, Pipeline: l.Pipeline, Dataset: l.Dataset, Partition: l.Partition, RunID: l.RunID,
+			Force: l.Force, Seq: nullSeq(l.Seq)}
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("audit: ledger: %w", err)
+	}
+	b.Queue(`
+		SELECT i.ord, `+groupDoneSQL+`
+		  FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, force boolean, seq bigint)
+		 ORDER BY i.ord`, string(data)).Query(func(rs pgx.Rows) error {
+		var done bool
+		return eachAnswer(rs, len(ls), 0, "ledger", []any{&done}, func(i int) { *ls[i].Done = done })
+	})
+	return nil
+}
+
+// groupDoneSQL is "done?" for the row i of a group statement (i.dag,
+// i.task, i.part, i.run, i.force, i.seq), as beginSQL, QueueLookupRun and
+// QueueLookupMessage ask it for one: a forced attempt is done when this
+// very message loaded, an ordinary one when the ledger holds its run.
+//
+// Each answer is a scalar subquery, so each member is a probe of its own
+// index (the ledger's primary key; the audit's partition index, in its
+// order): the planner cannot turn a probe into a join that reads and
+// hashes the whole table, as it did with EXISTS over a set of members
+// while the tables were small.
+const groupDoneSQL = `CASE WHEN i.force THEN i.seq IS NOT NULL AND (
+                SELECT true FROM idem.pipeline_audit a
+                 WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
+                   AND a.stream_seq = i.seq AND a.status = 'success'
+                 ORDER BY a.id DESC LIMIT 1) IS NOT NULL
+            ELSE (SELECT true FROM idem.run_ledger l
+                 WHERE l.dag_id = i.dag AND l.task_id = i.task AND l.partition_key = i.part AND l.run_id = i.run) IS NOT NULL
+            END`
+
+// Success is one load that is about to commit: its started row, its run,
+// its rows, and the body of its result (nil when none is published).
+type Success struct {
+	RunKey
+	ID     int64
+	Rows   Rows
+	Force  bool
+	Result []byte
+	// Checks are its checks' outcomes, recorded with it.
+	Checks []CheckOutcome
+}
+
+// QueueMarkSucceeded queues on b, inside the loads' transaction, what
+// makes each of ss a success: one statement each marks its started row
+// `success` with the row counts, enters its run in the ledger (with force,
+// replacing the entry and counting the load) and writes its result, when it
+// has one, into the outbox; then one statement records all their checks'
+// outcomes. The server checks both conditions, so a batch that ends with
+// COMMIT never commits past them: a row that was not `started` leaves the
+// ledger's audit_id NULL (23502), and without force a second success of a
+// run violates the ledger's primary key (23505). SuccessError turns those
+// into ErrNotStarted and ErrAlreadySucceeded.
+//
+// Each success is its own statement on purpose: an UPDATE that joins the
+// audit to a set of ids is planned as a join, and the plan a connection
+// keeps was made when the audit was small, where the planner reads the
+// whole table and hashes it (see docs/QUERY-PLANS.md). A statement
+// updating one row by its id takes the primary key at every size.
+func QueueMarkSucceeded(b *pgx.Batch, ss []Success) error {
+	var checks []checkRow
+	for _, s := range ss {
+		queueMarkSucceeded(b, s.RunKey, s.ID, s.Rows, s.Force, s.Result)
+		for _, c := range s.Checks {
+			checks = append(checks, checkRow{AuditID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset,
+				Partition: s.Partition, RunID: s.RunID, CheckOutcome: c})
+		}
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(checks)
+	if err != nil {
+		return fmt.Errorf("audit: group checks: %w", err)
+	}
+	b.Queue(groupChecksSQL, string(data))
+	return nil
+}
+
+// checkRow is one check outcome of one load.
+type checkRow struct {
+	AuditID   int64  `json:"audit_id"`
+	Pipeline  string `json:"dag"`
+	Dataset   string `json:"task"`
+	Partition string `json:"part"`
+	RunID     string `json:"run"`
+	CheckOutcome
+}
+
+// groupChecksSQL is recordChecksSQL for the outcomes of many loads.
+const groupChecksSQL = `
+		INSERT INTO idem.check_results (audit_id, dag_id, task_id, partition_key, run_id, name, kind, severity, status,
+		                                failing, checked, threshold, samples, note, duration_ms)
+		SELECT r.audit_id, r.dag, r.task, r.part, r.run, ` + checkColumns + `
+		  FROM jsonb_to_recordset($1::jsonb) AS r(audit_id bigint, dag text, task text, part text, run text,
+		       ` + checkRecord + `)`
+
+// queueMarkSucceeded queues the statement of one success (QueueMarkSucceeded):
+// started row id becomes `success` with rows, run k enters the ledger, and
+// result, when not nil, goes into the outbox.
+func queueMarkSucceeded(b *pgx.Batch, k RunKey, id int64, rows Rows, force bool, result []byte) {
+	var deleted *int64
+	if rows.Deleted >= 0 {
+		deleted = &rows.Deleted
+	}
+	args := []any{k.Pipeline, k.Dataset, k.Partition, k.RunID, id, rows.Written(), rows.Inserted, rows.Updated, deleted}
+	if result != nil {
+		args = append(args, string(result))
+	}
+	b.Queue(succeedSQL[succeedKind(force, result != nil)], args...)
+}
+
+func succeedKind(force, result bool) int {
+	n := 0
+	if force {
+		n++
+	}
+	if result {
+		n += 2
+	}
+	return n
+}
+
+// succeedSQL are the texts of queueMarkSucceeded, by succeedKind: each
+// updates one audit row by its id, so it takes the primary key at every
+// size.
+var succeedSQL = func() (texts [4]string) {
+	for _, force := range []bool{false, true} {
+		for _, result := range []bool{false, true} {
+			conflict, res := "", ""
+			if force {
+				conflict = `
+		ON CONFLICT (dag_id, task_id, partition_key, run_id) DO UPDATE
+		SET audit_id = EXCLUDED.audit_id, loads = l.loads + 1, succeeded_at = clock_timestamp()`
+			}
+			if result {
+				res = `,
+		res AS (
+		     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+		     VALUES ($2, $3, $4, $5, $10::jsonb)
+		     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
+			}
+			texts[succeedKind(force, result)] = `
+		WITH done AS (
+		     UPDATE idem.pipeline_audit
+		        SET status = 'success', row_count = $6, rows_inserted = $7, rows_updated = $8,
+		            rows_deleted = $9, finished_at = clock_timestamp()
+		      WHERE id = $5 AND status = 'started'
+		     RETURNING id)` + res + `
+		INSERT INTO idem.run_ledger AS l (dag_id, task_id, partition_key, run_id, audit_id)
+		VALUES ($1, $2, $3, $4, (SELECT id FROM done))` + conflict
+		}
+	}
+	return texts
+}()
+
+// ErrNotStarted means the audit row was not in state `started`: another
+// process finished it, which would be a bug in the caller's locking.
+var ErrNotStarted = errors.New("audit: row is not in state started")
+
+// ErrAlreadySucceeded means the ledger already holds a success for the run
+// and force was false.
+var ErrAlreadySucceeded = errors.New("audit: run already succeeded")
+
+// SuccessError maps the server's refusals of QueueMarkSucceeded's
+// statements to ErrNotStarted and ErrAlreadySucceeded; other errors come
+// back unchanged.
+func SuccessError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.TableName != "run_ledger" {
+		return err
+	}
+	switch {
+	case pgErr.Code == "23502" && pgErr.ColumnName == "audit_id":
+		return ErrNotStarted
+	case pgErr.Code == "23505":
+		return ErrAlreadySucceeded
+	}
+	return err
+}

@@ -1,0 +1,27 @@
+// Package defaults holds the defaults that more than one package applies:
+// the consumer applies them to what it is given, and the config fills them
+// into what it reads. Each is defined here once and re-exported by both
+// (consumer.DefaultMaxAttempts, config.DefaultRetries, ...), as river's
+// rivercommon does for its client. It imports nothing, so everything may
+// import it.
+package defaults
+
+import "time"
+
+// A message's delivery.
+const (
+	// MaxAttempts is a dataset's budget of loads that run: one attempt and
+	// three retries.
+	MaxAttempts = 4
+	// RetryDelay is the first backoff delay after a transient failure.
+	RetryDelay = 10 * time.Second
+	// MaxRetryDelay caps the exponential backoff.
+	MaxRetryDelay = 30 * time.Minute
+	// Duplicates is the duplicate window of the events and dead-letter
+	// streams: a dead letter published twice within it is stored once.
+	Duplicates = 2 * time.Minute
+	// UnknownDatasetGrace is how long an event for a dataset that no live
+	// replica knows waits (a config still rolling out) before it is
+	// dead-lettered as fatal.
+	UnknownDatasetGrace = 5 * time.Minute
+)
