@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 )
@@ -39,7 +38,7 @@ func NewLocal(dir string) (*Local, error) {
 
 // URL returns file:// and the file's absolute path.
 func (l *Local) URL(key string) string {
-	return "file://" + path.Join(filepath.ToSlash(l.root), key)
+	return "file://" + strings.TrimSuffix(filepath.ToSlash(l.root), "/") + "/" + key
 }
 
 func (l *Local) String() string { return l.URL("") }
