@@ -101,9 +101,9 @@ func TestReadyManifest(t *testing.T) {
 			spec := Spec{URL: b.base + "orders/dt={partition}/", Format: CSV, Ready: ReadyRule{Manifest: "manifest.json"}}
 			store := b.storeFor(t, spec)
 			p := "orders/dt=2026-11-28/"
-			b.put(t, p+"part-0.csv", lines("id", "1"))        // 5 bytes
-			b.put(t, p+"part-1.csv", lines("id", "2", "3"))   // 7 bytes
-			b.put(t, p+"stray.csv", lines("id", "999"))       // not in the manifest
+			b.put(t, p+"part-0.csv", lines("id", "1"))                // 5 bytes
+			b.put(t, p+"part-1.csv", lines("id", "2", "3"))           // 7 bytes
+			b.put(t, p+"stray.csv", lines("id", "999"))               // not in the manifest
 			b.put(t, "orders/elsewhere/part-9.csv", lines("id", "9")) // named from another prefix
 			manifest := func(entries ...string) []byte {
 				return []byte(`{"entries":[` + strings.Join(entries, ",") + `]}`)
