@@ -86,7 +86,11 @@ func Ready(ctx context.Context, store Store, spec Spec, prefix string, now time.
 				last = f.ModTime
 			}
 		}
-		if age := now.Sub(last); age < rule.QuietFor {
+		switch age := now.Sub(last); {
+		case age < 0:
+			r.Reason = fmt.Sprintf("last file is dated %s after now (the store's clock is ahead), quiet_for %s", (-age).Round(time.Second), rule.QuietFor)
+			return r, nil
+		case age < rule.QuietFor:
 			r.Reason = fmt.Sprintf("last file changed %s ago, quiet_for %s", age.Round(time.Second), rule.QuietFor)
 			return r, nil
 		}

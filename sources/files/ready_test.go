@@ -182,6 +182,12 @@ func TestReadyQuietFor(t *testing.T) {
 	require.True(t, r.Ready, r.Reason)
 	require.Len(t, r.Listing.Files, 2)
 
+	// A store whose clock is ahead waits until it is not.
+	r, err = ready(t, store, spec, "2026-11-28", last.Add(-time.Minute))
+	require.NoError(t, err)
+	require.False(t, r.Ready)
+	require.Equal(t, "last file is dated 1m0s after now (the store's clock is ahead), quiet_for 10m0s", r.Reason)
+
 	// A file rewritten in place moves the clock back.
 	b.touch(t, p+"part-0.csv", last.Add(10*time.Minute))
 	r, err = ready(t, store, spec, "2026-11-28", last.Add(11*time.Minute))
