@@ -37,22 +37,27 @@ func openParquet(f *File, ra ReaderAt, allow Allow, t Target) (*Stream, error) {
 	if err != nil {
 		return nil, parquetErr(f, err)
 	}
-	leaves, problems := parquetLeaves(pf.Metadata().Schema)
-	if len(problems) > 0 {
+	leaves, names, bad := parquetLeaves(pf.Metadata().Schema)
+	_, fill, problems := matchNames(names, t, "file")
+	idx := t.index()
+	for _, n := range names {
+		// A column the target lacks is reported unknown; one it has, why
+		// it cannot load.
+		if why, ok := bad[n]; ok {
+			if _, want := idx[n]; want {
+				problems = append(problems, fmt.Sprintf("column %q: %s", n, why))
+			}
+		}
+	}
+	if len(bad) > 0 {
 		return nil, &SchemaError{URL: f.URL, Problems: problems}
 	}
-	names := make([]string, len(leaves))
-	for i, l := range leaves {
-		names[i] = l.name
-	}
-	_, fill, problems := matchNames(names, t, "file")
 	var loc *time.Location
 	if allow.NaiveTimestampsIn != "" {
 		if loc, err = time.LoadLocation(allow.NaiveTimestampsIn); err != nil {
 			return nil, fmt.Errorf("allow.naive_timestamps_in: %w", err)
 		}
 	}
-	idx := t.index()
 	p := &parquetRows{f: f, t: t, byTarget: make([]int, len(t.Columns)), fill: make([][]byte, len(t.Columns))}
 	for i := range p.byTarget {
 		p.byTarget[i] = -1
@@ -264,33 +269,31 @@ const (
 	kInt96
 )
 
-// parquetLeaves classifies the columns of a footer schema, refusing
-// anything but a flat list of primitive columns.
-func parquetLeaves(schema []format.SchemaElement) ([]leaf, []string) {
-	if len(schema) == 0 {
-		return nil, []string{"the footer has no schema"}
-	}
-	var leaves []leaf
-	var problems []string
+// parquetLeaves classifies the columns of a footer schema: the leaves it
+// can read, every top-level name in the file's order, and why each column
+// it cannot read is refused (nested, repeated, an unknown type).
+func parquetLeaves(schema []format.SchemaElement) (leaves []leaf, names []string, bad map[string]string) {
+	bad = map[string]string{}
 	for i := 1; i < len(schema); i++ {
 		e := schema[i]
+		names = append(names, e.Name)
 		if e.NumChildren.Valid && e.NumChildren.V > 0 || !e.Type.Valid {
-			problems = append(problems, fmt.Sprintf("column %q: nested (group) columns are not supported; flatten it", e.Name))
+			bad[e.Name] = "nested (group) columns are not supported; flatten it"
 			i += countDescendants(schema, i)
 			continue
 		}
 		if e.RepetitionType.Valid && e.RepetitionType.V == format.Repeated {
-			problems = append(problems, fmt.Sprintf("column %q: repeated columns are not supported", e.Name))
+			bad[e.Name] = "repeated columns are not supported"
 			continue
 		}
 		l, problem := classify(e)
 		if problem != "" {
-			problems = append(problems, fmt.Sprintf("column %q: %s", e.Name, problem))
+			bad[e.Name] = problem
 			continue
 		}
 		leaves = append(leaves, l)
 	}
-	return leaves, problems
+	return leaves, names, bad
 }
 
 // countDescendants is how many elements below schema[i] its subtree holds.

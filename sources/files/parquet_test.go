@@ -94,9 +94,17 @@ func TestParquetUnsupported(t *testing.T) {
 	store := b.storeFor(t, spec)
 	r, err := ready(t, store, spec, "2026-11-28", time.Now())
 	require.NoError(t, err)
-	target := Target{Table: pgx.Identifier{"n"}, Columns: []Column{{"id", "bigint"}, {"tags", "text[]"}, {"reps", "integer[]"}}}
+	target := Target{Table: pgx.Identifier{"n"}, Columns: []Column{{"id", "bigint"}, {"tags", "text[]"}, {"other", "text"}}}
 	_, err = OpenStream(context.Background(), store, spec, &r.Listing.Files[0], target)
 	var se *SchemaError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []string{
+		`unknown column "reps": the target has no such column`,
+		`missing column "other": the file lacks it and nothing fills it`,
+		`column "tags": nested (group) columns are not supported; flatten it`,
+	}, se.Problems)
+	target.Columns[2] = Column{"reps", "integer[]"}
+	_, err = OpenStream(context.Background(), store, spec, &r.Listing.Files[0], target)
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, []string{
 		`column "tags": nested (group) columns are not supported; flatten it`,
