@@ -437,7 +437,7 @@ const (
 func (l leaf) encoder(fam family, typ string, allow Allow, loc *time.Location) (appendFunc, string) {
 	refuse := func(why string) (appendFunc, string) {
 		if why == "" {
-			why = "cannot load into " + typ
+			return nil, fmt.Sprintf("%s cannot load into %s", l.desc, typ)
 		}
 		return nil, fmt.Sprintf("%s cannot load into %s: %s", l.desc, typ, why)
 	}
