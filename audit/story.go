@@ -34,6 +34,9 @@ type Story struct {
 	Truncated bool `json:"truncated"`
 	// SchemaChangesTruncated says the schema changes were.
 	SchemaChangesTruncated bool `json:"schema_changes_truncated,omitempty"`
+	// SourceFiles are the files the attempts shown read (a dataset whose
+	// source is files), newest attempt first.
+	SourceFiles []SourceFilesRead `json:"source_files,omitempty"`
 }
 
 // StoryAttempt is one attempt of the partition.
@@ -130,6 +133,9 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 			s.Checks = []CheckRow{}
 		}
 		if err := readStorySchemaChanges(ctx, tx, pipeline, dataset, partition, limit, &s); err != nil {
+			return err
+		}
+		if s.SourceFiles, err = SourceFilesOf(ctx, tx, pipeline, dataset, partition, limit); err != nil {
 			return err
 		}
 		if err := readWinner(ctx, tx, pipeline, dataset, partition, &s); err != nil {

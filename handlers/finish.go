@@ -64,6 +64,12 @@ func (h *Handler) finish(ctx context.Context, c *pgx.Conn, es []ending) error {
 		if err := audit.QueueRecordSchemaChanges(b, e.id, l.a.RunKey, l.plan.SchemaChanges()); err != nil {
 			return err
 		}
+		// The files the load read commit with its rows.
+		if fp, fs := l.stage.sourceFiles(); len(fs) > 0 {
+			if err := audit.QueueRecordSourceFiles(b, e.id, l.a.RunKey, fp, fs); err != nil {
+				return err
+			}
+		}
 		js, err := h.queueDownstream(b, l.ds, l.a, e.id)
 		if err != nil {
 			return err

@@ -40,7 +40,7 @@ func (h *Handler) GroupSize(ev schemas.Event) int {
 
 func (h *Handler) groupable(ds *Dataset) bool {
 	gl, ok := ds.Strategy.(strategies.GroupLoader)
-	if !ok || !gl.Groupable() || !ds.prepared.Load() {
+	if !ok || !gl.Groupable() || !ds.prepared.Load() || ds.Stage != nil {
 		return false
 	}
 	if produced, _ := ds.Strategy.Counts(); ds.Checks != nil && (!ds.Checks.CountsOnly() || !produced) {

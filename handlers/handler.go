@@ -54,6 +54,10 @@ type Dataset struct {
 	// source reads, as lineage names them (empty when not known).
 	Target string
 	Inputs []lineage.InputDataset
+	// Stage, when set, is a source outside the warehouse (files, another
+	// PostgreSQL): its rows are copied into the load's transaction and the
+	// strategy reads them from there (StageSQL).
+	Stage *Staged
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -204,12 +208,20 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if err != nil {
 		return Outcome{}, err
 	}
+	// A source outside the warehouse is asked whether the partition is
+	// there before an attempt is counted: one that is not waits.
+	var st *staging
+	if ds.Stage != nil {
+		if st, err = ds.Stage.ready(ctx, ev.Key, m.Published, time.Now()); err != nil {
+			return Outcome{}, err
+		}
+	}
 	h.unrecorded.flush(ctx, h.DB, log)
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, classifyBeforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log}
+	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log, stage: st}
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened
@@ -495,6 +507,9 @@ func prepareOn(ctx context.Context, db interface {
 		if _, err := tx.Exec(ctx, audit.LockSQL, "prepare\x1f"+ds.Name); err != nil {
 			return err
 		}
+		if err := ds.prepareStage(ctx, tx); err != nil {
+			return err
+		}
 		return ds.Strategy.Prepare(ctx, tx)
 	})
 	if err == nil {
@@ -527,6 +542,9 @@ func Predict(ctx context.Context, db interface {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	p := strategies.Params{Partition: partition, RunID: "idem-validate"}
+	if err := ds.prepareStage(ctx, tx); err != nil {
+		return nil, err
+	}
 	changes, err := strategies.Predict(ctx, tx, ds.Strategy, p)
 	if err != nil {
 		return changes, err

@@ -54,6 +54,9 @@ type loading struct {
 	// recorded, that they went out with the load's success.
 	checked  []checks.Outcome
 	recorded bool
+	// stage is the attempt's source outside the warehouse, when its
+	// dataset has one.
+	stage *staging
 }
 
 func (l *loading) params() strategies.Params {
@@ -155,6 +158,9 @@ func (l *loading) queueMember(b *pgx.Batch) {
 	b.Queue(audit.TryLockSQL, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition)).
 		QueryRow(func(r pgx.Row) error { return r.Scan(&l.locked) })
 	l.queueCheck(b)
+	if l.stage != nil {
+		l.ds.Stage.queueCreate(b)
+	}
 	l.queueDescribe(b, nil)
 	b.Queue(customPlans)
 }
@@ -215,6 +221,12 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		baseline = n
 	}
 	sctx, end := l.span(ctx, "load")
+	if l.stage != nil {
+		if err := l.stage.copy(sctx, tx, l.key, l.a.RunID); err != nil {
+			end(err)
+			return out, err
+		}
+	}
 	res, err := l.ds.Strategy.Execute(sctx, tx, l.plan, l.params())
 	end(err)
 	if err != nil {

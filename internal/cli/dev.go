@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -114,6 +115,8 @@ func (e *env) dev(ctx context.Context, once bool) error {
 	for _, d := range cfg.Datasets {
 		d.RetryDelay = config.Duration(time.Second)
 	}
+	landing := filepath.Join(tmp, "landing", "orders")
+	cfg.Datasets["landed_orders"].Source.Files.URL = "file://" + landing + "/dt={partition}/"
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("demo config: %w", err)
 	}
@@ -142,7 +145,7 @@ func (e *env) dev(ctx context.Context, once bool) error {
 	}
 	fmt.Fprintf(e.out, "idem serve running: status page on http://%s/ , metrics on http://%s/metrics, log in %s\n", addr, addr, logFile.Name())
 
-	if err := e.devScenario(ctx, nc, pool, cfg); err != nil {
+	if err := e.devScenario(ctx, nc, pool, cfg, landing); err != nil {
 		stop()
 		<-done
 		return err
@@ -168,7 +171,7 @@ func (e *env) dev(ctx context.Context, once bool) error {
 // devScenario publishes the demo events through JetStream exactly as a
 // scheduler would, and waits for each one's fate in the audit table or the
 // dead-letter stream.
-func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool, cfg *config.Config) error {
+func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool, cfg *config.Config, landing string) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -222,6 +225,9 @@ func (e *env) devScenario(ctx context.Context, nc *nats.Conn, pool *pgxpool.Pool
 			return fmt.Errorf("%s: %w", s.title, err)
 		}
 		fmt.Fprintf(e.out, "  %s\n", got)
+	}
+	if err := e.devFiles(ctx, js, pool, landing); err != nil {
+		return err
 	}
 	var n int64
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM analytics.fact_orders").Scan(&n); err == nil {
@@ -312,4 +318,50 @@ func printAudit(ctx context.Context, w io.Writer, pool *pgxpool.Pool) error {
 		return err
 	}
 	return tw.Flush()
+}
+
+// devFiles lands a partition as files, publishes its event before the
+// upstream's marker, shows that the event waits (no attempt spent), then
+// writes the marker and waits for the load.
+func (e *env) devFiles(ctx context.Context, js jetstream.JetStream, pool *pgxpool.Pool, landing string) error {
+	dir := filepath.Join(landing, "dt=2026-11-28")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	csv := "order_id,total,status\n1,10.50,paid\n2,7.25,placed\n3,99.00,shipped\n"
+	if err := os.WriteFile(filepath.Join(dir, "part-0001.csv"), []byte(csv), 0o644); err != nil {
+		return err
+	}
+	body := `{"dataset":"landed_orders","partition":"2026-11-28","run_id":"scheduled__2026-11-28"}`
+	fmt.Fprintf(e.out, "\n> files landed in %s, but not yet its _SUCCESS marker\n  publish idem.ready.landed_orders %s\n", dir, body)
+	if _, err := js.Publish(ctx, "idem.ready.landed_orders", []byte(body)); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(3 * time.Second):
+	}
+	var attempts int64
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'landed_orders'").Scan(&attempts); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "  waiting for the marker: %d attempt(s) spent, nothing dead-lettered\n", attempts)
+	fmt.Fprintf(e.out, "\n> the upstream writes %s\n", filepath.Join(dir, "_SUCCESS"))
+	if err := os.WriteFile(filepath.Join(dir, "_SUCCESS"), nil, 0o644); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := waitAudit(wctx, pool, body, audit.StatusSuccess)
+	if err != nil {
+		return fmt.Errorf("the file partition: %w", err)
+	}
+	fmt.Fprintf(e.out, "  %s\n", got)
+	var url string
+	var rows int64
+	if err := pool.QueryRow(ctx, "SELECT url, rows_read FROM idem.source_files WHERE task_id = 'landed_orders' ORDER BY audit_id DESC, ordinal LIMIT 1").Scan(&url, &rows); err == nil {
+		fmt.Fprintf(e.out, "  idem.source_files: %s, %d rows read\n", url, rows)
+	}
+	return nil
 }

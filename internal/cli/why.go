@@ -158,6 +158,15 @@ func renderStory(w io.Writer, r why.Report) error {
 				p("        %s\n", schemaChangeLine(c))
 			}
 		}
+		for _, fs := range r.SourceFiles {
+			if fs.AuditID != a.ID {
+				continue
+			}
+			p("        read %d file(s), listing %s:\n", len(fs.Files), short(fs.Fingerprint))
+			for _, f := range fs.Files {
+				p("          %s  %d bytes  %s  %d rows\n", f.URL, f.Size, fileIdentity(f), f.Rows)
+			}
+		}
 	}
 	// Changes of attempts older than those shown keep their own list.
 	shown := map[int64]bool{}
@@ -259,4 +268,26 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// short is the first 12 characters of a fingerprint.
+func short(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	return fp
+}
+
+// fileIdentity is what names a file's version: its ETag and version id in
+// object storage, its SHA-256 on disk.
+func fileIdentity(f audit.SourceFile) string {
+	switch {
+	case f.ETag != "" && f.VersionID != "":
+		return "etag " + f.ETag + " version " + f.VersionID
+	case f.ETag != "":
+		return "etag " + f.ETag
+	case f.SHA256 != "":
+		return "sha256 " + short(f.SHA256)
+	}
+	return "-"
 }

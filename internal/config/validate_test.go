@@ -229,7 +229,9 @@ func TestValidateProblems(t *testing.T) {
 			c.Datasets["customers"].Source = Source{Postgres: &PostgresSource{URL: "postgres://h/db", SQL: "SELECT * FROM o WHERE d = @partition AND t < now()"}}
 		}, "customers", "source.postgres.sql", []string{"reads the wall clock with now()"}, false},
 		{"source reads 'today'", func(c *Config) { c.Datasets["customers"].Source.SQL = "SELECT * FROM s WHERE d = 'today'::date" }, "customers", "source", []string{"with 'today'"}, false},
-		{"source with unknown argument", func(c *Config) { c.Datasets["orders"].Source.SQL = "SELECT * FROM s WHERE d = @partition AND r = @region" }, "orders", "source", []string{"uses @region", "only @partition and @run_id"}, false},
+		{"source with unknown argument", func(c *Config) {
+			c.Datasets["orders"].Source.SQL = "SELECT * FROM s WHERE d = @partition AND r = @region"
+		}, "orders", "source", []string{"uses @region", "only @partition and @run_id"}, false},
 		{"source with misspelt argument", func(c *Config) { c.Datasets["customers"].Source.SQL = "SELECT * FROM s WHERE d = @partiton" }, "customers", "source", []string{"uses @partiton", "did you mean @partition?"}, false},
 		{"delete_insert source without @partition", func(c *Config) { c.Datasets["orders"].Source.SQL = "SELECT * FROM staging.orders" }, "orders", "source", []string{"never uses @partition", "filter the source with @partition"}, false},
 

@@ -24,10 +24,18 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 	for name, d := range cfg.Datasets {
 		ts, tn := d.TargetTable()
 		vs, vn := d.ViewName()
+		stg, err := stage(cfg, d)
+		if err != nil {
+			return nil, fmt.Errorf("dataset %q: source: %w", name, err)
+		}
+		source := d.Source.SQL
+		if stg != nil {
+			source = handlers.StageSQL
+		}
 		spec := strategies.Spec{
 			Dataset:         name,
 			Target:          strategies.Table{Schema: ts, Name: tn},
-			Source:          d.Source.SQL,
+			Source:          source,
 			PartitionColumn: d.PartitionColumn,
 			Key:             d.Key,
 			VersionColumn:   d.VersionColumn,
@@ -44,7 +52,7 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			return nil, fmt.Errorf("dataset %q: %w", name, err)
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
-			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn}
+			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn, Stage: stg}
 	}
 	for name, ds := range out {
 		ds.Upstreams = cfg.Upstreams(name)
@@ -129,7 +137,7 @@ func initMetrics(m *metrics.Metrics, cfg *config.Config) {
 func lineageInputs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, dss map[string]*handlers.Dataset, wh lineage.Warehouse, log zerolog.Logger) {
 	for name, ds := range dss {
 		d := cfg.Datasets[name]
-		if d == nil || ds.Inputs != nil {
+		if d == nil || ds.Inputs != nil || d.Source.Kind() != "sql" {
 			continue
 		}
 		p := strategies.Params{Partition: SamplePartition(ds.PartitionType), RunID: "idem-lineage"}

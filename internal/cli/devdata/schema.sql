@@ -10,6 +10,9 @@ CREATE TABLE IF NOT EXISTS analytics.fact_orders (
     order_id bigint, customer_id bigint, total numeric(12,2), status text, event_date date NOT NULL);
 CREATE INDEX IF NOT EXISTS fact_orders_event_date ON analytics.fact_orders (event_date);
 
+CREATE TABLE IF NOT EXISTS analytics.landed_orders (
+    order_id bigint, total numeric(12,2), status text, event_date date NOT NULL);
+
 CREATE TABLE IF NOT EXISTS analytics.daily_revenue (
     event_date date NOT NULL, orders bigint, revenue numeric(14,2));
 

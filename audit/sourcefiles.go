@@ -1,0 +1,87 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// SourceFile is one file a load read: its identity in the store as the
+// listing gave it, and the rows that came from it.
+type SourceFile struct {
+	URL       string     `json:"url"`
+	Size      int64      `json:"size"`
+	ETag      string     `json:"etag,omitempty"`
+	VersionID string     `json:"version_id,omitempty"`
+	Modified  *time.Time `json:"modified,omitempty"`
+	SHA256    string     `json:"sha256,omitempty"`
+	Rows      int64      `json:"rows"`
+}
+
+const recordSourceFilesSQL = `
+		INSERT INTO idem.source_files (audit_id, ordinal, dag_id, task_id, partition_key, url, size_bytes, etag,
+		                               version_id, modified_at, sha256, rows_read, fingerprint)
+		SELECT $1, r.ord, $2, $3, $4, r.url, r.size, nullif(r.etag, ''), nullif(r.version_id, ''), r.modified,
+		       nullif(r.sha256, ''), r.rows, $6
+		  FROM jsonb_to_recordset($5::jsonb) WITH ORDINALITY AS r(url text, size bigint, etag text, version_id text,
+		       modified timestamptz, sha256 text, rows bigint, ord integer)`
+
+// QueueRecordSourceFiles queues on b the files attempt id read, in the
+// load's transaction: they commit with its rows, or not at all.
+func QueueRecordSourceFiles(b *pgx.Batch, id int64, k RunKey, fingerprint string, fs []SourceFile) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(fs)
+	if err != nil {
+		return err
+	}
+	b.Queue(recordSourceFilesSQL, id, k.Pipeline, k.Dataset, k.Partition, data, fingerprint)
+	return nil
+}
+
+// SourceFilesRead are the files of one attempt, with the listing's
+// fingerprint.
+type SourceFilesRead struct {
+	AuditID     int64        `json:"audit_id"`
+	Fingerprint string       `json:"fingerprint"`
+	Files       []SourceFile `json:"files"`
+}
+
+// SourceFilesOf returns the files read by the newest attempts of a
+// partition that recorded any (at most attempts of them), newest first.
+func SourceFilesOf(ctx context.Context, db Querier, pipeline, dataset, partition string, attempts int) ([]SourceFilesRead, error) {
+	rows, err := db.Query(ctx, `
+		SELECT f.audit_id, f.fingerprint, f.url, f.size_bytes, coalesce(f.etag, ''), coalesce(f.version_id, ''),
+		       f.modified_at, coalesce(f.sha256, ''), f.rows_read
+		  FROM (SELECT DISTINCT audit_id FROM idem.source_files
+		         WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3
+		         ORDER BY audit_id DESC LIMIT $4) a
+		  JOIN idem.source_files f ON f.audit_id = a.audit_id
+		 ORDER BY f.audit_id DESC, f.ordinal`, pipeline, dataset, partition, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("audit: source files: %w", err)
+	}
+	defer rows.Close()
+	var out []SourceFilesRead
+	for rows.Next() {
+		var id int64
+		var fp string
+		var f SourceFile
+		if err := rows.Scan(&id, &fp, &f.URL, &f.Size, &f.ETag, &f.VersionID, &f.Modified, &f.SHA256, &f.Rows); err != nil {
+			return nil, fmt.Errorf("audit: source files: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].AuditID != id {
+			out = append(out, SourceFilesRead{AuditID: id, Fingerprint: fp})
+		}
+		last := &out[len(out)-1]
+		last.Files = append(last.Files, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("audit: source files: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,269 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/sources/files"
+	"github.com/idem-data/idem/sources/pgsource"
+)
+
+// StageTable is where a staged source's rows land inside the load's
+// transaction: a temporary table dropped at its commit or rollback. The
+// dataset's strategy reads it as its source (StageSQL), so every strategy,
+// the checks and on_schema_change run on files and on another PostgreSQL
+// as they do on SQL.
+const StageTable = "idem_stage"
+
+// StageSQL is the strategy's source for a staged dataset.
+const StageSQL = "SELECT * FROM pg_temp." + StageTable
+
+// Staged is a source outside the warehouse: files (in object storage or on
+// disk) or a query on another PostgreSQL. Its rows are copied into
+// StageTable in the load's transaction, before the strategy runs. Exactly
+// one of Files and Postgres is set.
+type Staged struct {
+	Files    *FileSource
+	Postgres *pgsource.Spec
+	// WaitUpTo is how long an event waits for its source to be ready (files
+	// without their ready rule met, a standby too far behind) before it is
+	// dead-lettered; nothing runs and no attempt is spent meanwhile.
+	WaitUpTo time.Duration
+	// PartitionColumn is filled from the event when the files lack it.
+	PartitionColumn string
+	// Reserved are the target's columns the strategy fills itself
+	// (append_dedupe's run_id and load sequence): never staged.
+	Reserved []string
+
+	// columns are the staged columns (the target's, less Reserved and the
+	// generated ones) and create the statement that makes the stage; both
+	// are read from the catalog when the dataset is prepared.
+	columns []files.Column
+	create  string
+}
+
+// FileSource is a dataset's files: where they are and the store that
+// holds them.
+type FileSource struct {
+	Spec  files.Spec
+	Store files.Store
+}
+
+// staging is one attempt's view of its staged source: the listing the
+// ready rule accepted, which the copy reads with the same identities.
+type staging struct {
+	s       *Staged
+	listing *files.Listing
+}
+
+// WaitError says the event's source is not ready yet: no load ran, no
+// attempt is spent, and the consumer redelivers the message after Delay.
+type WaitError struct {
+	Reason string
+	Delay  time.Duration
+}
+
+func (e *WaitError) Error() string { return "waiting: " + e.Reason }
+
+// WaitFor is the consumer's behaviour for a wait.
+func (e *WaitError) WaitFor() time.Duration { return e.Delay }
+
+// Reasons of a staged source's failures: files missing past the wait,
+// and a source not ready past it.
+const (
+	ReasonMissingFiles = files.ReasonMissingFiles
+	ReasonNotReady     = "not_ready"
+)
+
+// waitDelay paces a waiting event's redeliveries: a tenth of how long it
+// has waited, from 2 s to a minute, so a partition that lands soon is
+// loaded soon and one that lands late costs one delivery a minute.
+func waitDelay(waited time.Duration) time.Duration {
+	return min(max(waited/10, 2*time.Second), time.Minute)
+}
+
+// ready is asked before the attempt is counted: are the event's source
+// rows there to load? A wait within WaitUpTo comes back as a *WaitError;
+// past it, as a fatal error naming what never came.
+func (s *Staged) ready(ctx context.Context, key schemas.Partition, published, now time.Time) (*staging, error) {
+	st := &staging{s: s}
+	if s.Postgres != nil {
+		if s.Postgres.MaxReplicaLag <= 0 {
+			return st, nil
+		}
+		// The lag gate, asked on its own before the attempt is counted; the
+		// copy asks it again, in its snapshot.
+		_, err := pgsource.Fingerprint(ctx, *s.Postgres, "SELECT 1", pgsource.Params{Partition: key.Key})
+		var lag interface{ NotReady() bool }
+		if errors.As(err, &lag) && lag.NotReady() {
+			return nil, s.wait(err, published, now)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	prefix, err := files.Resolve(s.Files.Spec, key)
+	if err != nil {
+		return nil, Fatal(schemas.ReasonInvalidEvent, err)
+	}
+	r, err := files.Ready(ctx, s.Files.Store, s.Files.Spec, prefix, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Err(); err != nil {
+		return nil, s.wait(err, published, now)
+	}
+	st.listing = &r.Listing
+	return st, nil
+}
+
+// wait turns a source not ready into a wait, or into its dead letter once
+// the event has waited WaitUpTo.
+func (s *Staged) wait(err error, published, now time.Time) error {
+	var fatal interface{ Fatal() bool }
+	if errors.As(err, &fatal) && fatal.Fatal() {
+		return err // no file and no ready rule: missing_files at once
+	}
+	waited := now.Sub(published)
+	if published.IsZero() || waited < 0 {
+		waited = 0
+	}
+	if waited >= s.WaitUpTo {
+		reason := ReasonNotReady
+		if s.Files != nil {
+			reason = ReasonMissingFiles
+		}
+		return Fatal(reason, fmt.Errorf("still not ready after wait_up_to %s: %w", s.WaitUpTo, err))
+	}
+	return &WaitError{Reason: err.Error(), Delay: waitDelay(waited)}
+}
+
+// prepare reads the target's columns into the stage's definition, once
+// per dataset and process (Dataset.prepared), in tx.
+func (s *Staged) prepare(ctx context.Context, tx pgx.Tx, target string) error {
+	rows, err := tx.Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+		  FROM pg_attribute a
+		 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		 ORDER BY a.attnum`, target)
+	if err != nil {
+		return fmt.Errorf("stage: read the columns of %s: %w", target, err)
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (files.Column, error) {
+		var c files.Column
+		return c, r.Scan(&c.Name, &c.Type)
+	})
+	if err != nil {
+		return fmt.Errorf("stage: read the columns of %s: %w", target, err)
+	}
+	var defs []string
+	s.columns = s.columns[:0]
+	for _, c := range cols {
+		if contains(s.Reserved, c.Name) {
+			continue
+		}
+		s.columns = append(s.columns, c)
+		defs = append(defs, pgx.Identifier{c.Name}.Sanitize()+" "+c.Type)
+	}
+	if len(s.columns) == 0 {
+		return Fatal(schemas.ReasonSchemaMismatch, fmt.Errorf("stage: %s has no column a source could fill", target))
+	}
+	s.create = "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// queueCreate queues the stage's creation in the load's transaction,
+// before the strategy's catalog reads describe it as the source.
+func (s *Staged) queueCreate(b *pgx.Batch) {
+	b.Queue(s.create)
+}
+
+// copy fills the stage with the attempt's rows: the files of the listing
+// ready accepted, each read with the identity it was listed with (a file
+// replaced since fails the attempt, transient, never loads two versions),
+// or the query on the source server, in one REPEATABLE READ snapshot.
+func (st *staging) copy(ctx context.Context, tx pgx.Tx, p schemas.Partition, runID string) error {
+	s := st.s
+	table := pgx.Identifier{"pg_temp", StageTable}
+	if s.Postgres != nil {
+		_, err := pgsource.Copy(ctx, *s.Postgres, pgsource.Params{Partition: p.Key, RunID: runID}, tx, pgsource.Target{Table: table, Columns: names(s.columns)})
+		var lag interface{ NotReady() bool }
+		if errors.As(err, &lag) && lag.NotReady() {
+			// Too far behind: nothing was written; the handler rolls back
+			// and the message waits like files without their marker.
+			return &sourceNotReady{err}
+		}
+		return err
+	}
+	fill := map[string]string{}
+	if s.PartitionColumn != "" {
+		fill[s.PartitionColumn] = p.Key
+	}
+	_, err := files.Copy(ctx, tx.Conn().PgConn(), s.Files.Store, s.Files.Spec, st.listing,
+		files.Target{Table: table, Columns: s.columns, Fill: fill})
+	return err
+}
+
+// sourceNotReady marks a source that turned out not to be ready while it
+// was read (a standby past max_replica_lag).
+type sourceNotReady struct{ err error }
+
+func (e *sourceNotReady) Error() string { return e.err.Error() }
+func (e *sourceNotReady) Unwrap() error { return e.err }
+
+func names(cs []files.Column) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// sourceFiles are the files the attempt read, for the audit, and the
+// listing's fingerprint.
+func (st *staging) sourceFiles() (string, []audit.SourceFile) {
+	if st == nil || st.listing == nil {
+		return "", nil
+	}
+	out := make([]audit.SourceFile, len(st.listing.Files))
+	for i, f := range st.listing.Files {
+		sf := audit.SourceFile{URL: f.URL, Size: f.Size, ETag: f.ETag, VersionID: f.VersionID, SHA256: f.SHA256, Rows: f.Rows}
+		if !f.ModTime.IsZero() {
+			t := f.ModTime
+			sf.Modified = &t
+		}
+		out[i] = sf
+	}
+	return st.listing.Fingerprint, out
+}
+
+// prepareStage reads the stage's columns and creates it (empty) in tx, so
+// that the strategy's setup and a prediction can describe it as the
+// dataset's source. Nothing for a dataset without a stage.
+func (ds *Dataset) prepareStage(ctx context.Context, tx pgx.Tx) error {
+	if ds.Stage == nil {
+		return nil
+	}
+	if err := ds.Stage.prepare(ctx, tx, ds.Target); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, ds.Stage.create)
+	return err
+}
