@@ -87,8 +87,7 @@ func natsServerBinary(t *testing.T) string {
 }
 
 // pg starts a cluster of the campaign's own: the campaign restarts it and
-// fails it over, which no other campaign or package may see, so the short
-// campaigns run side by side. synchronous_commit is on, so a
+// fails it over, which no other campaign or package may see. synchronous_commit is on, so a
 // COMMIT that returned survives a crash of the server (fsync stays off: the
 // machine itself never crashes here).
 func pg(t *testing.T) *localpg.Server {
@@ -166,7 +165,6 @@ const shortSeed = 20260301
 // one rolling restart and one failover to a standby that missed the last
 // commits among them, sized for a 2-core machine under the race detector.
 func TestChaosShort(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
 	}
@@ -229,7 +227,6 @@ var poolerShortOptions = Options{Seed: poolerShortSeed, PoolMode: PoolTransactio
 // down for up to 2 s. At the end nothing may be left on the pooler's
 // server connections. `make chaos-pooler` runs it; `make test` does not.
 func TestChaosPoolerShort(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
 	}
@@ -274,7 +271,8 @@ const clusterShortSeed = 20261157
 
 var clusterShortOptions = Options{Seed: clusterShortSeed, Cluster: true, Events: 1200, Duration: 120 * time.Second, LongRounds: -1}
 
-// TestChaosClusterShort is the cluster campaign `make test` runs: three
+// TestChaosClusterShort is the short cluster campaign (`make
+// chaos-cluster-short`, and `make chaos` after the long one): three
 // nats-server processes with R3 streams, three idem replicas, 120 s of
 // short faults among which the cluster's (the stream leader and a follower
 // killed, a server stopped past an election, a minority partitioned away,
@@ -282,12 +280,16 @@ var clusterShortOptions = Options{Seed: clusterShortSeed, Cluster: true, Events:
 // outages, rolling restarts of idem) are left to TestChaosShort and to
 // `make chaos-cluster`: in 120 s they would leave room for little else.
 func TestChaosClusterShort(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
 	}
 	if os.Getenv("CHAOS_LONG") == "1" {
 		t.Skip("CHAOS_LONG=1 runs TestChaosClusterCampaign instead")
+	}
+	if os.Getenv("CHAOS_CLUSTER") == "" {
+		// make test runs one short campaign (TestChaosShort); this one has
+		// a target of its own.
+		t.Skip("the short cluster campaign runs with CHAOS_CLUSTER=1 (make chaos-cluster-short, make chaos)")
 	}
 	r := runCampaign(t, clusterShortOptions)
 	// The schedule draws every cluster fault (see
