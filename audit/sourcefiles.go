@@ -24,10 +24,11 @@ type SourceFile struct {
 const recordSourceFilesSQL = `
 		INSERT INTO idem.source_files (audit_id, ordinal, dag_id, task_id, partition_key, url, size_bytes, etag,
 		                               version_id, modified_at, sha256, rows_read, fingerprint)
-		SELECT $1, r.ord, $2, $3, $4, r.url, r.size, nullif(r.etag, ''), nullif(r.version_id, ''), r.modified,
+		SELECT $1, e.ord::integer, $2, $3, $4, r.url, r.size, nullif(r.etag, ''), nullif(r.version_id, ''), r.modified,
 		       nullif(r.sha256, ''), r.rows, $6
-		  FROM jsonb_to_recordset($5::jsonb) WITH ORDINALITY AS r(url text, size bigint, etag text, version_id text,
-		       modified timestamptz, sha256 text, rows bigint, ord integer)`
+		  FROM jsonb_array_elements($5::jsonb) WITH ORDINALITY AS e(doc, ord),
+		       LATERAL jsonb_to_record(e.doc) AS r(url text, size bigint, etag text, version_id text,
+		       modified timestamptz, sha256 text, rows bigint)`
 
 // QueueRecordSourceFiles queues on b the files attempt id read, in the
 // load's transaction: they commit with its rows, or not at all.

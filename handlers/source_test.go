@@ -15,6 +15,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
+	"github.com/idem-data/idem/sources/pgsource"
 	"github.com/idem-data/idem/strategies"
 	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/testkit/s3test"
@@ -125,6 +126,8 @@ func TestFilesSourceMissingFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	withMarker := files.Spec{URL: "file://" + dir + "/a/dt={partition}/", Format: files.CSV, Ready: files.ReadyRule{Marker: "_SUCCESS"}}.WithDefaults()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "a"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "b"), 0o755))
 	store, err := files.NewStore(withMarker, files.S3Options{})
 	require.NoError(t, err)
 	spec := strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"}
@@ -140,7 +143,6 @@ func TestFilesSourceMissingFiles(t *testing.T) {
 	store, err = files.NewStore(bare, files.S3Options{})
 	require.NoError(t, err)
 	e = newStagedEnv(t, "delete_insert", spec, stagedDDL, bare, store, time.Hour)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "b"), 0o755))
 	_, err = e.load("2026-11-28", "r1", time.Now())
 	require.True(t, handlers.IsFatal(err), "%v", err)
 	require.True(t, errors.As(err, &f))
@@ -198,4 +200,36 @@ func TestFilesSourceFromS3IntoEachStrategy(t *testing.T) {
 			require.True(t, handlers.IsFatal(err), "%v", err)
 		})
 	}
+}
+
+// A partition read from another PostgreSQL (here another database of the
+// same server): every value arrives as it was, a rerun never doubles it,
+// and the server is named without its password in the rows' story.
+func TestPostgresSourceLoadsThePartition(t *testing.T) {
+	t.Parallel()
+	src := pgtest.NewDB(t)
+	src.Exec(t, `CREATE SCHEMA app;
+		CREATE TABLE app.orders (id bigint, event_date date, amount numeric(12,2), note text);
+		INSERT INTO app.orders VALUES (1, '2026-11-28', 1.50, E'tab\there'), (2, '2026-11-28', NULL, 'é ''q'''), (3, '2026-11-27', 9, 'other day');`)
+	db := pgtest.NewDB(t)
+	_, err := audit.Migrate(context.Background(), db.Pool)
+	require.NoError(t, err)
+	db.Exec(t, "CREATE SCHEMA analytics;"+stagedDDL)
+	sspec := strategies.Spec{Dataset: "ds", Source: handlers.StageSQL, Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"}
+	st, err := strategies.New("delete_insert", sspec)
+	require.NoError(t, err)
+	pg := pgsource.Spec{URL: src.URL, SQL: "SELECT id, event_date, amount, note FROM app.orders WHERE event_date = @partition"}.WithDefaults()
+	require.NoError(t, pg.Validate())
+	ds := &handlers.Dataset{Name: "ds", Strategy: st, Target: "analytics.t", Stage: &handlers.Staged{Postgres: &pg, WaitUpTo: time.Hour, PartitionColumn: "event_date"}}
+	h := &handlers.Handler{DB: db.Pool, Pipeline: "test", Datasets: map[string]*handlers.Dataset{"ds": ds}, Log: zerolog.Nop()}
+	require.Empty(t, h.Prepare(context.Background()))
+	e := &stagedEnv{t: t, db: db, h: h}
+	for _, run := range []string{"r1", "r1", "r2"} {
+		_, err := e.load("2026-11-28", run, time.Now())
+		require.NoError(t, err)
+	}
+	require.Equal(t, src.Checksum(t, "SELECT id, event_date, amount, note FROM app.orders WHERE event_date = '2026-11-28'"),
+		db.Checksum(t, "SELECT id, event_date, amount, note FROM analytics.t"), "row for row, loaded once")
+	require.Equal(t, int64(2), db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'"))
+	require.Equal(t, int64(1), db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'skipped'"))
 }
