@@ -45,6 +45,7 @@ var docsCommandPages = []string{
 	"docs/RUNNING.md",
 	"docs/UPGRADES.md",
 	"docs/SCHEDULERS.md",
+	"docs/SOURCES.md",
 	"docs/DEVELOPMENT.md",
 	"docs/RELIABILITY.md",
 	"docs/POOLERS.md",
