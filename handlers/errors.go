@@ -2,10 +2,9 @@ package handlers
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/idem-data/idem/internal/pgerr"
 	"strings"
 	"sync"
 
@@ -293,21 +292,8 @@ func sqlStateReason(e *pgconn.PgError) string {
 	return "" // unknown codes retry: the retry budget bounds them
 }
 
-// isConfigError reports errors without a SQLSTATE that no retry can fix: an
-// unparsable connection string and a server certificate that fails verification.
-// pgx returns x509 errors bare for sslmode=verify-ca and inside a
-// *tls.CertificateVerificationError for verify-full.
-func isConfigError(err error) bool {
-	var (
-		parseErr     *pgconn.ParseConfigError
-		verifyErr    *tls.CertificateVerificationError
-		authorityErr x509.UnknownAuthorityError
-		hostnameErr  x509.HostnameError
-		invalidErr   x509.CertificateInvalidError
-	)
-	return errors.As(err, &parseErr) || errors.As(err, &verifyErr) ||
-		errors.As(err, &authorityErr) || errors.As(err, &hostnameErr) || errors.As(err, &invalidErr)
-}
+// isConfigError: see pgerr.IsConfigError.
+func isConfigError(err error) bool { return pgerr.IsConfigError(err) }
 
 // unrecorded keeps the failures of attempts that the warehouse took away
 // (unavailable, interrupted) when the audit row could not be written at the

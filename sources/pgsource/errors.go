@@ -2,10 +2,9 @@ package pgsource
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/idem-data/idem/internal/pgerr"
 	"strings"
 	"time"
 
@@ -253,19 +252,8 @@ func stateKind(code string) (Kind, string) {
 	return KindTransient, ""
 }
 
-// isConfigError reports errors without a SQLSTATE that no retry fixes: an
-// unparsable URL and a server certificate that does not verify.
-func isConfigError(err error) bool {
-	var (
-		parseErr     *pgconn.ParseConfigError
-		verifyErr    *tls.CertificateVerificationError
-		authorityErr x509.UnknownAuthorityError
-		hostnameErr  x509.HostnameError
-		invalidErr   x509.CertificateInvalidError
-	)
-	return errors.As(err, &parseErr) || errors.As(err, &verifyErr) ||
-		errors.As(err, &authorityErr) || errors.As(err, &hostnameErr) || errors.As(err, &invalidErr)
-}
+// isConfigError: see pgerr.IsConfigError.
+func isConfigError(err error) bool { return pgerr.IsConfigError(err) }
 
 // conflictMessage is the text a recovery conflict reports, scrubbed.
 func conflictMessage(err error, secret string) (code, msg string) {
