@@ -256,6 +256,14 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
+	// SIGHUP is caught before the process says it started: one sent at
+	// once would otherwise end it (Go's default for an uncaught SIGHUP).
+	var hup chan os.Signal
+	if o.Reload != nil {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	log.Info().Str("http", addr).Str("pipeline", cfg.Pipeline).Strs("datasets", cfg.DatasetNames()).Str("config_version", version).
 		Str("replica", ccfg.Fleet.Replica).Msg("idem serve started")
 	if o.Ready != nil {
@@ -265,9 +273,6 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	if o.Reload != nil {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
 		r := &reloader{load: o.Reload, pool: pool, h: h, c: c, m: m, log: log, version: &current, cur: cfg, dss: dss, applied: &cfgNow}
 		wg.Add(1)
 		go func() { defer wg.Done(); r.run(bgCtx, hup) }()
