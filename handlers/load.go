@@ -159,7 +159,7 @@ func (l *loading) queueMember(b *pgx.Batch) {
 		QueryRow(func(r pgx.Row) error { return r.Scan(&l.locked) })
 	l.queueCheck(b)
 	if l.stage != nil {
-		l.ds.Stage.queueCreate(b)
+		l.stage.queueCreate(b)
 	}
 	l.queueDescribe(b, nil)
 	b.Queue(customPlans)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,9 +44,14 @@ type Staged struct {
 	// (append_dedupe's run_id and load sequence): never staged.
 	Reserved []string
 
-	// columns are the staged columns (the target's, less Reserved and the
-	// generated ones) and create the statement that makes the stage; both
-	// are read from the catalog when the dataset is prepared.
+	// def is the stage's definition, read from the catalog when the
+	// dataset is prepared; replaced whole, never changed in place.
+	def atomic.Pointer[stageDef]
+}
+
+// stageDef is a stage's definition: its columns (the target's, less
+// Reserved and the generated ones) and the statement that creates it.
+type stageDef struct {
 	columns []files.Column
 	create  string
 }
@@ -57,10 +64,12 @@ type FileSource struct {
 }
 
 // staging is one attempt's view of its staged source: the listing the
-// ready rule accepted, which the copy reads with the same identities.
+// ready rule accepted, which the copy reads with the same identities, and
+// the stage's definition as the attempt created it.
 type staging struct {
 	s       *Staged
 	listing *files.Listing
+	def     *stageDef
 }
 
 // WaitError says the event's source is not ready yet: no load ran, no
@@ -164,35 +173,28 @@ func (s *Staged) prepare(ctx context.Context, tx pgx.Tx, target string) error {
 	if err != nil {
 		return fmt.Errorf("stage: read the columns of %s: %w", target, err)
 	}
+	def := &stageDef{}
 	var defs []string
-	s.columns = s.columns[:0]
 	for _, c := range cols {
-		if contains(s.Reserved, c.Name) {
+		if slices.Contains(s.Reserved, c.Name) {
 			continue
 		}
-		s.columns = append(s.columns, c)
+		def.columns = append(def.columns, c)
 		defs = append(defs, pgx.Identifier{c.Name}.Sanitize()+" "+c.Type)
 	}
-	if len(s.columns) == 0 {
+	if len(def.columns) == 0 {
 		return Fatal(schemas.ReasonSchemaMismatch, fmt.Errorf("stage: %s has no column a source could fill", target))
 	}
-	s.create = "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"
+	def.create = "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"
+	s.def.Store(def)
 	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // queueCreate queues the stage's creation in the load's transaction,
 // before the strategy's catalog reads describe it as the source.
-func (s *Staged) queueCreate(b *pgx.Batch) {
-	b.Queue(s.create)
+func (st *staging) queueCreate(b *pgx.Batch) {
+	st.def = st.s.def.Load()
+	b.Queue(st.def.create)
 }
 
 // copy fills the stage with the attempt's rows: the files of the listing
@@ -203,13 +205,13 @@ func (st *staging) copy(ctx context.Context, tx pgx.Tx, p schemas.Partition, run
 	s := st.s
 	table := pgx.Identifier{"pg_temp", StageTable}
 	if s.Postgres != nil {
-		_, err := pgsource.Copy(ctx, *s.Postgres, pgsource.Params{Partition: p.Key, RunID: runID}, tx, pgsource.Target{Table: table, Columns: names(s.columns)})
-		var lag interface{ NotReady() bool }
-		if errors.As(err, &lag) && lag.NotReady() {
-			// Too far behind: nothing was written; the handler rolls back
-			// and the message waits like files without their marker.
-			return &sourceNotReady{err}
+		cols := make([]string, len(st.def.columns))
+		for i, c := range st.def.columns {
+			cols[i] = c.Name
 		}
+		_, err := pgsource.Copy(ctx, *s.Postgres, pgsource.Params{Partition: p.Key, RunID: runID}, tx, pgsource.Target{Table: table, Columns: cols})
+		// A standby that fell behind since ready asked is an ordinary
+		// transient failure here: the attempt already counts.
 		return err
 	}
 	fill := map[string]string{}
@@ -217,23 +219,8 @@ func (st *staging) copy(ctx context.Context, tx pgx.Tx, p schemas.Partition, run
 		fill[s.PartitionColumn] = p.Key
 	}
 	_, err := files.Copy(ctx, tx.Conn().PgConn(), s.Files.Store, s.Files.Spec, st.listing,
-		files.Target{Table: table, Columns: s.columns, Fill: fill})
+		files.Target{Table: table, Columns: st.def.columns, Fill: fill})
 	return err
-}
-
-// sourceNotReady marks a source that turned out not to be ready while it
-// was read (a standby past max_replica_lag).
-type sourceNotReady struct{ err error }
-
-func (e *sourceNotReady) Error() string { return e.err.Error() }
-func (e *sourceNotReady) Unwrap() error { return e.err }
-
-func names(cs []files.Column) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.Name
-	}
-	return out
 }
 
 // sourceFiles are the files the attempt read, for the audit, and the
@@ -264,6 +251,6 @@ func (ds *Dataset) prepareStage(ctx context.Context, tx pgx.Tx) error {
 	if err := ds.Stage.prepare(ctx, tx, ds.Target); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, ds.Stage.create)
+	_, err := tx.Exec(ctx, ds.Stage.def.Load().create)
 	return err
 }
