@@ -67,6 +67,9 @@ type PruneResult struct {
 //   - attempts an outbox row still names;
 //   - rows a transaction holds (skipped, for a later pass).
 //
+// Source waits (idem.source_waits) last checked before the retention go
+// too.
+//
 // The ledger (idem.run_ledger) is never pruned. What is deleted is counted
 // per partition in idem.pruned_attempts.
 //
@@ -125,6 +128,11 @@ func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res
 			o.Pruned(deleted)
 		}
 		if done || last == nil {
+			// Waits older than the retention are over one way or the
+			// other: loaded, dead-lettered, or their event is gone.
+			if _, err := db.Exec(ctx, "DELETE FROM idem.source_waits WHERE checked_at < $1", cutoff); err != nil {
+				return fmt.Errorf("audit: prune the source waits: %w", err)
+			}
 			return nil
 		}
 		cursor = *last

@@ -37,6 +37,9 @@ type Story struct {
 	// SourceFiles are the files the attempts shown read (a dataset whose
 	// source is files), newest attempt first.
 	SourceFiles []SourceFilesRead `json:"source_files,omitempty"`
+	// Waiting is the partition's wait for its source, while no attempt
+	// has overtaken it; nil otherwise.
+	Waiting *Wait `json:"waiting,omitempty"`
 }
 
 // StoryAttempt is one attempt of the partition.
@@ -136,6 +139,9 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 			return err
 		}
 		if s.SourceFiles, err = SourceFilesOf(ctx, tx, pipeline, dataset, partition, limit); err != nil {
+			return err
+		}
+		if s.Waiting, err = WaitOf(ctx, tx, pipeline, dataset, partition); err != nil {
 			return err
 		}
 		if err := readWinner(ctx, tx, pipeline, dataset, partition, &s); err != nil {

@@ -213,6 +213,7 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	var st *staging
 	if ds.Stage != nil {
 		if st, err = ds.Stage.ready(ctx, ev.Key, m.Published, time.Now()); err != nil {
+			h.recordWait(ctx, a, ds.Stage, m.Published, err)
 			return Outcome{}, err
 		}
 	}

@@ -150,9 +150,41 @@ func (s *Staged) wait(err error, published, now time.Time) error {
 		if s.Files != nil {
 			reason = ReasonMissingFiles
 		}
-		return Fatal(reason, fmt.Errorf("still not ready after wait_up_to %s: %w", s.WaitUpTo, err))
+		return Fatal(reason, &waitOverError{fmt.Errorf("still not ready after wait_up_to %s: %w", s.WaitUpTo, err)})
 	}
 	return &WaitError{Reason: err.Error(), Delay: waitDelay(waited)}
+}
+
+// waitOverError is a wait that spent wait_up_to: the event's dead letter.
+type waitOverError struct{ err error }
+
+func (e *waitOverError) Error() string { return e.err.Error() }
+func (e *waitOverError) Unwrap() error { return e.err }
+
+// recordWait writes a wait, or its end, where the page, `idem audit why`
+// and the API read it (audit.RecordWait): a waiting event runs no attempt,
+// so the audit's attempts would not show it. Best effort: a wait the audit
+// misses is still a wait, and the log says so.
+func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, s *Staged, published time.Time, err error) {
+	var (
+		w    *WaitError
+		over *waitOverError
+	)
+	reason, gaveUp := "", false
+	switch {
+	case errors.As(err, &w):
+		reason = w.Reason
+	case errors.As(err, &over):
+		reason, gaveUp = over.Error(), true
+	default:
+		return
+	}
+	if published.IsZero() {
+		published = time.Now()
+	}
+	if err := audit.RecordWait(ctx, h.DB, a.RunKey, reason, published, published.Add(s.WaitUpTo), gaveUp); err != nil {
+		h.Log.Warn().Err(err).Str("dataset", a.Dataset).Str("partition", a.Partition).Msg("could not record the wait")
+	}
 }
 
 // prepare reads the target's columns into the stage's definition, once

@@ -85,6 +85,17 @@ func TestFilesSourceWaitsForItsMarkerThenLoadsOnce(t *testing.T) {
 	require.GreaterOrEqual(t, wait.WaitFor(), 2*time.Second)
 	require.False(t, handlers.IsFatal(err))
 	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "a wait is no attempt")
+	published := time.Now().Add(-time.Minute)
+	_, err = e.load("2026-11-28", "r1", published)
+	require.ErrorAs(t, err, &wait)
+	w, err := audit.WaitOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28")
+	require.NoError(t, err)
+	require.NotNil(t, w, "the wait is where the page and why read it")
+	require.Equal(t, "r1", w.RunID)
+	require.Equal(t, 2, w.Checks)
+	require.False(t, w.GaveUp)
+	require.Contains(t, w.Reason, "_SUCCESS")
+	require.WithinDuration(t, published.Add(time.Hour), w.GivesUpAt, time.Millisecond)
 
 	writeFile(t, filepath.Join(part, "_SUCCESS"), "")
 	out, err := e.load("2026-11-28", "r1", time.Now())
@@ -95,6 +106,9 @@ func TestFilesSourceWaitsForItsMarkerThenLoadsOnce(t *testing.T) {
 	var note string
 	require.NoError(t, e.db.Pool.QueryRow(context.Background(), "SELECT note FROM analytics.t WHERE id = 2").Scan(&note))
 	require.Equal(t, "b, with a comma", note)
+	w, err = audit.WaitOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28")
+	require.NoError(t, err)
+	require.Nil(t, w, "an attempt overtook the wait")
 
 	got, err := audit.SourceFilesOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28", 5)
 	require.NoError(t, err)
@@ -138,6 +152,9 @@ func TestFilesSourceMissingFiles(t *testing.T) {
 	require.True(t, errors.As(err, &f))
 	require.Equal(t, handlers.ReasonMissingFiles, f.FatalReason())
 	require.Contains(t, err.Error(), "wait_up_to 1m0s")
+	w, err := audit.WaitOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28")
+	require.NoError(t, err)
+	require.True(t, w != nil && w.GaveUp, "the wait's end is recorded: %+v", w)
 
 	bare := files.Spec{URL: "file://" + dir + "/b/dt={partition}/", Format: files.CSV}.WithDefaults()
 	store, err = files.NewStore(bare, files.S3Options{})

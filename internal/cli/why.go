@@ -120,6 +120,14 @@ func renderStory(w io.Writer, r why.Report) error {
 			p("\n")
 		}
 	}
+	if w := r.Waiting; w != nil {
+		state := "waiting for its source"
+		if w.GaveUp {
+			state = "gave up waiting for its source"
+		}
+		p("\n%s since %s, run %s, no attempt spent: %s\n  checked %d time(s), last at %s; gives up at %s\n",
+			state, ts(w.Since), w.RunID, oneLine(w.Reason, 300), w.Checks, ts(w.CheckedAt), ts(w.GivesUpAt))
+	}
 	p("\nattempts (%d):\n", len(r.Attempts))
 	if len(r.Attempts) == 0 {
 		p("  none\n")

@@ -90,7 +90,7 @@ func New(version string) *Metrics {
 	m := &Metrics{
 		Registry: r,
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "idem_events_total", Help: "Deliveries settled, by dataset and outcome: acked (loaded or duplicate), retried, interrupted (shutdown), dead_lettered, dead_letter_failed.",
+			Name: "idem_events_total", Help: "Deliveries settled, by dataset and outcome: acked (loaded or duplicate), retried, waiting (its source not ready), interrupted (shutdown), dead_lettered, dead_letter_failed.",
 		}, []string{"dataset", "outcome"}),
 		LoadDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "idem_load_duration_seconds", Help: "Time from the handler's start to its end, by dataset and status.",

@@ -343,12 +343,16 @@ func (p *Page) read(ctx context.Context, dss []Dataset, ds Dataset, keys []strin
 	from, to := keys[0], keys[len(keys)-1]
 	var (
 		latest []audit.Latest
+		waits  []audit.Wait
 		stored map[string]audit.StoredAttempts
 		checks map[int64][]checkJSON
 	)
 	err := snapshot(ctx, p.d.DB, func(q audit.Querier) error {
 		var err error
 		if latest, err = audit.LatestInRange(ctx, q, p.d.Pipeline, append([]string{ds.Name}, ds.Upstreams...), from, to); err != nil {
+			return err
+		}
+		if waits, err = audit.WaitsInRange(ctx, q, p.d.Pipeline, []string{ds.Name}, from, to, len(keys)); err != nil {
 			return err
 		}
 		if stored, err = audit.AttemptsInRange(ctx, q, p.d.Pipeline, ds.Name, from, to, MaxListedAttempts); err != nil {
@@ -370,7 +374,7 @@ func (p *Page) read(ctx context.Context, dss []Dataset, ds Dataset, keys []strin
 	if err != nil {
 		p.d.Log.Warn().Err(err).Msg("api: dead letters not readable")
 	}
-	c := newCells(p.d.Now(), dss, from, to, latest, dead)
+	c := newCells(p.d.Now(), dss, from, to, latest, waits, dead)
 	out := make([]partitionJSON, len(keys))
 	for i, k := range keys {
 		a := partitionJSON{Dataset: ds.Name, Partition: k, Status: c.status(ds, k), Checks: []checkJSON{}, Attempts: attemptsJSON{List: []attemptJSON{}}}

@@ -20,7 +20,7 @@ const (
 	Rejected     Status = "rejected"      // the checks refused the latest load: the previous rows stay
 	Missing      Status = "missing"       // expected by the calendar, not loaded, within its deadline
 	Late         Status = "late"          // expected by the calendar, not loaded, past its deadline
-	Waiting      Status = "waiting"       // a join whose upstreams have not all loaded
+	Waiting      Status = "waiting"       // a join whose upstreams have not all loaded, or a source not ready
 	None         Status = "none"          // nothing known and nothing expected
 )
 
@@ -54,15 +54,16 @@ type Row struct {
 // cellKey names one partition of one dataset: a cell of the grid.
 type cellKey struct{ dataset, partition string }
 
-// build colours every cell from the latest attempts, the dead letters and
-// the calendars. It is pure: the caller read the audit and the stream.
-func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Latest, dead []DeadLetter) Grid {
+// build colours every cell from the latest attempts, the source waits, the
+// dead letters and the calendars. It is pure: the caller read the audit
+// and the stream.
+func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Latest, waits []audit.Wait, dead []DeadLetter) Grid {
 	g := Grid{Keys: keys, Counts: map[Status]int{}}
 	from, to := "", ""
 	if len(keys) > 0 {
 		from, to = keys[0], keys[len(keys)-1]
 	}
-	c := newCells(now, datasets, from, to, latest, dead)
+	c := newCells(now, datasets, from, to, latest, waits, dead)
 	for _, ds := range datasets {
 		r := Row{Dataset: ds.Name, Cells: make([]Status, len(keys))}
 		for i, k := range keys {
@@ -81,6 +82,7 @@ func build(now time.Time, datasets []Dataset, keys []string, latest []audit.Late
 type cells struct {
 	now      time.Time
 	byCell   map[cellKey]audit.Latest
+	waits    map[cellKey]audit.Wait
 	inDLQ    map[cellKey]bool
 	runInDLQ map[[3]string]bool
 	// due holds the slots of each calendar within from..to, by key; a
@@ -88,18 +90,23 @@ type cells struct {
 	due map[string]map[string]calendar.Slot
 }
 
-// newCells indexes the latest attempts, the dead letters and the ended
-// slots of every calendar from..to. An empty from..to reads no calendar.
-func newCells(now time.Time, datasets []Dataset, from, to string, latest []audit.Latest, dead []DeadLetter) *cells {
+// newCells indexes the latest attempts, the current source waits, the
+// dead letters and the ended slots of every calendar from..to. An empty
+// from..to reads no calendar.
+func newCells(now time.Time, datasets []Dataset, from, to string, latest []audit.Latest, waits []audit.Wait, dead []DeadLetter) *cells {
 	c := &cells{
 		now:      now,
 		byCell:   make(map[cellKey]audit.Latest, len(latest)),
+		waits:    make(map[cellKey]audit.Wait, len(waits)),
 		inDLQ:    make(map[cellKey]bool, len(dead)),
 		runInDLQ: make(map[[3]string]bool, len(dead)),
 		due:      map[string]map[string]calendar.Slot{},
 	}
 	for _, l := range latest {
 		c.byCell[cellKey{l.Dataset, l.Partition}] = l
+	}
+	for _, w := range waits {
+		c.waits[cellKey{w.Dataset, w.Partition}] = w
 	}
 	for _, d := range dead {
 		c.inDLQ[cellKey{d.Dataset, d.Partition}] = true
@@ -132,6 +139,16 @@ func (c *cells) slot(ds Dataset, key string) (calendar.Slot, bool) {
 // decides it (audit.StateOf, audit.WaitingFor), with what the page knows
 // besides: the dead letters and the calendars.
 func (c *cells) status(ds Dataset, key string) Status {
+	// A current wait is newer than any attempt (audit.WaitOf): the event
+	// waits for its source, or gave up and is in the dead letters.
+	if w, ok := c.waits[cellKey{ds.Name, key}]; ok {
+		if !w.GaveUp {
+			return Waiting
+		}
+		if c.inDLQ[cellKey{ds.Name, key}] {
+			return DeadLettered
+		}
+	}
 	l := c.byCell[cellKey{ds.Name, key}]
 	switch audit.StateOf(l.Status, l.ErrorKind) {
 	case audit.StatusSuccess:

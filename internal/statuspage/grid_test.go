@@ -32,7 +32,7 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		{Dataset: "adhoc", Partition: "2026-11-04", Status: "failed", ErrorKind: "check"},
 	}
 	dead := []DeadLetter{{Dataset: "web", Partition: "2026-11-02"}, {Dataset: "web", Partition: "2026-11-04", RunID: "r0"}}
-	g := build(now, dss, keys, latest, dead)
+	g := build(now, dss, keys, latest, nil, dead)
 	got := map[string][]Status{}
 	for _, r := range g.Rows {
 		got[r.Dataset] = r.Cells
@@ -65,7 +65,23 @@ func TestColumns(t *testing.T) {
 func TestBuildCrashedIsDeadLettered(t *testing.T) {
 	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
 	g := build(now, []Dataset{{Name: "web"}}, []string{"2026-11-04"},
-		[]audit.Latest{{Dataset: "web", Partition: "2026-11-04", Status: "started", RunID: "poison"}},
+		[]audit.Latest{{Dataset: "web", Partition: "2026-11-04", Status: "started", RunID: "poison"}}, nil,
 		[]DeadLetter{{Dataset: "web", Partition: "2026-11-04", RunID: "poison", Kind: "crashed"}})
 	require.Equal(t, []Status{DeadLettered}, g.Rows[0].Cells)
+}
+
+// A current source wait colours its cell waiting, over an older failure;
+// one that gave up is dead-lettered once its dead letter is listed.
+func TestBuildSourceWaits(t *testing.T) {
+	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	keys := []string{"2026-11-02", "2026-11-03", "2026-11-04"}
+	g := build(now, []Dataset{{Name: "landed"}}, keys,
+		[]audit.Latest{{Dataset: "landed", Partition: "2026-11-02", Status: "failed", ErrorKind: "transient", RunID: "r1"}},
+		[]audit.Wait{
+			{Dataset: "landed", Partition: "2026-11-02", RunID: "r2", Reason: "marker _SUCCESS not found"},
+			{Dataset: "landed", Partition: "2026-11-03", RunID: "r3", GaveUp: true},
+			{Dataset: "landed", Partition: "2026-11-04", RunID: "r4", GaveUp: true},
+		},
+		[]DeadLetter{{Dataset: "landed", Partition: "2026-11-03", RunID: "r3", Kind: "fatal"}})
+	require.Equal(t, []Status{Waiting, DeadLettered, None}, g.Rows[0].Cells)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -266,4 +267,42 @@ func TestPageActionsWithAToken(t *testing.T) {
 	who, err := chromedp.Run(ctx, chromedp.Text("#actions"))
 	require.NoError(t, err)
 	require.Contains(t, who, "alice")
+}
+
+// A partition waiting for its source shows as waiting in the grid and in
+// its story, with why and until when; a loaded one lists the files its
+// load read, their names as text.
+func TestPageShowsSourceWaitsAndFiles(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	published := time.Now().Add(-10 * time.Minute)
+	require.NoError(t, audit.RecordWait(ctx, w.db, audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-03", RunID: "cron-3"},
+		"marker _SUCCESS not found in file:///landing/dt=2026-11-03/", published, published.Add(6*time.Hour), false))
+	var id int64
+	require.NoError(t, w.db.QueryRow(ctx, `SELECT id FROM idem.pipeline_audit WHERE task_id = 'orders' AND partition_key = '2026-11-01'`).Scan(&id))
+	b := &pgx.Batch{}
+	require.NoError(t, audit.QueueRecordSourceFiles(b, id, audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}, "fp-1",
+		[]audit.SourceFile{{URL: "s3://landing/dt=2026-11-01/" + hostileColumn + ".csv", Size: 2048, ETag: `"e1"`, Rows: 10}}))
+	require.NoError(t, w.db.SendBatch(ctx, b).Close())
+	srv := w.page(t, "")
+	bctx := browsertest.New(t)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#grid")))
+	require.Equal(t, "waiting", browsertest.Eval[string](t, bctx, `document.querySelector('#grid tr[data-d="orders"] td[data-i="2"]').className`),
+		"the wait is newer than the failed attempt")
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="orders"] td[data-i="2"]`), chromedp.WaitVisible("#partition #waiting")))
+	require.Equal(t, why.StateWaiting, browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.state`))
+	waiting, err := chromedp.Run(bctx, chromedp.Text("#waiting"))
+	require.NoError(t, err)
+	require.Contains(t, waiting, "waiting for its source since")
+	require.Contains(t, waiting, "run cron-3 · marker _SUCCESS not found")
+	line, err := chromedp.Run(bctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Regexp(t, `^waiting for its source since \S+ \S+Z \(run cron-3, no attempt spent\): marker _SUCCESS not found in file:///landing/dt=2026-11-03/; checked 1 time\(s\), last at \S+ \S+Z; gives up at \S+ \S+Z and dead-letters it$`, line)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="orders"] td[data-i="0"]`), chromedp.WaitVisible(`#partition[data-partition="2026-11-01"] #source-files`)))
+	files := browsertest.Eval[[][]string](t, bctx, `[...document.querySelectorAll('#source-files tbody tr')].map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent.trim()))`)
+	require.Equal(t, [][]string{{fmt.Sprint(id), "s3://landing/dt=2026-11-01/" + hostileColumn + ".csv", "2048", "10", `etag "e1"`}}, files)
+	require.True(t, browsertest.Eval[bool](t, bctx, `window.pwned === undefined`))
+	require.Equal(t, 0, browsertest.Eval[int](t, bctx, `document.querySelectorAll('#partition img').length`))
 }

@@ -200,6 +200,16 @@ func (p *Page) grid(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, err)
 		return
 	}
+	// Partitions waiting for their source have no attempt yet: they are
+	// columns too.
+	waits, err := audit.WaitsInRange(ctx, p.d.DB, p.d.Pipeline, names, from, to, n)
+	if err != nil {
+		p.fail(w, err)
+		return
+	}
+	for _, w := range waits {
+		recent = append(recent, w.Partition)
+	}
 	keys := columns(now, dss, recent, from, to, n)
 	var latest []audit.Latest
 	if len(keys) > 0 {
@@ -213,7 +223,7 @@ func (p *Page) grid(w http.ResponseWriter, r *http.Request) {
 		p.d.Log.Warn().Err(err).Msg("status page: dead letters not readable")
 	}
 	v := gridView{
-		Pipeline: p.d.Pipeline, Health: p.d.Health(ctx), Grid: build(now, dss, keys, latest, dead), Legend: Statuses,
+		Pipeline: p.d.Pipeline, Health: p.d.Health(ctx), Grid: build(now, dss, keys, latest, waits, dead), Legend: Statuses,
 		From: from, To: to, N: n, Datasets: names, Message: q.Get("msg"), Now: now,
 	}
 	v.Rendered = time.Since(start)

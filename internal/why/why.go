@@ -28,6 +28,7 @@ import (
 const (
 	StateLoaded       = "loaded"
 	StateLoading      = "loading"
+	StateWaiting      = "waiting"
 	StateRetrying     = "retrying"
 	StateRejected     = "rejected"
 	StateDeadLettered = "dead_lettered"
@@ -298,7 +299,12 @@ func decide(r *Report) Verdict {
 	if len(r.DeadLetters) > 0 && (won == nil || won.FinishedAt == nil || r.DeadLetters[0].FailedAt.After(*won.FinishedAt)) {
 		dead = &r.DeadLetters[0]
 	}
+	w := r.Waiting
 	switch {
+	case w != nil && !w.GaveUp && (dead == nil || dead.FailedAt.Before(w.CheckedAt)):
+		return verdict(StateWaiting, fmt.Sprintf("waiting for its source since %s (run %s, no attempt spent): %s; checked %d time(s), last at %s; gives up at %s and dead-letters it%s",
+			stamp(w.Since), w.RunID, clip(w.Reason, 160), w.Checks, stamp(w.CheckedAt), stamp(w.GivesUpAt), wasLoaded(won)),
+			"idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
 	case last != nil && last.Status == audit.StatusStarted && dead == nil:
 		return verdict(StateLoading, fmt.Sprintf("loading since %s: run %s, attempt %d%s", stamp(last.StartedAt), last.RunID, last.Attempt,
 			wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
