@@ -86,6 +86,7 @@ func (l *loading) queueComplete(b *pgx.Batch, id int64, rows int64) error {
 	// this transaction commits them, and what the load changed.
 	a.OutputColumns = outputColumns(l.plan.TargetColumns())
 	a.SchemaChanges = schemaChanges(l.plan.SchemaChanges())
+	a.Files = l.stage.lineageFiles()
 	start, err := a.Start(l.started).Marshal()
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
@@ -271,6 +272,28 @@ func (st *staging) sourceFiles() (string, []audit.SourceFile) {
 		out[i] = sf
 	}
 	return st.listing.Fingerprint, out
+}
+
+// lineageFiles are the files the attempt read as lineage's input: the
+// partition's prefix, by URL, and each file; nil when it read no file.
+func (st *staging) lineageFiles() *lineage.FilesRead {
+	if st == nil || st.listing == nil || len(st.listing.Files) == 0 {
+		return nil
+	}
+	first := st.listing.Files[0]
+	r := &lineage.FilesRead{
+		Prefix:      strings.TrimSuffix(first.URL, first.Key) + st.listing.Prefix,
+		Fingerprint: st.listing.Fingerprint,
+		Files:       make([]lineage.IdemFile, len(st.listing.Files)),
+	}
+	for i, f := range st.listing.Files {
+		r.Files[i] = lineage.IdemFile{URL: f.URL, Size: f.Size, ETag: f.ETag, VersionID: f.VersionID, SHA256: f.SHA256, Rows: f.Rows}
+		if !f.ModTime.IsZero() {
+			t := f.ModTime.UTC()
+			r.Files[i].Modified = &t
+		}
+	}
+	return r
 }
 
 // prepareStage reads the stage's columns and creates it (empty) in tx, so

@@ -1,6 +1,7 @@
 package lineage
 
 import (
+	"slices"
 	"time"
 
 	"github.com/idem-data/idem/schemas"
@@ -30,6 +31,10 @@ type Attempt struct {
 	Parent *Parent
 	// Inputs are the tables the source reads; Output is the target.
 	Inputs []InputDataset
+	// Files, for a dataset whose source is files, is the partition's
+	// prefix the load read and the files it read there: an input of the
+	// COMPLETE, with its idem_files facet (nil: none).
+	Files *FilesRead
 	Output Dataset
 	// OutputColumns are the target's columns as the load committed them,
 	// the output's schema facet on COMPLETE (nil: none known). A FAIL
@@ -122,7 +127,28 @@ func (a Attempt) event(typ EventType, t time.Time, outputs []OutputDataset) RunE
 			Name:      JobName(a.Pipeline, a.Dataset),
 			Facets:    JobFacets{JobType: LoadJobType(p)},
 		},
-		Inputs:  a.Inputs,
+		Inputs:  a.inputs(typ),
 		Outputs: outputs,
 	}
+}
+
+// FilesRead is the files a load read under one prefix.
+type FilesRead struct {
+	// Prefix is the partition's prefix, s3://bucket/key/ or file:///path/.
+	Prefix      string
+	Fingerprint string
+	Files       []IdemFile
+}
+
+// inputs are the source's tables, and on COMPLETE the files the load read
+// as one more input: the partition's prefix, named as OpenLineage names
+// object storage (namespace s3://bucket, name the key) and local files
+// (namespace file, name the path).
+func (a Attempt) inputs(typ EventType) []InputDataset {
+	if a.Files == nil || typ != Complete {
+		return a.Inputs
+	}
+	in := InputDataset{Dataset: FilesDataset(a.Files.Prefix), InputFacets: InputDatasetFacets{Files: &IdemFilesInputDatasetFacet{
+		BaseFacet: BaseFacet{a.producer(), IdemFilesSchemaURL}, Fingerprint: a.Files.Fingerprint, Files: a.Files.Files}}}
+	return append(slices.Clip(a.Inputs), in)
 }

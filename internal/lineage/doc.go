@@ -54,6 +54,9 @@
 //	outputStatistics        output   COMPLETE: rowCount, the rows written
 //	schema                  output   COMPLETE: the target's columns (name, type, ordinal_position) as the load committed them
 //	dataQualityAssertions   output   the checks' outcomes, in the output dataset's facets
+//	idem_files              input    COMPLETE of a files dataset: the files read under the partition's prefix
+//	                                 (an input named s3://bucket + key, or file + path), each with its identity
+//	                                 and rows, and the listing's fingerprint (IdemFilesInputDatasetFacet.json)
 //
 // The checks' outcomes are assertions (a named test passed or failed, with
 // what was expected and found), which is what dataQualityAssertions holds;

@@ -80,6 +80,12 @@ type Dataset struct {
 // InputDataset is a dataset the run reads.
 type InputDataset struct {
 	Dataset
+	InputFacets InputDatasetFacets `json:"inputFacets,omitzero"`
+}
+
+// InputDatasetFacets describe what the run read of a dataset.
+type InputDatasetFacets struct {
+	Files *IdemFilesInputDatasetFacet `json:"idem_files,omitempty"`
 }
 
 // OutputDataset is a dataset the run writes.

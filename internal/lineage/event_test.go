@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,8 +123,8 @@ func TestAttemptEvents(t *testing.T) {
 	require.Equal(t, "LOAD", start.Job.Facets.JobType.JobType)
 
 	require.Equal(t, []InputDataset{
-		{Dataset{"postgres://db.example.com:6543", "warehouse.staging.customers"}},
-		{Dataset{"postgres://db.example.com:6543", "warehouse.staging.orders"}},
+		{Dataset: Dataset{"postgres://db.example.com:6543", "warehouse.staging.customers"}},
+		{Dataset: Dataset{"postgres://db.example.com:6543", "warehouse.staging.orders"}},
 	}, start.Inputs)
 	require.Len(t, done.Outputs, 1)
 	out := done.Outputs[0]
@@ -170,7 +171,7 @@ func TestHostileStringsStayData(t *testing.T) {
 	a.Pipeline = hostile
 	a.Namespace = hostile
 	a.Output = Dataset{Namespace: hostile, Name: hostile}
-	a.Inputs = []InputDataset{{Dataset{Namespace: hostile, Name: hostile}}}
+	a.Inputs = []InputDataset{{Dataset: Dataset{Namespace: hostile, Name: hostile}}}
 	a.Parent = &Parent{RunRef: RunRef{Namespace: hostile, Name: hostile, RunID: "01890a5d-ac96-774b-bcce-b302099a8057"}}
 
 	for _, ev := range []RunEvent{a.Fail(sampleTime, hostile, []Assertion{{Assertion: hostile, Name: hostile, Actual: hostile}}), a.Start(sampleTime)} {
@@ -203,7 +204,7 @@ func TestEventJSONShape(t *testing.T) {
 		Namespace: "shop", Pipeline: "shop", Dataset: "orders", AuditID: 7, Number: 1,
 		Partition:  mustPartition(schemas.PartitionDate, "2026-11-28"),
 		EventRunID: "r1",
-		Inputs:     []InputDataset{{Dataset{"postgres://db:5432", "w.staging.orders"}}},
+		Inputs:     []InputDataset{{Dataset: Dataset{"postgres://db:5432", "w.staging.orders"}}},
 		Output:     Dataset{"postgres://db:5432", "w.analytics.fact_orders"},
 	}
 	body, err := a.Start(time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)).Marshal()
@@ -287,4 +288,38 @@ func TestCompleteSchemaJSONShape(t *testing.T) {
 	  "partition":"eu","runId":"r1","auditId":7,"attempt":1,
 	  "schemaChanges":[{"column":"channel","change":"new_column","action":"added","newType":"text","policy":"append_new_columns"}]}`, string(got.Run.Facets.Idem))
 	validateEvent(t, body)
+}
+
+// A files dataset's COMPLETE reads one more input, the partition's prefix,
+// named as OpenLineage names object storage and local files, with the
+// files the load read in its idem_files facet; START names none yet.
+func TestCompleteNamesTheFilesRead(t *testing.T) {
+	t.Parallel()
+	mod := sampleTime.Add(-time.Hour)
+	for _, c := range []struct {
+		prefix string
+		want   Dataset
+		file   IdemFile
+	}{
+		{"s3://landing/orders/dt=2026-11-28/", Dataset{"s3://landing", "orders/dt=2026-11-28/"},
+			IdemFile{URL: "s3://landing/orders/dt=2026-11-28/part-0001.csv", Size: 2048, ETag: `"9b2cf535f27731c974343645a3985328"`, VersionID: "v1", Rows: 10}},
+		{"file:///srv/landing/dt=2026-11-28/", Dataset{"file", "/srv/landing/dt=2026-11-28/"},
+			IdemFile{URL: "file:///srv/landing/dt=2026-11-28/part-0001.csv", Size: 17, Modified: &mod, SHA256: strings.Repeat("ab", 32), Rows: 2}},
+	} {
+		a := sampleAttempt()
+		a.Files = &FilesRead{Prefix: c.prefix, Fingerprint: "f00d", Files: []IdemFile{c.file}}
+		start, done := a.Start(sampleTime), a.Complete(sampleTime.Add(time.Minute), 10, nil)
+		require.Equal(t, a.Inputs, start.Inputs, "START: the load has read nothing yet")
+		require.Len(t, done.Inputs, len(a.Inputs)+1)
+		in := done.Inputs[len(done.Inputs)-1]
+		require.Equal(t, c.want, in.Dataset)
+		require.Equal(t, "f00d", in.InputFacets.Files.Fingerprint)
+		require.Equal(t, []IdemFile{c.file}, in.InputFacets.Files.Files)
+		require.Len(t, a.Inputs, 2, "the attempt's own inputs are not appended to")
+		for _, ev := range []RunEvent{start, done} {
+			body, err := ev.Marshal()
+			require.NoError(t, err)
+			validateEvent(t, body)
+		}
+	}
 }

@@ -20,6 +20,9 @@ const (
 	// IdemRunFacetSchemaURL is idem's own run facet (IdemRunFacet.json in
 	// this package's folder).
 	IdemRunFacetSchemaURL = "https://idem.dev/schemas/openlineage/1-1-0/IdemRunFacet.json#/$defs/IdemRunFacet"
+	// IdemFilesSchemaURL is idem's input facet of the files a load read
+	// (IdemFilesInputDatasetFacet.json in this package's folder).
+	IdemFilesSchemaURL = "https://idem.dev/schemas/openlineage/1-0-0/IdemFilesInputDatasetFacet.json#/$defs/IdemFilesInputDatasetFacet"
 )
 
 // BaseFacet is what every facet carries: who produced it and the schema it
@@ -236,4 +239,23 @@ type SchemaChange struct {
 	NewType string `json:"newType,omitempty"`
 	// Policy is the on_schema_change the load ran with.
 	Policy string `json:"policy"`
+}
+
+// IdemFilesInputDatasetFacet lists the files a load attempt read from a
+// partition's prefix, with the listing's fingerprint.
+type IdemFilesInputDatasetFacet struct {
+	BaseFacet
+	Fingerprint string     `json:"fingerprint"`
+	Files       []IdemFile `json:"files"`
+}
+
+// IdemFile is one file read, with the identity it was read with.
+type IdemFile struct {
+	URL       string     `json:"url"`
+	Size      int64      `json:"size"`
+	ETag      string     `json:"etag,omitempty"`
+	VersionID string     `json:"versionId,omitempty"`
+	Modified  *time.Time `json:"modified,omitempty"`
+	SHA256    string     `json:"sha256,omitempty"`
+	Rows      int64      `json:"rows"`
 }

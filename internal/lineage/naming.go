@@ -68,7 +68,18 @@ func (w Warehouse) Inputs(tables []string) []InputDataset {
 	names = slices.Compact(names)
 	out := make([]InputDataset, len(names))
 	for i, n := range names {
-		out[i] = InputDataset{Dataset{Namespace: w.Namespace, Name: n}}
+		out[i] = InputDataset{Dataset: Dataset{Namespace: w.Namespace, Name: n}}
 	}
 	return out
+}
+
+// FilesDataset names a prefix of files: s3://bucket/key/ is namespace
+// s3://bucket and name key/, file:///path/ is namespace file and name
+// /path/, as OpenLineage's naming convention has them.
+func FilesDataset(prefix string) Dataset {
+	if rest, ok := strings.CutPrefix(prefix, "s3://"); ok {
+		bucket, key, _ := strings.Cut(rest, "/")
+		return Dataset{Namespace: "s3://" + bucket, Name: key}
+	}
+	return Dataset{Namespace: "file", Name: strings.TrimPrefix(prefix, "file://")}
 }

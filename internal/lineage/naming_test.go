@@ -29,8 +29,8 @@ func TestWarehouseDatasets(t *testing.T) {
 	require.Equal(t, Dataset{"postgres://db:5432", "w.analytics.fact_orders"}, w.Dataset("analytics.fact_orders"))
 	require.Equal(t, Dataset{"postgres://db:5432", "w.public.orders"}, w.Dataset("orders"))
 	require.Equal(t, []InputDataset{
-		{Dataset{"postgres://db:5432", "w.public.orders"}},
-		{Dataset{"postgres://db:5432", "w.staging.a"}},
+		{Dataset: Dataset{"postgres://db:5432", "w.public.orders"}},
+		{Dataset: Dataset{"postgres://db:5432", "w.staging.a"}},
 	}, w.Inputs([]string{"staging.a", "orders", "public.orders", "staging.a"}))
 	require.Empty(t, w.Inputs(nil))
 	require.Equal(t, "shop.orders", JobName("shop", "orders"))
