@@ -34,7 +34,7 @@ type Attempt struct {
 	// Files, for a dataset whose source is files, is the partition's
 	// prefix the load read and the files it read there: an input of the
 	// COMPLETE, with its idem_files facet (nil: none).
-	Files *FilesRead
+	Files  *FilesRead
 	Output Dataset
 	// OutputColumns are the target's columns as the load committed them,
 	// the output's schema facet on COMPLETE (nil: none known). A FAIL
