@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,6 +25,10 @@ type Preview struct {
 	// columns and the target's, and what on_schema_change did (in the
 	// rolled-back transaction); set too when the policy refused them.
 	SchemaChanges []strategies.SchemaChange `json:"schema_changes,omitempty"`
+	// Files are the files a files dataset's load would read, with the
+	// rows each gave, and Fingerprint their listing's.
+	Files       []audit.SourceFile `json:"files,omitempty"`
+	Fingerprint string             `json:"fingerprint,omitempty"`
 }
 
 const previewRows = 10
@@ -42,6 +47,16 @@ func (h *Handler) Preview(ctx context.Context, ev schemas.Event) (Preview, error
 		return pv, Classify(err)
 	}
 	p := strategies.Params{Partition: ev.Key.Key, RunID: ev.RunID}
+	// A source outside the warehouse is asked as a load would ask it: one
+	// not ready says why (a *WaitError), and nothing is read.
+	var st *staging
+	if ds.Stage != nil {
+		now := time.Now()
+		var err error
+		if st, err = ds.Stage.ready(ctx, ev.Key, now, now); err != nil {
+			return pv, err
+		}
+	}
 	tx, err := h.DB.Begin(ctx)
 	if err != nil {
 		return pv, Classify(err)
@@ -49,6 +64,18 @@ func (h *Handler) Preview(ctx context.Context, ev schemas.Event) (Preview, error
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, audit.LockSQL, audit.PartitionLockKey(h.Pipeline, ds.Name, p.Partition)); err != nil {
 		return pv, Classify(err)
+	}
+	if st != nil {
+		// The stage, filled as the load fills it: every row of every file
+		// read, each file with the identity it was listed with.
+		st.def = st.s.def.Load()
+		if _, err := tx.Exec(ctx, st.def.create); err != nil {
+			return pv, Classify(err)
+		}
+		if err := st.copy(ctx, tx, ev.Key, ev.RunID); err != nil {
+			return pv, Classify(err)
+		}
+		pv.Fingerprint, pv.Files = st.sourceFiles()
 	}
 	if _, err := tx.Exec(ctx, "CREATE TEMP TABLE idem_preview_before ON COMMIT DROP AS SELECT t.* "+ds.Strategy.ProducedRows(), p.NamedArgs()); err != nil {
 		return pv, Classify(err)

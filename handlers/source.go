@@ -247,13 +247,66 @@ func (st *staging) copy(ctx context.Context, tx pgx.Tx, p schemas.Partition, run
 		// transient failure here: the attempt already counts.
 		return err
 	}
-	fill := map[string]string{}
-	if s.PartitionColumn != "" {
-		fill[s.PartitionColumn] = p.Key
-	}
-	_, err := files.Copy(ctx, tx.Conn().PgConn(), s.Files.Store, s.Files.Spec, st.listing,
-		files.Target{Table: table, Columns: st.def.columns, Fill: fill})
+	_, err := files.Copy(ctx, tx.Conn().PgConn(), s.Files.Store, s.Files.Spec, st.listing, st.target(p))
 	return err
+}
+
+// target is the stage as the files fill it, the partition column filled
+// from the event when the files lack it.
+func (st *staging) target(p schemas.Partition) files.Target {
+	fill := map[string]string{}
+	if st.s.PartitionColumn != "" {
+		fill[st.s.PartitionColumn] = p.Key
+	}
+	return files.Target{Table: pgx.Identifier{"pg_temp", StageTable}, Columns: st.def.columns, Fill: fill}
+}
+
+// Inspection is what a load of a files dataset's partition would meet
+// now, read without loading: whether the partition is complete, its files,
+// and each file whose header or schema does not fit the target.
+type Inspection struct {
+	// Waiting says why the partition is not complete yet; empty when it is.
+	Waiting  string
+	Files    []files.File
+	Problems []error
+}
+
+// Inspect lists ds's partition p and opens each file as a load would
+// (a CSV's header, NDJSON's first rows, a Parquet footer), reading no
+// further: for `idem validate`. ds must be prepared (Predict does it).
+// A partition with no file and no ready rule is the error a load would
+// dead-letter.
+func (ds *Dataset) Inspect(ctx context.Context, p schemas.Partition) (Inspection, error) {
+	var in Inspection
+	s := ds.Stage
+	if s == nil || s.Files == nil {
+		return in, fmt.Errorf("dataset %q: its source is not files", ds.Name)
+	}
+	now := time.Now()
+	st, err := s.ready(ctx, p, now, now)
+	var w *WaitError
+	if errors.As(err, &w) {
+		in.Waiting = w.Reason
+		return in, nil
+	}
+	if err != nil {
+		return in, err
+	}
+	st.def = s.def.Load()
+	if st.def == nil {
+		return in, fmt.Errorf("dataset %q: not prepared", ds.Name)
+	}
+	in.Files = st.listing.Files
+	t := st.target(p)
+	for i := range in.Files {
+		stream, err := files.OpenStream(ctx, s.Files.Store, s.Files.Spec, &in.Files[i], t)
+		if err != nil {
+			in.Problems = append(in.Problems, err)
+			continue
+		}
+		_ = stream.Close()
+	}
+	return in, nil
 }
 
 // sourceFiles are the files the attempt read, for the audit, and the

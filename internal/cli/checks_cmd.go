@@ -79,8 +79,12 @@ rows that would appear and disappear. Nothing is written: no audit row, no
 ledger entry, no downstream event. Use it to verify a fix to staging before
 replaying a dead letter. Loading for real is idem publish's (or a replay's).
 
+For a dataset whose source is files or another PostgreSQL, the source is
+asked as a load asks it: the files are listed, checked against the ready
+rule and read into the stage, and the files it would read are listed.
+
 Exit code: 0 the load would commit; 1 it would fail (a check of severity
-error, or an error); 2 usage.`,
+error, or an error); 2 usage; 3 the source is not ready (serve would wait).`,
 		Example: `  idem load orders 2026-11-05 --dry-run
   idem load orders 2026-11-05 --dry-run --json`,
 		Args: cobra.ExactArgs(2),
@@ -98,7 +102,19 @@ error, or an error); 2 usage.`,
 				return err
 			}
 			pv, err := h.Preview(cmd.Context(), ev)
+			var wait *handlers.WaitError
+			if errors.As(err, &wait) {
+				// Not a failure: serve would hold the event, spending nothing.
+				return &ExitError{Code: 3, Err: fmt.Errorf("%s %s is not ready to load: %s; idem serve would wait for it (no attempt spent) up to the dataset's wait_up_to",
+					ev.Dataset, ev.Key.Key, wait.Reason)}
+			}
 			if !asJSON {
+				if len(pv.Files) > 0 {
+					fmt.Fprintf(e.out, "would read %d file(s), listing %s:\n", len(pv.Files), short(pv.Fingerprint))
+					for _, f := range pv.Files {
+						fmt.Fprintf(e.out, "  %s  %d bytes  %s  %d rows\n", f.URL, f.Size, fileIdentity(f), f.Rows)
+					}
+				}
 				target := cfg.Datasets[ev.Dataset].Target
 				for _, c := range pv.SchemaChanges {
 					fmt.Fprintln(e.out, predictionLine(target, c))

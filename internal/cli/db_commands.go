@@ -14,6 +14,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/service"
+	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -62,6 +63,7 @@ from several processes at once: it applies only the missing migrations.`,
 
 func validateCmd(e *env) *cobra.Command {
 	var offline, fleet bool
+	var partition string
 	c := &cobra.Command{
 		Use:   "validate",
 		Short: "Check the config, and with a database, that tables and columns fit",
@@ -77,6 +79,12 @@ on_schema_change would do with it (nothing is altered). One the policy takes
 (a column added, widened, left out or kept) is information and does not
 change the exit code; one it refuses is a problem, naming the ALTER TABLE that
 would fix it.
+
+For a dataset whose source is files, it lists a partition's files as a load
+would (the newest partition attempted, or --partition), says whether the
+partition is complete by its ready rule, and opens each file as a load
+would, reading only its header (CSV), first rows (NDJSON) or footer
+(Parquet): a file that does not fit the target is a problem.
 
 With --fleet, also read which config versions the live 'idem serve' replicas
 run (the fleet bucket in NATS) and print, per version, its replicas and what
@@ -100,7 +108,7 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 			}
 			checked, route := false, ""
 			if len(problems) == 0 && !offline && cfg.Postgres.URL != "" {
-				db, err := e.checkDatabase(cmd, cfg)
+				db, err := e.checkDatabase(cmd, cfg, partition)
 				route = db.route
 				if err != nil {
 					problems = append(problems, err.Error())
@@ -136,6 +144,7 @@ Exit code 0 when everything holds, 1 when anything does not, 2 on usage errors.`
 		},
 	}
 	c.Flags().BoolVar(&offline, "offline", false, "check the config file only, never connect to the database")
+	c.Flags().StringVar(&partition, "partition", "", "files datasets: inspect this partition's files (default: the newest partition attempted)")
 	c.Flags().BoolVar(&fleet, "fleet", false, "also print what the config changes against the versions the live replicas run (reads NATS)")
 	return c
 }
@@ -150,19 +159,19 @@ type dbCheck struct {
 
 // checkDatabase plans every dataset's load in a rolled-back transaction,
 // over the route serve would take; it also says what that route is.
-func (e *env) checkDatabase(cmd *cobra.Command, cfg *config.Config) (dbCheck, error) {
+func (e *env) checkDatabase(cmd *cobra.Command, cfg *config.Config, partition string) (dbCheck, error) {
 	ctx := cmd.Context()
 	pool, route, err := service.Connect(ctx, cfg.Postgres.URL, cfg.Postgres.StatementMode)
 	if err != nil {
 		return dbCheck{}, err
 	}
 	defer pool.Close()
-	db, err := e.planDatasets(ctx, pool, cfg)
+	db, err := e.planDatasets(ctx, pool, cfg, partition)
 	db.route = route.String()
 	return db, err
 }
 
-func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config) (dbCheck, error) {
+func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, partition string) (dbCheck, error) {
 	var db dbCheck
 	v, err := audit.Version(ctx, pool)
 	if err != nil {
@@ -199,9 +208,53 @@ func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.
 		var sc *strategies.SchemaChangeError
 		if err != nil && !(refused && errors.As(err, &sc)) {
 			db.problems = append(db.problems, fmt.Sprintf("dataset %q: %v", n, err))
+			continue
+		}
+		if ds.Stage != nil && ds.Stage.Files != nil {
+			if err := inspectFiles(ctx, pool, cfg, ds, partition, &db); err != nil {
+				db.problems = append(db.problems, fmt.Sprintf("dataset %q: %v", n, err))
+			}
 		}
 	}
 	return db, nil
+}
+
+// inspectFiles says what a load of a files dataset's partition would meet
+// now (handlers.Dataset.Inspect): the partition given, or the newest one
+// attempted; none attempted and none given, it says so.
+func inspectFiles(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, ds *handlers.Dataset, partition string, db *dbCheck) error {
+	if partition == "" {
+		recent, err := audit.RecentPartitions(ctx, pool, cfg.Pipeline, []string{ds.Name}, 1, 100)
+		if err != nil {
+			return err
+		}
+		if len(recent) == 0 {
+			db.changes = append(db.changes, fmt.Sprintf("dataset %q: files not inspected: no partition attempted yet (pass --partition P)", ds.Name))
+			return nil
+		}
+		partition = recent[0]
+	}
+	key, err := schemas.ParsePartition(ds.PartitionType, partition)
+	if err != nil {
+		return &UsageError{fmt.Errorf("--partition: %w", err)}
+	}
+	in, err := ds.Inspect(ctx, key)
+	if err != nil {
+		return fmt.Errorf("files of %s: %w", key.Key, err)
+	}
+	if in.Waiting != "" {
+		db.changes = append(db.changes, fmt.Sprintf("dataset %q: files of %s: not complete: %s (a load would wait)", ds.Name, key.Key, in.Waiting))
+		return nil
+	}
+	var size int64
+	for _, f := range in.Files {
+		size += f.Size
+	}
+	db.changes = append(db.changes, fmt.Sprintf("dataset %q: files of %s: %d file(s), %d bytes, complete", ds.Name, key.Key, len(in.Files), size))
+	for _, p := range in.Problems {
+		db.problems = append(db.problems, fmt.Sprintf("dataset %q: files of %s: %v", ds.Name, key.Key, p))
+	}
+	return nil
 }
 
 // predictionLine says what difference a load of target would meet and
