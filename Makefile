@@ -34,16 +34,12 @@ recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed), and the conformance suites with unnamed statements
-	@mkdir -p bin
-	@IDEM_TEST_STATEMENT_MODE=describe $(GO) test -count=1 -run '^TestConformance' ./handlers/ > bin/test-describe.log 2>&1 & describe=$$!; \
-	$(GO) test -race -count=1 -p $(TEST_P) -timeout 15m $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS); rc=$$?; \
-	wait $$describe; drc=$$?; echo "== the conformance suites with unnamed statements (statement_mode describe)"; cat bin/test-describe.log; \
-	exit $$(( rc != 0 ? rc : drc ))
+test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout 15m $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS)
 
 # The statement modes (postgres.statement_mode): the suites that send idem's
-# SQL, with every pool in the mode named (make test runs the conformance
-# suites in describe; behind a pooler auto picks describe).
+# SQL, with every pool in the mode named (make test covers describe through
+# the end-to-end pooler suites: behind a pooler auto picks describe).
 STATEMENT_MODE_PKGS = ./handlers/ ./strategies/ ./audit/ ./internal/relay/ ./internal/reverify/ ./internal/statuspage/ ./internal/deadletter/
 
 test-statement-modes: postgres chromium ## the suites that send idem's SQL, in statement_mode prepare and describe (about 5 min each)
