@@ -378,6 +378,9 @@ type Dataset struct {
 	// Expect is the dataset's calendar: which partitions should exist and by
 	// when. Optional; without it idem knows only the partitions published.
 	Expect *Expect `yaml:"expect,omitempty" json:",omitempty"`
+	// Watch makes idem publish a files: source's events itself, for new
+	// and changed partitions.
+	Watch *Watch `yaml:"watch,omitempty" json:",omitempty"`
 	// Checks are assertions on the rows each load produces, run inside the
 	// load's transaction before it commits: a failing check of severity
 	// error rolls the load back and dead-letters the event (see Check).
@@ -514,6 +517,7 @@ func (d *Dataset) withDefaults() {
 	if d.MaxRetryDelay == 0 {
 		d.MaxRetryDelay = Duration(DefaultMaxRetryDelay)
 	}
+	d.Watch.withDefaults()
 }
 
 func setDefault(s *string, def string) {
