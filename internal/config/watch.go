@@ -13,8 +13,9 @@ import (
 type Watch struct {
 	// Every is how often the partitions are listed; at least MinWatchEvery.
 	Every Duration `yaml:"every,omitempty"`
-	// Last is how many are listed: the newest whose period has ended, of
-	// the calendar (expect) or else UTC days or hours; at most MaxWatchLast.
+	// Last is how many are listed: the current partition and those before
+	// it, of the calendar (expect) or else UTC days or hours; at most
+	// MaxWatchLast.
 	Last int `yaml:"last,omitempty"`
 	// Notifications are S3 event notifications on NATS: one naming a
 	// partition's file lists that partition at once. The listing every
