@@ -378,8 +378,7 @@ type Dataset struct {
 	// Expect is the dataset's calendar: which partitions should exist and by
 	// when. Optional; without it idem knows only the partitions published.
 	Expect *Expect `yaml:"expect,omitempty" json:",omitempty"`
-	// Watch makes idem publish a files: source's events itself, for new
-	// and changed partitions.
+	// Watch lists a files: source's partitions to publish their events.
 	Watch *Watch `yaml:"watch,omitempty" json:",omitempty"`
 	// Checks are assertions on the rows each load produces, run inside the
 	// load's transaction before it commits: a failing check of severity

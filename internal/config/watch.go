@@ -7,26 +7,22 @@ import (
 	"github.com/idem-data/idem/schemas"
 )
 
-// Watch: every Every, idem lists the newest partitions of a files: source
-// and publishes the event of each one complete (its ready rule holds) that
-// never loaded, or whose files differ from its last successful load's.
+// Watch: idem publishes the events of new and changed partitions itself
+// (docs/SOURCES.md).
 type Watch struct {
-	// Every is how often the partitions are listed; at least MinWatchEvery.
+	// Every is how often partitions are listed; at least MinWatchEvery.
 	Every Duration `yaml:"every,omitempty"`
-	// Last is how many are listed: the current partition and those before
-	// it, of the calendar (expect) or else UTC days or hours; at most
-	// MaxWatchLast.
+	// Last is how many: the current partition and those before it; at
+	// most MaxWatchLast.
 	Last int `yaml:"last,omitempty"`
-	// Notifications are S3 event notifications on NATS: one naming a
-	// partition's file lists that partition at once. The listing every
-	// Every stays: notifications can be lost.
+	// Notifications: S3 event notifications on NATS list the partition
+	// they name at once.
 	Notifications *WatchNotifications `yaml:"notifications,omitempty"`
 }
 
-// WatchNotifications says where S3 event notifications arrive.
+// WatchNotifications says where notifications arrive.
 type WatchNotifications struct {
-	// Subject is the core NATS subject (wildcards allowed) the object
-	// store publishes them on.
+	// Subject is a core NATS subject (wildcards allowed).
 	Subject string `yaml:"subject"`
 }
 
