@@ -86,3 +86,53 @@ func SourceFilesOf(ctx context.Context, db Querier, pipeline, dataset, partition
 	}
 	return out, nil
 }
+
+// LoadedListing is what the watch of a files: source compares a
+// partition's files with: its latest successful load and the fingerprint
+// of the listing that load read, and its latest attempt.
+type LoadedListing struct {
+	Partition string
+	// AuditID is the latest successful attempt's id; 0 when none.
+	AuditID int64
+	// Fingerprint is the listing that success read; "" when it read no
+	// file (an empty partition, or a source that was not files then).
+	Fingerprint string
+	// LatestRunID and LatestStatus are the latest attempt's, skipped
+	// duplicates aside; "" when there is none.
+	LatestRunID  string
+	LatestStatus string
+}
+
+// LastLoadedListings returns, for each partition key in the order given,
+// the latest success's fingerprint and the latest attempt. Retention keeps
+// what it reads: Prune never deletes a partition's latest success (nor so
+// the files it read), nor its latest attempt before a newer one finished.
+// Keys must be canonical.
+func LastLoadedListings(ctx context.Context, db Querier, pipeline, dataset string, partitions []string) ([]LoadedListing, error) {
+	rows, err := db.Query(ctx, `
+		SELECT k.key, coalesce(s.id, 0), coalesce(f.fingerprint, ''), coalesce(l.run_id, ''), coalesce(l.status, '')
+		  FROM unnest($3::text[]) WITH ORDINALITY AS k(key, ord)
+		  LEFT JOIN LATERAL (
+		       SELECT p.id FROM idem.pipeline_audit p
+		        WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = k.key AND p.status = 'success'
+		        ORDER BY p.id DESC LIMIT 1) s ON true
+		  LEFT JOIN LATERAL (
+		       SELECT sf.fingerprint FROM idem.source_files sf
+		        WHERE sf.audit_id = s.id ORDER BY sf.ordinal LIMIT 1) f ON true
+		  LEFT JOIN LATERAL (
+		       SELECT p.run_id, p.status FROM idem.pipeline_audit p
+		        WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = k.key AND p.status <> 'skipped'
+		        ORDER BY p.id DESC LIMIT 1) l ON true
+		 ORDER BY k.ord`, pipeline, dataset, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("audit: loaded listings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LoadedListing, error) {
+		var l LoadedListing
+		return l, r.Scan(&l.Partition, &l.AuditID, &l.Fingerprint, &l.LatestRunID, &l.LatestStatus)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: loaded listings: %w", err)
+	}
+	return out, nil
+}

@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 func TestSourceFilesCommitWithTheLoadAndReadBackByAttempt(t *testing.T) {
@@ -54,4 +56,60 @@ func TestSourceFilesCommitWithTheLoadAndReadBackByAttempt(t *testing.T) {
 	got, err = audit.SourceFilesOf(ctx, db.Pool, "shop", "orders", "2026-11-27", 5)
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+// The watch's question: for each partition, the fingerprint of the files
+// its latest success read, and its latest attempt; both outlive retention.
+func TestLastLoadedListingsAnswersForEachPartitionAndSurvivesPruning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	at := func(p, run string) audit.Attempt {
+		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: p, RunID: run}, LogicalDate: day(p)}
+	}
+	load := func(p, run, fingerprint string) int64 {
+		a := at(p, run)
+		id, err := audittest.Load(ctx, db.Pool, a, audit.Rows{Inserted: 1})
+		require.NoError(t, err)
+		if fingerprint != "" {
+			require.NoError(t, audittest.Send(ctx, db.Pool, func(b *pgx.Batch) {
+				require.NoError(t, audit.QueueRecordSourceFiles(b, id, a.RunKey, fingerprint,
+					[]audit.SourceFile{{URL: "s3://l/" + p + "/a.csv", Size: 1}, {URL: "s3://l/" + p + "/b.csv", Size: 2}}))
+			}))
+		}
+		return id
+	}
+	// 01: loaded twice, then a run that failed for good.
+	load("2026-01-01", "r1", "fp1")
+	second := load("2026-01-01", "r2", "fp2")
+	id, err := audittest.Start(ctx, db.Pool, at("2026-01-01", "r3"))
+	require.NoError(t, err)
+	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("boom"), "fatal"))
+	// 02: loaded with no file; 03: never attempted; 04: loaded, then a
+	// duplicate skipped, which says nothing new.
+	empty := load("2026-01-02", "r1", "")
+	fourth := load("2026-01-04", "r1", "fp4")
+	b, err := audittest.Begin(ctx, db.Pool, at("2026-01-04", "r1"), 0)
+	require.NoError(t, err)
+	require.True(t, b.Skipped)
+
+	keys := []string{"2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"}
+	want := []audit.LoadedListing{
+		{Partition: "2026-01-04", AuditID: fourth, Fingerprint: "fp4", LatestRunID: "r1", LatestStatus: "success"},
+		{Partition: "2026-01-03"},
+		{Partition: "2026-01-02", AuditID: empty, LatestRunID: "r1", LatestStatus: "success"},
+		{Partition: "2026-01-01", AuditID: second, Fingerprint: "fp2", LatestRunID: "r3", LatestStatus: "failed"},
+	}
+	got, err := audit.LastLoadedListings(ctx, db.Pool, "shop", "orders", keys)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "in the order asked")
+
+	db.Exec(t, `UPDATE idem.pipeline_audit SET started_at = started_at - interval '100 days',
+	            finished_at = finished_at - interval '100 days'`)
+	res, err := audit.Prune(ctx, db.Pool, audit.PruneOptions{Retention: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Deleted, "01's first load and 04's skip")
+	got, err = audit.LastLoadedListings(ctx, db.Pool, "shop", "orders", keys)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "retention keeps what the watch compares with")
 }

@@ -378,6 +378,8 @@ type Dataset struct {
 	// Expect is the dataset's calendar: which partitions should exist and by
 	// when. Optional; without it idem knows only the partitions published.
 	Expect *Expect `yaml:"expect,omitempty" json:",omitempty"`
+	// Watch lists a files: source's partitions to publish their events.
+	Watch *Watch `yaml:"watch,omitempty" json:",omitempty"`
 	// Checks are assertions on the rows each load produces, run inside the
 	// load's transaction before it commits: a failing check of severity
 	// error rolls the load back and dead-letters the event (see Check).
@@ -514,6 +516,7 @@ func (d *Dataset) withDefaults() {
 	if d.MaxRetryDelay == 0 {
 		d.MaxRetryDelay = Duration(DefaultMaxRetryDelay)
 	}
+	d.Watch.withDefaults()
 }
 
 func setDefault(s *string, def string) {

@@ -106,6 +106,10 @@ var referenceIdents = map[string]any{
 	"DefaultSampleRatio":             DefaultSampleRatio,
 	"DefaultMinBaseline":             DefaultMinBaseline,
 	"Forever":                        Retention{},
+	"DefaultWatchEvery":              DefaultWatchEvery,
+	"MinWatchEvery":                  MinWatchEvery,
+	"DefaultWatchLast":               DefaultWatchLast,
+	"MaxWatchLast":                   MaxWatchLast,
 }
 
 // referenceExample is the page's minimal config; TestConfigReference

@@ -367,6 +367,7 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 		validateSchemaPolicy(v, "on_schema_change", d.OnSchemaChange)
 	}
 	validateExpect(v, d)
+	c.validateWatch(v, d)
 
 	validateRetries(v, d)
 	c.validateThen(v, names, name, d)

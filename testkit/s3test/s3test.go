@@ -63,9 +63,28 @@ type Server struct {
 	client *s3.Client
 }
 
+// Option changes how Start runs the server.
+type Option func(*options)
+
+type options struct {
+	eventNATSURL, eventTopic string
+}
+
+// NATSEvents makes the server publish an S3 event notification (AWS's
+// JSON, a Records list) on subject of the NATS server at url for every
+// object written or deleted, after the request; and one test event at
+// start. The NATS server must be running before Start.
+func NATSEvents(url, subject string) Option {
+	return func(o *options) { o.eventNATSURL, o.eventTopic = url, subject }
+}
+
 // Start runs a versitygw for t, stopped at t's end.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	bin := Binary(t)
 	dir := t.TempDir()
 	data, meta := filepath.Join(dir, "data"), filepath.Join(dir, "meta")
@@ -83,7 +102,7 @@ func Start(t testing.TB) *Server {
 		if err != nil {
 			t.Fatalf("s3test: %v", err)
 		}
-		if lastErr = s.run(t, bin, dir, meta, port); lastErr == nil {
+		if lastErr = s.run(t, bin, dir, meta, port, o); lastErr == nil {
 			break
 		}
 	}
@@ -102,7 +121,7 @@ func Start(t testing.TB) *Server {
 }
 
 // run starts versitygw on 127.0.0.1:port and waits until it answers HTTP.
-func (s *Server) run(t testing.TB, bin, dir, meta string, port int) error {
+func (s *Server) run(t testing.TB, bin, dir, meta string, port int, o options) error {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	logPath := filepath.Join(dir, fmt.Sprintf("versitygw-%d.log", port))
 	logf, err := os.Create(logPath)
@@ -112,7 +131,11 @@ func (s *Server) run(t testing.TB, bin, dir, meta string, port int) error {
 	defer logf.Close()
 	// Always an explicit loopback address: versitygw's default, :7070,
 	// listens on every interface.
-	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", "--sidecar", meta, s.Dir)
+	args := []string{"--port", addr, "--quiet"}
+	if o.eventNATSURL != "" {
+		args = append(args, "--event-nats-url", o.eventNATSURL, "--event-nats-topic", o.eventTopic)
+	}
+	cmd := exec.Command(bin, append(args, "posix", "--sidecar", meta, s.Dir)...)
 	// A clean environment: no VGW_* setting of the developer's leaks in.
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,

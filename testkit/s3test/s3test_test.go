@@ -2,14 +2,18 @@ package s3test
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/testkit/natstest"
 )
 
 func TestServer(t *testing.T) {
@@ -57,4 +61,38 @@ func TestTwoServers(t *testing.T) {
 	require.NotEqual(t, a.Dir, b.Dir)
 	a.CreateBucket(t, "xyz")
 	b.CreateBucket(t, "xyz")
+}
+
+// With NATSEvents, a write is announced on the subject: S3's JSON, with the
+// bucket and the key as written.
+func TestNATSEvents(t *testing.T) {
+	ns := natstest.RunServer(t)
+	nc := natstest.Connect(t, ns)
+	sub, err := nc.SubscribeSync("s3.events")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	s := Start(t, NATSEvents(ns.ClientURL(), "s3.events"))
+	s.CreateBucket(t, "bkt")
+	s.Put(t, "bkt", "dt=2026-11-28/part 0.csv", []byte("id\n1\n"))
+	type event struct {
+		Records []struct {
+			EventName string `json:"eventName"`
+			S3        struct {
+				Bucket struct{ Name string } `json:"bucket"`
+				Object struct{ Key string }  `json:"object"`
+			} `json:"s3"`
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := sub.NextMsg(time.Until(deadline))
+		require.NoError(t, err, "no notification of the put")
+		var e event
+		require.NoError(t, json.Unmarshal(m.Data, &e), "%s", m.Data)
+		if len(e.Records) == 1 && e.Records[0].S3.Bucket.Name == "bkt" {
+			require.Equal(t, "s3:ObjectCreated:Put", e.Records[0].EventName)
+			require.Equal(t, "dt=2026-11-28/part 0.csv", e.Records[0].S3.Object.Key, "not URL-encoded, unlike AWS's")
+			return
+		}
+	}
 }

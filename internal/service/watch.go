@@ -1,0 +1,130 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/watch"
+	"github.com/idem-data/idem/schemas"
+)
+
+// watchFollow is how often the watches look for a config a reload applied.
+const watchFollow = time.Second
+
+// startWatches runs the watch: of each dataset of the config in force
+// until ctx is done, following reloads: a watch whose dataset (or s3:)
+// changed is restarted, one whose dataset went is stopped. Every replica
+// watches; they publish the same message ids, which JetStream keeps once.
+func startWatches(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, js jetstream.JetStream, nc *nats.Conn,
+	cfg *atomic.Pointer[config.Config], log zerolog.Logger) {
+	first := cfg.Load()
+	w := &watch.Watcher{
+		Pipeline: first.Pipeline, DB: pool, JS: js, Conn: nc,
+		Stream: first.NATS.Stream, SubjectPrefix: first.NATS.SubjectPrefix,
+		Lookup: func(dataset string) (schemas.PartitionType, bool) { return cfg.Load().Lookup(dataset) },
+		Window: first.NATS.DuplicateWindow(),
+		Queue:  "idem_watch_" + first.NATS.Consumer + "_",
+		Log:    log,
+	}
+	type running struct {
+		def  string
+		stop context.CancelFunc
+		done chan struct{}
+	}
+	watches := map[string]*running{}
+	stop := func(name string) {
+		r := watches[name]
+		r.stop()
+		<-r.done
+		delete(watches, name)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var seen *config.Config
+		for {
+			if c := cfg.Load(); c != seen {
+				seen = c
+				want := watchDefinitions(c)
+				for name, r := range watches {
+					if want[name] != r.def {
+						stop(name)
+					}
+				}
+				for name, def := range want {
+					if _, ok := watches[name]; ok {
+						continue
+					}
+					ds, err := watchDataset(c, name)
+					if err != nil {
+						log.Error().Err(err).Str("dataset", name).Msg("watch: not started")
+						continue
+					}
+					wctx, cancel := context.WithCancel(ctx)
+					r := &running{def: def, stop: cancel, done: make(chan struct{})}
+					watches[name] = r
+					go func() {
+						defer close(r.done)
+						if err := w.Run(wctx, ds); err != nil {
+							log.Error().Err(err).Str("dataset", name).Msg("watch: stopped")
+						}
+					}()
+				}
+			}
+			if !sleep(ctx, watchFollow) {
+				for name := range watches {
+					stop(name)
+				}
+				return
+			}
+		}
+	}()
+}
+
+// watchDefinitions names the watched datasets of c, each with what its
+// watch is built from.
+func watchDefinitions(c *config.Config) map[string]string {
+	out := map[string]string{}
+	for name, d := range c.Datasets {
+		if d == nil || d.Watch == nil || d.Source.Files == nil {
+			continue
+		}
+		b, err := json.Marshal(struct {
+			D  *config.Dataset
+			S3 config.S3
+		}{d, c.S3})
+		if err != nil {
+			continue
+		}
+		out[name] = string(b)
+	}
+	return out
+}
+
+// watchDataset builds the watch of dataset name: its files as its loads
+// read them, its calendar, and its watch: settings.
+func watchDataset(c *config.Config, name string) (*watch.Dataset, error) {
+	d := c.Datasets[name]
+	s, err := stage(c, d)
+	if err != nil {
+		return nil, err
+	}
+	ds := &watch.Dataset{Name: name, Type: d.PartitionType, Spec: s.Files.Spec, Store: s.Files.Store,
+		Every: d.Watch.Every.Std(), Last: d.Watch.Last}
+	if cal, ok := d.Calendar(); ok {
+		ds.Calendar = &cal
+	}
+	if n := d.Watch.Notifications; n != nil {
+		ds.Subject = n.Subject
+	}
+	return ds, nil
+}

@@ -1,0 +1,324 @@
+// Package watch publishes the ready events of a files: source itself (the
+// dataset's watch:): it lists the prefixes of the newest partitions, and
+// publishes an event for each one that is complete by the source's ready
+// rule and new, or whose files differ from those its last successful load
+// read. Everything after the publish is the ordinary load: the partition
+// is rebuilt from its current files in one transaction, and then: cascades.
+//
+// It decides from the store and the audit, never from memory alone, so
+// that several replicas watching agree: the event's run_id names the
+// listing's fingerprint (and the load it replaces), so two replicas
+// publish the same Nats-Msg-Id and JetStream keeps one; once a load of the
+// listing has an attempt, its fate (a retry, a dead letter) is the
+// consumer's, and the watch publishes the partition again only when its
+// files change.
+//
+// S3 event notifications on a NATS subject, when configured, make a
+// partition listed within seconds; they only name which partition to list
+// (its key matched against the URL template), and the periodic listing
+// stays, since notifications are delivered at most once and can be lost.
+//
+// It lists only exact partition prefixes, with a delimiter (files.Ready),
+// never a whole bucket.
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/sources/files"
+)
+
+// Why the watch publishes a partition.
+const (
+	ReasonNew     = "new"     // it never loaded
+	ReasonChanged = "changed" // its files differ from its last load's
+)
+
+// RunIDPrefix starts the run_id of every event a watch publishes.
+const RunIDPrefix = "watch-"
+
+// Dataset is one watched dataset, as the service builds it from the config.
+type Dataset struct {
+	Name string
+	Type schemas.PartitionType
+	// Calendar is the dataset's expect:; nil lists UTC days or hours.
+	Calendar *calendar.Expect
+	Spec     files.Spec
+	Store    files.Store
+	// Every is the period of the listing; Last how many partitions it
+	// lists.
+	Every time.Duration
+	Last  int
+	// Subject is where S3 event notifications arrive; "" for none.
+	Subject string
+}
+
+// Watcher publishes the events the watches decide, for one pipeline.
+type Watcher struct {
+	Pipeline string
+	DB       audit.Querier
+	JS       jetstream.JetStream
+	// Conn receives the notifications; nil ignores Dataset.Subject.
+	Conn *nats.Conn
+	// Stream and SubjectPrefix are the events stream's; Lookup validates
+	// an event as the consumer will (config.Config.Lookup).
+	Stream        string
+	SubjectPrefix string
+	Lookup        schemas.Lookup
+	// Window is the events stream's duplicate window: within it a run
+	// already published is not sent again, JetStream would drop it.
+	Window time.Duration
+	// Queue prefixes the queue group of each dataset's notifications, so
+	// the replicas of one fleet share them; "" subscribes each replica.
+	Queue string
+	Log   zerolog.Logger
+
+	mu   sync.Mutex
+	sent map[string]time.Time // message id → when published
+}
+
+// Decision is what one pass says of one partition.
+type Decision struct {
+	Partition string
+	// Ready: the ready rule holds, and Fingerprint and Files describe the
+	// listing.
+	Ready       bool
+	Fingerprint string
+	Files       int
+	// Reason is ReasonNew or ReasonChanged when the partition is to be
+	// published, under RunID; "" otherwise, and Why says why not.
+	Reason string
+	RunID  string
+	Why    string
+	// Err is a listing that failed; the next pass tries again.
+	Err error
+}
+
+// RunID names a listing and the load it replaces (the audit id of the
+// partition's latest success; 0 for none): the same files after another
+// load are another run, never a duplicate the ledger would skip.
+func RunID(fingerprint string, replaces int64) string {
+	id := RunIDPrefix + fingerprint[:min(16, len(fingerprint))]
+	if replaces > 0 {
+		id += "-" + strconv.FormatInt(replaces, 10)
+	}
+	return id
+}
+
+// Decide lists the partitions keys of ds and compares each complete one
+// with its last successful load. It publishes nothing.
+func (w *Watcher) Decide(ctx context.Context, ds *Dataset, keys []string, now time.Time) ([]Decision, error) {
+	out := make([]Decision, len(keys))
+	var ready []string
+	for i, key := range keys {
+		d := &out[i]
+		d.Partition = key
+		p, err := schemas.ParsePartition(ds.Type, key)
+		if err != nil {
+			d.Err = err
+			continue
+		}
+		prefix, err := files.Resolve(ds.Spec, p)
+		if err != nil {
+			d.Err = err
+			continue
+		}
+		r, err := files.Ready(ctx, ds.Store, ds.Spec, prefix, now)
+		var missing *files.MissingFilesError
+		switch {
+		case errors.As(err, &missing):
+			d.Why = "no file yet"
+			continue
+		case err != nil:
+			d.Err = err
+			continue
+		case !r.Ready:
+			d.Why = "not ready: " + r.Reason
+			continue
+		}
+		d.Ready, d.Fingerprint, d.Files = true, r.Listing.Fingerprint, len(r.Listing.Files)
+		ready = append(ready, key)
+	}
+	if len(ready) == 0 {
+		return out, nil
+	}
+	loaded, err := audit.LastLoadedListings(ctx, w.DB, w.Pipeline, ds.Name, ready)
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]audit.LoadedListing, len(loaded))
+	for _, l := range loaded {
+		byKey[l.Partition] = l
+	}
+	for i := range out {
+		d := &out[i]
+		if !d.Ready {
+			continue
+		}
+		l := byKey[d.Partition]
+		// A load that read no file records none: its fingerprint is "".
+		current := d.Fingerprint
+		if d.Files == 0 {
+			current = ""
+		}
+		switch {
+		case l.AuditID != 0 && current == l.Fingerprint:
+			d.Why = "unchanged since its last load"
+			continue
+		case l.AuditID == 0:
+			d.Reason = ReasonNew
+		default:
+			d.Reason = ReasonChanged
+		}
+		d.RunID = RunID(d.Fingerprint, l.AuditID)
+		if l.LatestRunID == d.RunID {
+			// Its event was delivered: a retry or a dead letter is the
+			// consumer's to decide, and publishing again would only load
+			// the same files into the same failure.
+			d.Reason, d.Why = "", "run "+d.RunID+" already attempted ("+l.LatestStatus+")"
+		}
+	}
+	return out, nil
+}
+
+// Check lists the partitions keys of ds and publishes those Decide says.
+func (w *Watcher) Check(ctx context.Context, ds *Dataset, keys []string, now time.Time) ([]Decision, error) {
+	decisions, err := w.Decide(ctx, ds, keys, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range decisions {
+		if d.Err != nil {
+			w.Log.Warn().Err(d.Err).Str("dataset", ds.Name).Str("partition", d.Partition).Msg("watch: could not list the partition; the next pass tries again")
+		}
+		if d.Reason == "" {
+			continue
+		}
+		if err := w.publish(ctx, ds, d, now); err != nil {
+			return decisions, err
+		}
+	}
+	return decisions, nil
+}
+
+func (w *Watcher) publish(ctx context.Context, ds *Dataset, d Decision, now time.Time) error {
+	m, err := schemas.NewMessage(w.SubjectPrefix, schemas.PartitionReady{Dataset: ds.Name, Partition: d.Partition, RunID: d.RunID}, w.Lookup, now)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	if w.sent == nil {
+		w.sent = map[string]time.Time{}
+	}
+	for id, at := range w.sent {
+		if now.Sub(at) >= w.Window {
+			delete(w.sent, id)
+		}
+	}
+	_, recent := w.sent[m.MsgID]
+	w.mu.Unlock()
+	if recent {
+		return nil
+	}
+	ack, err := w.JS.PublishMsg(ctx, &nats.Msg{Subject: m.Subject, Data: m.Body},
+		jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(w.Stream))
+	if err != nil {
+		return fmt.Errorf("watch: publish %s %s: %w", ds.Name, d.Partition, err)
+	}
+	w.mu.Lock()
+	w.sent[m.MsgID] = now
+	w.mu.Unlock()
+	ev := w.Log.Info()
+	if ack.Duplicate {
+		// Another replica published it first.
+		ev = w.Log.Debug()
+	}
+	ev.Str("dataset", ds.Name).Str("partition", d.Partition).Str("reason", d.Reason).
+		Str("fingerprint", d.Fingerprint[:min(16, len(d.Fingerprint))]).Int("files", d.Files).
+		Str("run_id", d.RunID).Bool("duplicate", ack.Duplicate).Msg("watch: published the partition")
+	return nil
+}
+
+// Run watches ds until ctx ends: a pass over its newest partitions at once
+// and every ds.Every, and a pass over the partitions notifications name
+// as they come.
+func (w *Watcher) Run(ctx context.Context, ds *Dataset) error {
+	cal := calendarOf(ds.Type, ds.Calendar)
+	var (
+		mu      sync.Mutex
+		pending = map[string]bool{}
+		wake    = make(chan struct{}, 1)
+	)
+	if ds.Subject != "" && w.Conn != nil {
+		m, err := newMatcher(ds.Spec, ds.Type)
+		if err != nil {
+			return err
+		}
+		handle := func(msg *nats.Msg) {
+			ps := m.partitionsOf(msg.Data)
+			mu.Lock()
+			for _, p := range ps {
+				pending[p.Key] = true
+			}
+			mu.Unlock()
+			if len(ps) > 0 {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		var sub *nats.Subscription
+		if w.Queue != "" {
+			sub, err = w.Conn.QueueSubscribe(ds.Subject, w.Queue+ds.Name, handle)
+		} else {
+			sub, err = w.Conn.Subscribe(ds.Subject, handle)
+		}
+		if err != nil {
+			return fmt.Errorf("watch %s: subscribe to %s: %w", ds.Name, ds.Subject, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	w.Log.Info().Str("dataset", ds.Name).Dur("every", ds.Every).Int("last", ds.Last).Str("notifications", ds.Subject).
+		Msg("watch: listing the newest partitions")
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for {
+		var keys []string
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			keys = Newest(cal, ds.Last, time.Now())
+			tick.Reset(ds.Every)
+		case <-wake:
+			now := time.Now()
+			mu.Lock()
+			for k := range pending {
+				if expected(cal, k, now) {
+					keys = append(keys, k)
+				}
+			}
+			clear(pending)
+			mu.Unlock()
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		if _, err := w.Check(ctx, ds, keys, time.Now()); err != nil && ctx.Err() == nil {
+			w.Log.Warn().Err(err).Str("dataset", ds.Name).Msg("watch: pass failed; the next one tries again")
+		}
+	}
+}
