@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/internal/deadletter"
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // TestFileSourceWaitsThroughNATS: a file partition published before its
@@ -92,4 +94,78 @@ func TestFileSourceWaitsThroughNATS(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "gave up waiting for its source since")
 	require.Contains(t, out, "DEAD LETTERED: dead-lettered")
+}
+
+// TestPostgresSourceWaitsForItsStandby: a dataset read from another
+// PostgreSQL's streaming standby, through a real idem serve. While the
+// standby's replay is held behind a commit for longer than
+// max_replica_lag, the event waits (no attempt, the story says why); once
+// replay resumes, it loads the rows the primary committed, once.
+func TestPostgresSourceWaitsForItsStandby(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, err := localpg.Start(ctx, localpg.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Close() })
+	standby, err := primary.Standby(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Close() })
+	pc, err := pgx.Connect(ctx, primary.URL(""))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pc.Close(ctx) })
+	sc, err := pgx.Connect(ctx, standby.URL(""))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sc.Close(ctx) })
+	_, err = pc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
+		INSERT INTO src SELECT g, '2026-11-28', g * 1.5, 'row ' || g FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var n int
+		return sc.QueryRow(ctx, "SELECT count(*) FROM src").Scan(&n) == nil && n == 5
+	}, 30*time.Second, 20*time.Millisecond, "the standby caught up")
+
+	w := newWorld(t, opts{extraYAML: fmt.Sprintf(`  replicated:
+    strategy: delete_insert
+    target: analytics.replicated
+    partition_column: event_date
+    source:
+      postgres:
+        url: %s
+        sql: SELECT id, event_date, amount, note FROM src WHERE event_date = @partition
+        max_replica_lag: 1s
+`, standby.URL(""))})
+	w.db.Exec(t, "CREATE TABLE analytics.replicated (id bigint, event_date date NOT NULL, amount numeric(12,2), note text)")
+	p := w.serve()
+	defer func() {
+		p.signal(syscall.SIGTERM)
+		require.Equal(t, 0, p.exit(t, 30*time.Second))
+	}()
+	publish := func(partition, runID string) {
+		_, err := w.js.Publish(ctx, "idem.ready.replicated",
+			fmt.Appendf(nil, `{"dataset":"replicated","partition":%q,"run_id":%q}`, partition, runID))
+		require.NoError(t, err)
+	}
+
+	// Caught up: it loads, however long ago the primary last committed.
+	publish("2026-11-28", "r28")
+	w.waitCount(5, "SELECT count(*) FROM analytics.replicated WHERE event_date = '2026-11-28'")
+
+	// Replay held behind a commit: the 29th waits.
+	_, err = sc.Exec(ctx, "SELECT pg_wal_replay_pause()")
+	require.NoError(t, err)
+	_, err = pc.Exec(ctx, "INSERT INTO src SELECT g, '2026-11-29', g, 'late ' || g FROM generate_series(11, 17) g")
+	require.NoError(t, err)
+	time.Sleep(1200 * time.Millisecond)
+	publish("2026-11-29", "r29")
+	require.Eventually(t, func() bool {
+		code, out, _ := rbExec(t, w, []string{"audit", "why", "replicated", "2026-11-29"})
+		return code == 3 && strings.Contains(out, "WAITING: waiting for its source since") && strings.Contains(out, "max_replica_lag")
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Zero(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'replicated' AND partition_key = '2026-11-29'"))
+
+	_, err = sc.Exec(ctx, "SELECT pg_wal_replay_resume()")
+	require.NoError(t, err)
+	w.waitCount(7, "SELECT count(*) FROM analytics.replicated WHERE event_date = '2026-11-29'")
+	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'replicated' AND partition_key = '2026-11-29'"))
+	require.Empty(t, w.deadLetters())
 }
