@@ -69,6 +69,11 @@ type Metrics struct {
 	NewestPartitionAge *prometheus.GaugeVec
 	// AuditPruned counts attempts the audit retention deleted.
 	AuditPruned prometheus.Counter
+	// WatchPublished counts the partitions the watches published (reason
+	// new or changed); WatchFailures their listings and publishes that
+	// failed.
+	WatchPublished *prometheus.CounterVec // dataset, reason
+	WatchFailures  *prometheus.CounterVec // dataset
 	// ReverifyPasses counts re-verification passes by result (ok, error);
 	// ReverifyReloaded counts the events they loaded again (the warehouse
 	// had lost their loads); ReverifyLast is the end of the last pass.
@@ -174,6 +179,12 @@ func New(version string) *Metrics {
 	m.AuditPruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idem_audit_pruned_total", Help: "Attempts deleted from idem.pipeline_audit by the audit retention (audit.retention).",
 	})
+	m.WatchPublished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_watch_published_total", Help: "Partitions a watch (watch:) published, by dataset and reason: new (never loaded), changed (its files differ from its last load's).",
+	}, []string{"dataset", "reason"})
+	m.WatchFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_watch_failures_total", Help: "Listings and publishes of a watch that failed; the next pass tries again.",
+	}, []string{"dataset"})
 	m.ReverifyPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_reverify_passes_total", Help: "Re-verifications of the recent events against the ledger (after a failover or a reconnect), by result: ok, error.",
 	}, []string{"result"})
@@ -191,7 +202,7 @@ func New(version string) *Metrics {
 	}, []string{"dataset", "change", "action"})
 	for _, c := range []prometheus.Collector{m.Checks, m.SchemaChanges, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
-		m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
+		m.AuditPruned, m.WatchPublished, m.WatchFailures, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)

@@ -290,7 +290,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		_ = outbox.Run(bgCtx) // makes a last pass when stopped
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
-	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, log)
+	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, m, log)
 	if plans != nil && route.StatementMode == config.StatementPrepare {
 		wg.Add(1)
 		go func() { defer wg.Done(); plans.watch(bgCtx, pool) }()

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/watch"
 	"github.com/idem-data/idem/schemas"
 )
@@ -25,7 +26,7 @@ const watchFollow = time.Second
 // changed is restarted, one whose dataset went is stopped. Every replica
 // watches; they publish the same message ids, which JetStream keeps once.
 func startWatches(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, js jetstream.JetStream, nc *nats.Conn,
-	cfg *atomic.Pointer[config.Config], log zerolog.Logger) {
+	cfg *atomic.Pointer[config.Config], m *metrics.Metrics, log zerolog.Logger) {
 	first := cfg.Load()
 	w := &watch.Watcher{
 		Pipeline: first.Pipeline, DB: pool, JS: js, Conn: nc,
@@ -34,6 +35,10 @@ func startWatches(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, j
 		Window: first.NATS.DuplicateWindow(),
 		Queue:  "idem_watch_" + first.NATS.Consumer + "_",
 		Log:    log,
+	}
+	if m != nil {
+		w.Published = func(dataset, reason string) { m.WatchPublished.WithLabelValues(dataset, reason).Inc() }
+		w.Failed = func(dataset string) { m.WatchFailures.WithLabelValues(dataset).Inc() }
 	}
 	type running struct {
 		def  string

@@ -84,6 +84,11 @@ type Watcher struct {
 	// the replicas of one fleet share them; "" subscribes each replica.
 	Queue string
 	Log   zerolog.Logger
+	// Published, when set, hears of each partition published (reason new
+	// or changed; not a duplicate another replica sent first); Failed of
+	// each listing or publish that failed, for the metrics.
+	Published func(dataset, reason string)
+	Failed    func(dataset string)
 
 	mu   sync.Mutex
 	sent map[string]time.Time // message id → when published
@@ -201,12 +206,14 @@ func (w *Watcher) Check(ctx context.Context, ds *Dataset, keys []string, now tim
 	}
 	for _, d := range decisions {
 		if d.Err != nil {
+			w.failed(ds.Name)
 			w.Log.Warn().Err(d.Err).Str("dataset", ds.Name).Str("partition", d.Partition).Msg("watch: could not list the partition; the next pass tries again")
 		}
 		if d.Reason == "" {
 			continue
 		}
 		if err := w.publish(ctx, ds, d, now); err != nil {
+			w.failed(ds.Name)
 			return decisions, err
 		}
 	}
@@ -244,11 +251,19 @@ func (w *Watcher) publish(ctx context.Context, ds *Dataset, d Decision, now time
 	if ack.Duplicate {
 		// Another replica published it first.
 		ev = w.Log.Debug()
+	} else if w.Published != nil {
+		w.Published(ds.Name, d.Reason)
 	}
 	ev.Str("dataset", ds.Name).Str("partition", d.Partition).Str("reason", d.Reason).
 		Str("fingerprint", d.Fingerprint[:min(16, len(d.Fingerprint))]).Int("files", d.Files).
 		Str("run_id", d.RunID).Bool("duplicate", ack.Duplicate).Msg("watch: published the partition")
 	return nil
+}
+
+func (w *Watcher) failed(dataset string) {
+	if w.Failed != nil {
+		w.Failed(dataset)
+	}
 }
 
 // Run watches ds until ctx ends: a pass over its newest partitions at once

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +40,9 @@ type rig struct {
 	a, b  *Watcher
 	seen  uint64 // the last stream sequence delivered
 	stamp time.Time
+	// published are what the replicas' Published hooks heard.
+	mu        sync.Mutex
+	published []string
 }
 
 const ordersDDL = `CREATE SCHEMA analytics;
@@ -77,7 +81,19 @@ func newRig(t *testing.T, spec files.Spec, store files.Store, ns *server.Server)
 func (r *rig) watcher() *Watcher {
 	return &Watcher{Pipeline: "shop", DB: r.db.Pool, JS: r.js, Stream: "IDEM_EVENTS", SubjectPrefix: "idem.ready",
 		Lookup: func(string) (schemas.PartitionType, bool) { return schemas.PartitionDate, true },
-		Window: 2 * time.Minute, Log: zerolog.Nop()}
+		Window: 2 * time.Minute, Log: zerolog.Nop(),
+		Published: func(dataset, reason string) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.published = append(r.published, dataset+":"+reason)
+		}}
+}
+
+// publishedSoFar are the publications the replicas' hooks heard of.
+func (r *rig) publishedSoFar() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.published)
 }
 
 // decide is replica a's decision on one partition.
@@ -170,6 +186,7 @@ func TestWatchPublishesNewThenChangedPartitionsOnce(t *testing.T) {
 	require.Equal(t, RunID(d.Fingerprint, 0), d.RunID)
 	evs := r.events()
 	require.Len(t, evs, 1, "two replicas, three passes, one event")
+	require.Equal(t, []string{"orders:new"}, r.publishedSoFar(), "a duplicate another replica sent first is not counted")
 	require.Equal(t, "orders:2026-11-28:"+d.RunID, evs[0].Header.Get("Nats-Msg-Id"))
 	require.Equal(t, "idem.ready.orders", evs[0].Subject)
 	require.NoError(t, r.deliver()[0])
@@ -188,6 +205,7 @@ func TestWatchPublishesNewThenChangedPartitionsOnce(t *testing.T) {
 	require.Equal(t, RunID(d.Fingerprint, loaded), d.RunID)
 	errs := r.deliver()
 	require.Len(t, errs, 1, "one event for the change")
+	require.Equal(t, []string{"orders:new", "orders:changed"}, r.publishedSoFar())
 	require.NoError(t, errs[0])
 	require.EqualValues(t, 3, r.rows(), "the whole partition, rebuilt once")
 	require.EqualValues(t, 2, r.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'"))
