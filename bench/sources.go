@@ -469,6 +469,13 @@ func (s *sources) measure(ctx context.Context, w srcWay) (SourcesLoad, error) {
 	if err := s.pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint", lsn).Scan(&ld.WALBytes); err != nil {
 		return ld, err
 	}
+	if idem && s.stats {
+		// Before the harness's own count below.
+		var err error
+		if s.out.Top[w.key], err = (&cold{env: s.env}).topStatements(ctx); err != nil {
+			return ld, err
+		}
+	}
 	n, err := s.int64(ctx, "SELECT count(*) FROM "+srcTarget)
 	if err != nil {
 		return ld, err
@@ -478,10 +485,6 @@ func (s *sources) measure(ctx context.Context, w srcWay) (SourcesLoad, error) {
 	}
 	if !idem {
 		ld.Rows = n
-	} else if s.stats {
-		if s.out.Top[w.key], err = (&cold{env: s.env}).topStatements(ctx); err != nil {
-			return ld, err
-		}
 	}
 	return ld, nil
 }
