@@ -128,7 +128,7 @@ chaos-cluster-short: postgres ## the short cluster campaign (three nats-server, 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the
 # harness at existing servers; by default it starts its own.
-.PHONY: bench bench-quick bench-history bench-cold bench-cold-quick bench-sources
+.PHONY: bench bench-quick bench-history bench-cold bench-cold-quick bench-sources bench-docs
 
 # The lone-event phase (i) compares this build with an earlier one, built
 # from git: by default the last commit before group loads.
@@ -158,6 +158,9 @@ BENCH_DOCS = $(GO) run ./bench/cmd/idembench $(BENCH_DOCS_FROM) -coldreport benc
 
 bench-cold: postgres ## the day-one scenario (up to 30 min): a fresh install's first backfill on 0 to 10M attempts of history, bench/results/cold-full.json, then docs/BENCHMARKS.md and bench/FIGURES.md again with it first
 	$(GO) run ./bench/cmd/idembench -mode full -cold bench/results/cold-full.json
+	$(BENCH_DOCS)
+
+bench-docs: ## docs/BENCHMARKS.md and bench/FIGURES.md again from the saved runs in bench/results/ (nothing runs)
 	$(BENCH_DOCS)
 
 bench-sources: postgres ## files and another PostgreSQL as sources (about 30 min; versitygw, a second cluster): 1M rows against psql, idem's peak RSS over 1 GiB files; bench/results/sources-full.json, then the docs again

@@ -35,11 +35,10 @@ func (r *Results) Document(cold *ColdResults, src *SourcesResults) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Benchmarks\n\n")
 	w(generated)
-	w("idem's work happens inside PostgreSQL, so its cost is stated as a **ratio** to the same work done without idem, ")
-	w("measured in the same run on the same servers: absolute numbers drift on a shared machine, ratios hold better. ")
-	w("Targets are what the benchmark reports against, never asserted by a test. ")
-	w("Every figure behind the table, the chart and the top statements: [bench/FIGURES.md](%s); ", figuresFromDocs)
-	w("what the figures were read to mean, and what was tried: [bench/NOTES.md](%s).\n\n", notesFromDocs)
+	w("idem's cost is stated as a **ratio** to the same work done without idem, in the same run on the same servers: ")
+	w("absolute numbers drift on a shared machine, ratios hold better. Targets are reported, never asserted by a test. ")
+	w("Every figure: [bench/FIGURES.md](%s); ", figuresFromDocs)
+	w("what they were read to mean, and what was tried: [bench/NOTES.md](%s).\n\n", notesFromDocs)
 
 	w("## Targets\n\n")
 	var vs []Verdict
@@ -49,49 +48,50 @@ func (r *Results) Document(cold *ColdResults, src *SourcesResults) string {
 	vs = append(vs, r.Verdicts()...)
 	w("%s\n", verdictTable(vs))
 	if cold != nil && len(cold.Sizes) > 0 {
-		w("The day-one rows give one value per history size, %s attempts of other datasets, from one `%s` run (mode **%s**, %s events per backlog) that started %s UTC and took %s, commit %s. ",
-			strings.ReplaceAll(cold.historyList(), ", ", " / "), orDefault(cold.Command, "idembench"), cold.Mode, thousands(int64(cold.Events)),
+		w("The day-one rows give one value per history size, %s attempts of other datasets, from one `%s` run (%s events per backlog) that started %s UTC and took %s, commit %s. ",
+			strings.ReplaceAll(cold.historyList(), ", ", " / "), orDefault(cold.Command, "idembench"), thousands(int64(cold.Events)),
 			cold.Started.Format("2006-01-02 15:04"), cold.Finished.Sub(cold.Started).Round(1e9), orDefault(cold.Machine.Commit, "unknown"))
 	}
-	w("The other rows come from one `%s` run (mode **%s**) that started %s UTC and took %s",
-		orDefault(r.Command, "idembench"), r.Mode, r.Started.Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Round(1e9))
+	w("The other rows come from one `%s` run that started %s UTC and took %s",
+		orDefault(r.Command, "idembench"), r.Started.Format("2006-01-02 15:04"), r.Finished.Sub(r.Started).Round(1e9))
 	if r.Checks != nil && r.Checks.From != nil {
 		w(", but for the checks (`%s`, %s UTC)", orDefault(r.Checks.From.Command, "idembench"), r.Checks.From.Started.Format("2006-01-02 15:04"))
 	}
-	w("; a 1M-row target uses the largest partition size of the run, named in the row.\n\n")
+	w(".\n\n")
 	if src != nil {
 		w("%s", src.Section())
 	}
 
 	w("## Method\n\n")
-	w("- **Small events**: %d events per run, each a 10-row partition already in the target (every load a rerun), the audit holding %s rows of history; all published at once, events/s from the first publish to the last ack, which idem sends only after the durable commit. ",
+	w("- **Small events**: %d events per run, each a 10-row partition already in the target, the audit holding %s rows of history, all published at once; events/s from the first publish to the last ack. ",
 		r.Sizes.Events, thousands(int64(5*r.Sizes.Partitions)))
-	w("The reference, **pgbench 1 tx**, runs the same work by hand (BEGIN, audit row inserted, DELETE, INSERT .. SELECT, audit row updated, COMMIT) at the same concurrency; **limit (i)** is idem's own SQL captured from its handler and replayed without NATS, **floor (ii)** a bare `BEGIN; DELETE; INSERT .. SELECT; COMMIT`.\n")
-	w("- **Big partitions**: idem (publish → ack) and the same statements by hand (BEGIN → COMMIT) take turns over five reruns on tables of four partitions, autovacuum off; ratios of the medians; drift compares the last two reruns with the first two.\n")
+	w("**pgbench 1 tx** runs the same work by hand (audit row inserted, DELETE, INSERT .. SELECT, audit row updated, in one transaction) at the same concurrency; **limit (i)** is idem's own SQL captured from its handler and replayed without NATS, **floor (ii)** a bare `BEGIN; DELETE; INSERT .. SELECT; COMMIT`.\n")
+	w("- **Big partitions**: idem (publish → ack) and the same statements by hand (BEGIN → COMMIT) take turns over five reruns on tables of four partitions, autovacuum off; ratios of the medians; drift: the last two reruns over the first two.\n")
 	w("- **Backfill**: `idem backfill --wait` of %d daily partitions of %s rows; peak RSS is each `idem serve`'s VmHWM.\n",
 		r.Sizes.BackfillDays, thousands(int64(r.Sizes.BackfillRows)))
 	if c := r.Checks; c != nil {
 		w("- **Checks**: a load of %s rows by three datasets that differ only in their `checks:`, and small events with a `row_count` check and without, taking turns.\n", thousands(int64(c.Rows)))
 	}
 	if cold != nil {
-		w("- **Day one**: at each history size, a new database whose audit holds that many attempts of other datasets (statistics left to autovacuum) and a backlog drained by a new `idem serve`: **cold** into an empty target, **warm** again after VACUUM ANALYZE, against pgbench running the same transaction on the same tables; CPU from /proc; flat is each size's cost over its cost at 0 attempts.\n")
+		w("- **Day one**: at each history size, a new database whose audit holds that many attempts of other datasets and a backlog drained by a new `idem serve`: **cold** into an empty target, **warm** after VACUUM ANALYZE, against pgbench's same transaction; flat is each size's cost over its cost at 0 attempts.\n")
 	}
-	w("\nEvery detail, and the figures of the phases that have no target (tracing, statement modes): [bench/FIGURES.md](%s#method). ", figuresFromDocs)
-	w("Not in the table: the audit's lookups at 100k against 10M attempts (`make bench-history`), in [bench/HISTORY-COSTS.md](%s).\n\n", historyFromDocs)
+	w("\nDetails, and the phases without a target (tracing, statement modes): [bench/FIGURES.md](%s#method). ", figuresFromDocs)
+	w("The audit's lookups at 100k against 10M attempts (`make bench-history`): [bench/HISTORY-COSTS.md](%s).\n\n", historyFromDocs)
 
 	w("## Machine\n\n")
-	w("%s\n", r.machineTable(false))
+	w("%s, %d vCPU, %.1f GiB, for client, servers and idem alike", r.Machine.CPU, r.Machine.CPUs, r.Machine.MemGiB)
 	if r.shared() {
-		w("**The machine was shared during the main run** (load average %.2f at the start on %d vCPUs). Client, servers and idem share the same cores; read the ratios, not the absolute numbers.\n\n", r.Load[0].Load1, r.Machine.CPUs)
+		w("; **shared during the main run** (load average %.2f at its start)", r.Load[0].Load1)
 	}
+	w(". Versions and settings: [bench/FIGURES.md](%s#machine).\n\n", figuresFromDocs)
 
 	w("## How to run\n\n")
 	w("| command | what |\n|---|---|\n")
-	w("| `make bench` | the full run (15–40 min), then `make bench-history` and `make bench-cold`: writes `bench/results/full.json`, this file and `%s` with its chart; `go run ./bench/cmd/idembench -mode full -only PHASE` runs one of %s alone |\n", FiguresFile, strings.Join(Phases, ", "))
-	w("| `make bench-quick`, `make bench-cold-quick` | smoke runs of one to two minutes; they write their results only |\n")
-	w("| `go run ./bench/cmd/idembench -report bench/results/full.json -statements bench/results/statements-full.json -coldreport bench/results/cold-full.json -docs docs` | regenerate this file and `%s` from the saved runs |\n", FiguresFile)
-	w("| `IDEM_DATABASE_URL=postgres://… IDEM_NATS_URL=nats://… make bench` | against your servers: the role needs CREATEDB; the harness works in a new database `idembench_*` and streams `IDEMBENCH_*`, and drops them |\n")
-	w("| `go test ./bench/` | the smoke test (`make test` runs it): a tiny run, checks the numbers are sane, never their speed |\n")
+	w("| `make bench` | the full run (15–40 min), then `make bench-history`, `make bench-sources` and `make bench-cold`, writing `bench/results/` and these reports; `go run ./bench/cmd/idembench -mode full -only PHASE` runs one of %s alone |\n", strings.Join(Phases, ", "))
+	w("| `make bench-quick`, `make bench-cold-quick` | smoke runs of a minute or two, results only |\n")
+	w("| `make bench-docs` | regenerate this file and `%s` from the saved runs |\n", FiguresFile)
+	w("| `IDEM_DATABASE_URL=postgres://… IDEM_NATS_URL=nats://… make bench` | against your servers (the role needs CREATEDB); the harness drops what it creates |\n")
+	w("| `go test ./bench/` | the smoke tests `make test` runs: numbers checked sane, never their speed |\n")
 	return b.String()
 }
 
@@ -139,7 +139,7 @@ func (r *Results) Figures(chart string, cold *ColdResults, src *SourcesResults) 
 	}
 
 	w("## Machine\n\n")
-	w("%s\n", r.machineTable(true))
+	w("%s\n", r.machineTable())
 	if r.shared() {
 		w("**The machine was shared during this run** (the load average was already %.2f at the start on %d vCPUs: other sessions were building and testing). Client, servers and idem share the same cores, as they would on a small box; read the ratios, not the absolute numbers.\n\n", r.Load[0].Load1, r.Machine.CPUs)
 	}
@@ -173,9 +173,9 @@ func (r *Results) Figures(chart string, cold *ColdResults, src *SourcesResults) 
 	return b.String()
 }
 
-// machineTable is the machine a run measured on; with load, its server
-// settings and the load average at each of its phases too.
-func (r *Results) machineTable(load bool) string {
+// machineTable is the machine a run measured on, its server settings and
+// the load average at each of its phases.
+func (r *Results) machineTable() string {
 	m := r.Machine
 	t := &table{head: []string{"", ""}}
 	t.add("CPU", fmt.Sprintf("%s, %d vCPU", m.CPU, m.CPUs))
@@ -199,13 +199,9 @@ func (r *Results) machineTable(load bool) string {
 	for _, k := range keys {
 		set = append(set, k+"="+m.Settings[k])
 	}
-	if load {
-		t.add("settings", strings.Join(set, ", "))
-	}
+	t.add("settings", strings.Join(set, ", "))
 	t.add("Go, commit", m.Go+", "+orDefault(m.Commit, "unknown"))
-	if load {
-		t.add("load average (1 min) at each phase", r.loadSummary())
-	}
+	t.add("load average (1 min) at each phase", r.loadSummary())
 	return t.String()
 }
 

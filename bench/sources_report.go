@@ -143,7 +143,7 @@ func (r *SourcesResults) Section() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("## Sources: files and another PostgreSQL\n\n")
-	t := &table{head: []string{thousands(int64(r.Rows)) + " rows into an empty table", "idem", "by hand", "ratio", "target", "verdict"}}
+	t := &table{head: []string{labelRows(r.Rows) + " rows into an empty table", "idem ms", "psql ms", "ratio", "target", "verdict"}}
 	for _, tg := range srcTargets {
 		i, _ := r.med(tg.way)
 		ref, _ := r.med(tg.ref)
@@ -155,7 +155,7 @@ func (r *SourcesResults) Section() string {
 		if i/ref > tg.limit {
 			cell, verdict = "**"+cell+"**", "**missed**"
 		}
-		t.add(what, num(i)+" ms", num(ref)+" ms", cell, fmt.Sprintf("≤ %.2f×", tg.limit), verdict)
+		t.add(what, num(i), num(ref), cell, fmt.Sprintf("≤ %.2f×", tg.limit), verdict)
 	}
 	if len(r.Memory) > 0 {
 		cell, ok := r.memoryCell()
@@ -163,12 +163,12 @@ func (r *SourcesResults) Section() string {
 		if !ok {
 			verdict = "**missed**"
 		}
-		t.add(fmt.Sprintf("peak RSS, %s of %s", r.bigLabel(), r.memoryFormats()), cell+" MiB", "", "", fmt.Sprintf("≤ %d MiB", srcMemoryLimit), verdict)
+		t.add(fmt.Sprintf("peak RSS, %s %s", r.bigLabel(), r.memoryFormats()), cell+" MiB", "", "", fmt.Sprintf("≤ %d MiB", srcMemoryLimit), verdict)
 	}
 	w("%s\n", t)
-	w("Medians of %d loads of each way taking turns in one `%s` run (%s UTC, commit %s): idem through `idem serve` with delete_insert, publish to ack; psql `\\copy` of the CSV, or `psql COPY TO | psql COPY FROM`, start to exit. ",
-		r.Reps, orDefault(r.Command, "idembench"), r.Started.Format("2006-01-02 15:04"), orDefault(r.Machine.Commit, "unknown"))
-	w("Where idem's time goes (its stage table writes the rows twice): [bench/NOTES.md](%s); every load: [bench/FIGURES.md](%s).\n\n", notesFromDocs+"#sources-files-and-another-postgresql", figuresFromDocs+"#sources-files-and-another-postgresql")
+	w("Medians of %d loads of each way in turns (`make bench-sources`, %s UTC, commit %s): `idem serve`'s delete_insert from publish to ack, against psql's `\\copy` of the CSV or `psql COPY TO | psql COPY FROM` from start to exit. ",
+		r.Reps, r.Started.Format("2006-01-02 15:04"), orDefault(r.Machine.Commit, "unknown"))
+	w("Where idem's time goes (its stage table writes the rows twice): [bench/NOTES.md](%s#sources-files-and-another-postgresql); every load: [bench/FIGURES.md](%s#sources-files-and-another-postgresql).\n\n", notesFromDocs, figuresFromDocs)
 	return b.String()
 }
 
@@ -242,7 +242,7 @@ func (r *SourcesResults) Markdown() string {
 	w("**Method.** The target is `%s %s` with index(event_date), autovacuum off, on the benchmark's PostgreSQL; the source a second cluster with the same settings, its `%s` holding the partition and 10 rows of the day before, index(event_date), analysed. ", srcTarget, srcDDL, srcTable)
 	w("The files are one per partition under `dt=YYYY-MM-DD/`: CSV with a header (ISO timestamps), NDJSON (one object per line, the amount a JSON number), Parquet written by parquet-go (Snappy, the customer dictionary-encoded, DATE, DECIMAL(12,2), TIMESTAMP(µs, UTC), a row group per %s rows); the S3 way reads the same CSV put into versitygw (posix backend, on this machine). ", thousands(int64(r.GroupRows)))
 	w("One `idem serve` (the harness's config: defaults, info logs, the status page and metrics on) holds a delete_insert dataset per way into the same target; each dataset first loads a 10-row partition, untimed. ")
-	w("Before every load: TRUNCATE the target and CHECKPOINT. idem's time runs from the publish of the partition's event to idem's ack, which follows the commit; its in-transaction time is the audit's started_at → finished_at. psql runs as `psql -X -d URL -c …`, timed from its start to its exit (the pipe's two processes both). ")
+	w("Before every load: TRUNCATE the target and CHECKPOINT. idem's time runs from the publish of the partition's event to idem's ack, which follows the commit; its in-transaction time is the audit's started_at → finished_at. psql runs as `psql -X -d URL -c …` (the pipe: two of them), timed from start to exit. ")
 	if r.WarmUp {
 		w("A round of every way, unrecorded, comes first (the files in the page cache, the source table in shared_buffers). ")
 	}
