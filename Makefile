@@ -163,7 +163,7 @@ bench-cold: postgres ## the day-one scenario (up to 30 min): a fresh install's f
 bench-docs: ## docs/BENCHMARKS.md and bench/FIGURES.md again from the saved runs in bench/results/ (nothing runs)
 	$(BENCH_DOCS)
 
-bench-sources: postgres ## files and another PostgreSQL as sources (about 30 min; versitygw, a second cluster): 1M rows against psql, idem's peak RSS over 1 GiB files; bench/results/sources-full.json, then the docs again
+bench-sources: postgres ## files and another PostgreSQL as sources (about 10 min; versitygw, a second cluster): 1M rows against psql, idem's peak RSS over 1 GiB files; bench/results/sources-full.json, then the docs again
 	IDEM_BENCH_SOURCES=full IDEM_BENCH_SOURCES_OUT=$(CURDIR)/bench/results/sources-full.json \
 		$(GO) test -count=1 -run '^TestSources$$' -v -timeout 4h ./bench/
 	$(BENCH_DOCS)
