@@ -231,7 +231,7 @@ func (s *sources) run(ctx context.Context) error {
 	return s.memory(ctx)
 }
 
-// path is where format's file of day is, under root.
+// srcPath is where format's file of day is, under root.
 func srcPath(root, format string, day time.Time) string {
 	return filepath.Join(root, format, "dt="+day.Format(time.DateOnly), "part-00000."+format)
 }
