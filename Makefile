@@ -124,7 +124,7 @@ chaos-cluster-short: postgres ## the short cluster campaign (three nats-server, 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the
 # harness at existing servers; by default it starts its own.
-.PHONY: bench bench-quick bench-history bench-cold bench-cold-quick
+.PHONY: bench bench-quick bench-history bench-cold bench-cold-quick bench-sources bench-docs
 
 # The lone-event phase (i) compares this build with an earlier one, built
 # from git: by default the last commit before group loads.
@@ -135,23 +135,34 @@ bin/idem-$(BENCH_BASELINE):
 	@mkdir -p bin; d=$$(mktemp -d); git archive $(BENCH_BASELINE) | tar -x -C $$d && \
 		(cd $$d && $(GO) build -o $(CURDIR)/$@ ./cmd/idem); s=$$?; rm -rf $$d; exit $$s
 
-bench: postgres bin/idem-$(BENCH_BASELINE) ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, bench/FIGURES.md and its chart; then bench-history and bench-cold
+bench: postgres bin/idem-$(BENCH_BASELINE) ## full benchmark (15-40 min): table on stdout, bench/results/full.json, docs/BENCHMARKS.md, bench/FIGURES.md and its chart; then bench-history, bench-sources and bench-cold
 	$(GO) run ./bench/cmd/idembench -mode full -json bench/results/full.json -docs docs \
 		-baseline bin/idem-$(BENCH_BASELINE) -baseline-label "$(BENCH_BASELINE_LABEL)"
 	$(MAKE) bench-history
+	$(MAKE) bench-sources BENCH_DOCS_FROM="-report bench/results/full.json"
 	$(MAKE) bench-cold BENCH_DOCS_FROM="-report bench/results/full.json"
 
 bench-quick: postgres ## benchmark smoke run (about 1-2 min): table on stdout, bench/results/quick.json
 	$(GO) run ./bench/cmd/idembench -mode quick -json bench/results/quick.json
 
 # The saved runs docs/BENCHMARKS.md and bench/FIGURES.md are rendered from,
-# after the day-one targets and figures that bench-cold puts first (make bench, whose full run measures
-# every phase, passes its own full.json alone).
+# after the day-one targets and figures that bench-cold puts first and
+# with the sources section bench-sources writes (make bench, whose full run
+# measures every phase, passes its own full.json alone).
 BENCH_DOCS_FROM ?= -report bench/results/full.json -statements bench/results/statements-full.json
+BENCH_DOCS = $(GO) run ./bench/cmd/idembench $(BENCH_DOCS_FROM) -coldreport bench/results/cold-full.json -sources bench/results/sources-full.json -docs docs >/dev/null
 
 bench-cold: postgres ## the day-one scenario (up to 30 min): a fresh install's first backfill on 0 to 10M attempts of history, bench/results/cold-full.json, then docs/BENCHMARKS.md and bench/FIGURES.md again with it first
 	$(GO) run ./bench/cmd/idembench -mode full -cold bench/results/cold-full.json
-	$(GO) run ./bench/cmd/idembench $(BENCH_DOCS_FROM) -coldreport bench/results/cold-full.json -docs docs >/dev/null
+	$(BENCH_DOCS)
+
+bench-docs: ## docs/BENCHMARKS.md and bench/FIGURES.md again from the saved runs in bench/results/ (nothing runs)
+	$(BENCH_DOCS)
+
+bench-sources: postgres ## files and another PostgreSQL as sources (about 10 min; versitygw, a second cluster): 1M rows against psql, idem's peak RSS over 1 GiB files; bench/results/sources-full.json, then the docs again
+	IDEM_BENCH_SOURCES=full IDEM_BENCH_SOURCES_OUT=$(CURDIR)/bench/results/sources-full.json \
+		$(GO) test -count=1 -run '^TestSources$$' -v -timeout 4h ./bench/
+	$(BENCH_DOCS)
 
 bench-cold-quick: postgres ## the day-one scenario at 0 and 1k attempts, 600 events (1-2 min): table on stdout, bin/cold-quick.json
 	$(GO) run ./bench/cmd/idembench -mode quick -cold bin/cold-quick.json

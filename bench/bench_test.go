@@ -213,12 +213,12 @@ func TestHarnessSmoke(t *testing.T) {
 	require.Contains(t, again.Markdown(), "CPU per event, by process")
 	require.NotEmpty(t, again.Verdicts())
 	require.True(t, strings.HasPrefix(again.SVG(), "<svg"))
-	doc := again.Document(nil)
+	doc := again.Document(nil, nil)
 	require.Contains(t, doc, "## Targets")
 	require.Contains(t, doc, "## Method")
 	require.NotContains(t, doc, "(c) Big partitions", "the figures are in bench/FIGURES.md")
 	require.Contains(t, doc, "(../bench/FIGURES.md)")
-	figures := again.Figures(Chart, nil)
+	figures := again.Figures(Chart, nil, nil)
 	require.Contains(t, figures, again.Markdown())
 	require.Contains(t, figures, "]("+Chart+")")
 
@@ -226,7 +226,7 @@ func TestHarnessSmoke(t *testing.T) {
 	other := &Results{Mode: ModeTiny, Command: "idembench -mode tiny"}
 	require.NoError(t, other.TakeStatements(again))
 	require.Error(t, other.TakeStatements(again), "it has (j) of its own now")
-	require.Contains(t, other.Figures("", nil), "(j), the statement modes")
+	require.Contains(t, other.Figures("", nil, nil), "(j), the statement modes")
 	require.Contains(t, other.Markdown(), "_These figures come from a run of their own")
 }
 

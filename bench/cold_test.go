@@ -71,11 +71,11 @@ func TestColdSmoke(t *testing.T) {
 	for _, want := range []string{"## Day one: a fresh install's first backfill", "cold ÷ pgbench -c 4", "flat: PostgreSQL CPU per event", "**Method.**", "Top statements at 1k attempts, cold pass"} {
 		require.Contains(t, md, want)
 	}
-	doc := (&Results{}).Document(again)
+	doc := (&Results{}).Document(again, nil)
 	require.Contains(t, doc, "| day one: cold ÷ pgbench -c 4 ≥ 1.00× |", "the day-one targets lead BENCHMARKS.md's table")
 	require.NotContains(t, doc, "Top statements at", "the details go to bench/FIGURES.md")
-	require.NotContains(t, (&Results{}).Document(nil), "day one")
-	figures := (&Results{}).Figures("", again)
+	require.NotContains(t, (&Results{}).Document(nil, nil), "day one")
+	figures := (&Results{}).Figures("", again, nil)
 	require.Less(t, strings.Index(figures, "## Day one"), strings.Index(figures, "## The main run"))
 	for _, want := range []string{"cold ÷ pgbench -c 4", "**Method.**", "Top statements at 1k attempts, cold pass"} {
 		require.Contains(t, figures, want)

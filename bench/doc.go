@@ -35,6 +35,16 @@
 // process from /proc (cpu.go): the PostgreSQL cluster, `idem serve`, and
 // its own process with the embedded NATS server.
 //
+// # Sources
+//
+// RunSources (sources.go) measures one partition loaded by `idem serve`
+// from files (CSV on local disk and in S3, NDJSON, Parquet) and from a
+// second PostgreSQL cluster against psql's `\copy` and `psql COPY TO |
+// psql COPY FROM` in turns, and idem's peak RSS over a large file of each
+// format. Its S3 server is versitygw from testkit/s3test, so it runs as a
+// test: TestSources, tiny in `make test`, full in `make bench-sources`,
+// which writes bench/results/sources-full.json for `idembench -sources`.
+//
 // # The limit is captured, not hand-written
 //
 // The "limit" replays, per event, the statements idem's handler issued for one

@@ -71,6 +71,10 @@ type env struct {
 	// configExtra is appended to the next config startIdem writes (a
 	// section of its own, such as tracing:).
 	configExtra string
+	// serveEnv adds variables to the environment of the `idem serve`
+	// children startIdem starts (the S3 credentials of the sources
+	// benchmark).
+	serveEnv []string
 	// serve is where the configs startIdem writes point idem, and how it
 	// sends statements there (see serveThrough).
 	serve serveRoute

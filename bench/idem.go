@@ -222,7 +222,7 @@ func (e *env) startIdem(ctx context.Context, name string, inFlight int, dss []da
 	if err != nil {
 		return nil, err
 	}
-	p, err := spawnServe(e.idemBin, e.work, name, cfg)
+	p, err := spawnServe(e.idemBin, e.work, name, cfg, e.serveEnv...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,15 +249,15 @@ func (e *env) startIdem(ctx context.Context, name string, inFlight int, dss []da
 }
 
 // spawnServe starts `idem serve` (bin) on cfg, its output in work/name.log,
-// without waiting for it to be up.
-func spawnServe(bin, work, name, cfg string) (*idemProc, error) {
+// without waiting for it to be up; env adds to childEnv.
+func spawnServe(bin, work, name, cfg string, env ...string) (*idemProc, error) {
 	p := &idemProc{name: name, cfg: cfg, logPath: filepath.Join(work, name+".log"), done: make(chan error, 1)}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
 	}
 	p.cmd = exec.Command(bin, "serve", "--config", cfg, "--grace", "60s")
-	p.cmd.Env = childEnv()
+	p.cmd.Env = append(childEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		logf.Close()

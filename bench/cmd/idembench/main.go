@@ -22,6 +22,11 @@
 //
 //	go run ./bench/cmd/idembench -mode full -cold bench/results/cold-full.json
 //	go run ./bench/cmd/idembench -report bench/results/full.json -coldreport bench/results/cold-full.json -docs docs
+//
+// -sources adds the section of a sources run (`make bench-sources`, a test
+// of package bench: it needs versitygw) to the report:
+//
+//	go run ./bench/cmd/idembench -report bench/results/full.json -sources bench/results/sources-full.json -docs docs
 package main
 
 import (
@@ -69,11 +74,12 @@ func run(args []string, out, errOut io.Writer) int {
 	statementsFrom := fs.String("statements", "", "with -report: take the statement-mode figures (j) from this results file (an -only statements run)")
 	coldPath := fs.String("cold", "", "run only the day-one scenario (a fresh install's first backfill) at -mode's sizes and write its results here")
 	coldFrom := fs.String("coldreport", "", "put the day-one targets of this results file (a -cold run) first in BENCHMARKS.md, its figures first in the figures file")
+	sourcesFrom := fs.String("sources", "", "put the sources section of this results file (make bench-sources) in BENCHMARKS.md and the figures file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *coldPath != "" {
-		if *report != "" || *docs != "" || *coldFrom != "" {
+		if *report != "" || *docs != "" || *coldFrom != "" || *sourcesFrom != "" {
 			fmt.Fprintln(errOut, "idembench: -cold writes its results and its table only; render the report with -report FILE -coldreport FILE -docs DIR")
 			return 2
 		}
@@ -86,6 +92,14 @@ func run(args []string, out, errOut io.Writer) int {
 	if *coldFrom != "" {
 		var err error
 		if cold, err = bench.LoadCold(*coldFrom); err != nil {
+			fmt.Fprintln(errOut, "idembench:", err)
+			return 1
+		}
+	}
+	var src *bench.SourcesResults
+	if *sourcesFrom != "" {
+		var err error
+		if src, err = bench.LoadSources(*sourcesFrom); err != nil {
 			fmt.Fprintln(errOut, "idembench:", err)
 			return 1
 		}
@@ -165,8 +179,8 @@ func run(args []string, out, errOut io.Writer) int {
 		doc := filepath.Join(*docs, "BENCHMARKS.md")
 		for _, f := range []struct{ path, body string }{
 			{chart, res.SVG()},
-			{*figures, res.Figures(bench.Chart, cold)},
-			{doc, res.Document(cold)},
+			{*figures, res.Figures(bench.Chart, cold, src)},
+			{doc, res.Document(cold, src)},
 		} {
 			if err := os.WriteFile(f.path, []byte(f.body), 0o644); err != nil {
 				fmt.Fprintln(errOut, "idembench:", err)

@@ -14,7 +14,7 @@ const root = "../../.."
 
 // TestDocsGenerated: docs/BENCHMARKS.md, bench/FIGURES.md and its chart are
 // what the generator makes of the saved runs in bench/results/, as `make
-// bench-cold` renders them. Nothing runs: it only renders again.
+// bench-docs` renders them. Nothing runs: it only renders again.
 func TestDocsGenerated(t *testing.T) {
 	dir := t.TempDir()
 	results := func(name string) string { return filepath.Join(root, "bench", "results", name) }
@@ -23,6 +23,7 @@ func TestDocsGenerated(t *testing.T) {
 		"-report", results("full.json"),
 		"-statements", results("statements-full.json"),
 		"-coldreport", results("cold-full.json"),
+		"-sources", results("sources-full.json"),
 		"-docs", dir,
 		"-figures", filepath.Join(dir, "FIGURES.md"),
 	}, &out, &errOut)
@@ -43,7 +44,7 @@ func TestDocsGenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s is not what the generator makes of bench/results/: run\n\tgo run ./bench/cmd/idembench -report bench/results/full.json -statements bench/results/statements-full.json -coldreport bench/results/cold-full.json -docs docs\n(first difference: %s)",
+			t.Errorf("%s is not what the generator makes of bench/results/: run make bench-docs\n(first difference: %s)",
 				committed, firstDifference(string(want), string(got)))
 		}
 	}
