@@ -221,13 +221,7 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		baseline = n
 	}
 	sctx, end := l.span(ctx, "load")
-	if l.stage != nil {
-		if err := l.stage.copy(sctx, tx, l.key, l.a.RunID); err != nil {
-			end(err)
-			return out, err
-		}
-	}
-	res, err := l.ds.Strategy.Execute(sctx, tx, l.plan, l.params())
+	res, err := l.execute(sctx, tx)
 	end(err)
 	if err != nil {
 		return out, err
@@ -273,6 +267,25 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 		l.h.Enqueued()
 	}
 	return out, err
+}
+
+// execute runs the strategy. A staged source's rows are copied into the
+// stage the strategy reads, or, where the strategy takes them so
+// (strategies.CopyLoader: delete_insert), straight into the target, which
+// writes them once instead of twice.
+func (l *loading) execute(ctx context.Context, tx pgx.Tx) (strategies.Result, error) {
+	if l.stage == nil {
+		return l.ds.Strategy.Execute(ctx, tx, l.plan, l.params())
+	}
+	if cl, ok := l.ds.Strategy.(strategies.CopyLoader); ok {
+		return cl.ExecuteCopy(ctx, tx, l.plan, l.params(), func(ctx context.Context, table pgx.Identifier, where string) (int64, error) {
+			return l.stage.copyInto(ctx, tx, l.key, l.a.RunID, table, where)
+		})
+	}
+	if _, err := l.stage.copyInto(ctx, tx, l.key, l.a.RunID, pgx.Identifier{"pg_temp", StageTable}, ""); err != nil {
+		return strategies.Result{}, err
+	}
+	return l.ds.Strategy.Execute(ctx, tx, l.plan, l.params())
 }
 
 // result is the event's result for attempt id, as JSON.

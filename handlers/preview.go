@@ -72,7 +72,7 @@ func (h *Handler) Preview(ctx context.Context, ev schemas.Event) (Preview, error
 		if _, err := tx.Exec(ctx, st.def.create); err != nil {
 			return pv, Classify(err)
 		}
-		if err := st.copy(ctx, tx, ev.Key, ev.RunID); err != nil {
+		if _, err := st.copyInto(ctx, tx, ev.Key, ev.RunID, pgx.Identifier{"pg_temp", StageTable}, ""); err != nil {
 			return pv, Classify(err)
 		}
 		pv.Fingerprint, pv.Files = st.sourceFiles()

@@ -230,25 +230,28 @@ func (st *staging) queueCreate(b *pgx.Batch) {
 	b.Queue(st.def.create)
 }
 
-// copy fills the stage with the attempt's rows: the files of the listing
-// ready accepted, each read with the identity it was listed with (a file
-// replaced since fails the attempt, transient, never loads two versions),
-// or the query on the source server, in one REPEATABLE READ snapshot.
-func (st *staging) copy(ctx context.Context, tx pgx.Tx, p schemas.Partition, runID string) error {
+// copyInto fills table (the stage, or the target itself) with the
+// attempt's rows, each meeting where (COPY … WHERE; "" for none): the
+// files of the listing ready accepted, each read with the identity it was
+// listed with (a file replaced since fails the attempt, transient, never
+// loads two versions), or the query on the source server, in one
+// REPEATABLE READ snapshot. It returns the rows written.
+func (st *staging) copyInto(ctx context.Context, tx pgx.Tx, p schemas.Partition, runID string, table pgx.Identifier, where string) (int64, error) {
 	s := st.s
-	table := pgx.Identifier{"pg_temp", StageTable}
 	if s.Postgres != nil {
 		cols := make([]string, len(st.def.columns))
 		for i, c := range st.def.columns {
 			cols[i] = c.Name
 		}
-		_, err := pgsource.Copy(ctx, *s.Postgres, pgsource.Params{Partition: p.Key, RunID: runID}, tx, pgsource.Target{Table: table, Columns: cols})
+		res, err := pgsource.Copy(ctx, *s.Postgres, pgsource.Params{Partition: p.Key, RunID: runID}, tx,
+			pgsource.Target{Table: table, Columns: cols, Where: where})
 		// A standby that fell behind since ready asked is an ordinary
 		// transient failure here: the attempt already counts.
-		return err
+		return res.Rows, err
 	}
-	_, err := files.Copy(ctx, tx.Conn().PgConn(), s.Files.Store, s.Files.Spec, st.listing, st.target(p))
-	return err
+	t := st.target(p)
+	t.Table, t.Where = table, where
+	return files.Copy(ctx, tx.Conn().PgConn(), s.Files.Store, s.Files.Spec, st.listing, t)
 }
 
 // target is the stage as the files fill it, the partition column filled

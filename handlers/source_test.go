@@ -102,6 +102,7 @@ func TestFilesSourceWaitsForItsMarkerThenLoadsOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, audit.StatusSuccess, out.Status)
 	require.Equal(t, int64(3), out.Rows.Inserted)
+	require.Equal(t, "copy_delete", out.Rows.Route, "delete_insert copies the files straight into the target")
 	require.Equal(t, int64(3), e.db.Int(t, "SELECT count(*) FROM analytics.t WHERE event_date = '2026-11-28'"))
 	var note string
 	require.NoError(t, e.db.Pool.QueryRow(context.Background(), "SELECT note FROM analytics.t WHERE id = 2").Scan(&note))
@@ -249,4 +250,29 @@ func TestPostgresSourceLoadsThePartition(t *testing.T) {
 		db.Checksum(t, "SELECT id, event_date, amount, note FROM analytics.t"), "row for row, loaded once")
 	require.Equal(t, int64(2), db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'"))
 	require.Equal(t, int64(1), db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'skipped'"))
+}
+
+// Files that carry the partition column: a row of another day fails the
+// load (fatal, nothing written, the partition's rows kept), as a source
+// query's stray row does; rows of the day load straight into the target.
+func TestFilesSourceRowOutsideThePartition(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := files.Spec{URL: "file://" + dir + "/dt={partition}/", Format: files.CSV}.WithDefaults()
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	store, err := files.NewStore(spec, files.S3Options{})
+	require.NoError(t, err)
+	e := newStagedEnv(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"},
+		stagedDDL, spec, store, time.Hour)
+	part := filepath.Join(dir, "dt=2026-11-28")
+	writeFile(t, filepath.Join(part, "a.csv"), "id,event_date,amount,note\n1,2026-11-28,1.00,a\n2,2026-11-28,2.00,b\n")
+	out, err := e.load("2026-11-28", "r1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, int64(2), out.Rows.Inserted)
+
+	writeFile(t, filepath.Join(part, "b.csv"), "id,event_date,amount,note\n3,2026-11-28,3.00,c\n4,2026-11-27,4.00,d\n")
+	_, err = e.load("2026-11-28", "r2", time.Now())
+	require.True(t, handlers.IsFatal(err), "%v", err)
+	require.ErrorContains(t, err, "source returned a row for partition 2026-11-27 while loading partition 2026-11-28")
+	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM analytics.t"), "rolled back: the last load's rows stay")
 }

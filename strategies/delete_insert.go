@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idem-data/idem/internal/sqlcheck"
+
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -138,8 +140,67 @@ func (s *DeleteInsert) execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Param
 	return res, nil
 }
 
+// ExecuteCopy loads the partition with copyIn in place of the INSERT …
+// SELECT (route copy_delete, copy_delete_child or copy_truncate_child): the
+// rows are written once, into the target, instead of into a stage and
+// again from it. On the parent, each row is checked against the partition
+// as the INSERT checks it (idem.partition_mismatch raises for a row
+// outside it); a child's partition constraint checks it there.
+func (s *DeleteInsert) ExecuteCopy(ctx context.Context, tx pgx.Tx, dp *Plan, p Params, copyIn CopyIn) (Result, error) {
+	if err := dp.resolve(ctx, tx); err != nil {
+		return Result{}, err
+	}
+	res, err := s.executeCopy(ctx, tx, dp, p, copyIn)
+	return res, dp.stale(err)
+}
+
+func (s *DeleteInsert) executeCopy(ctx context.Context, tx pgx.Tx, dp *Plan, p Params, copyIn CopyIn) (Result, error) {
+	pl, err := s.plan(dp, p)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Route: "copy_" + pl.route, Deleted: -1}
+	where := ""
+	if pl.route == routeDelete {
+		pc := s.spec.PartitionColumn
+		col, _ := dp.target.column(pc)
+		lit, err := sqlcheck.Literal(p.Partition)
+		if err != nil {
+			return res, fmt.Errorf("partition %q %w", p.Partition, err)
+		}
+		// The literal is folded into a constant of the column's type once;
+		// only a row outside the partition reaches the function.
+		where = "CASE WHEN " + q(pc) + " = " + lit + "::" + col.Type + " THEN true ELSE idem.partition_mismatch(" + q(pc) + ", " + lit + ") END"
+	}
+	b := &pgx.Batch{}
+	// The literals are U&'…' constants beyond plain characters, which need
+	// standard_conforming_strings.
+	b.Queue("SET LOCAL standard_conforming_strings = on")
+	pl.queueDelete(b, p, &res)
+	if err := send(ctx, tx, b); err != nil {
+		if pl.truncate() && isLockTimeout(err) {
+			return res, fmt.Errorf("truncate_partition: TRUNCATE %s waited %s for queries reading it and gave up so as not to stall its readers; the load is retried later: %w",
+				pl.into, LockTimeout, err)
+		}
+		return res, err
+	}
+	if res.Inserted, err = copyIn(ctx, pgx.Identifier{pl.into.Schema, pl.into.Name}, where); err != nil {
+		return res, err
+	}
+	if res.Inserted == 0 && !s.spec.AllowEmpty {
+		return res, ErrEmptySource
+	}
+	return res, nil
+}
+
 // queue puts the load's statements on b; their callbacks count into res.
 func (pl *deleteInsertPlan) queue(b *pgx.Batch, p Params, res *Result) {
+	pl.queueDelete(b, p, res)
+	b.Queue(pl.ins, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
+}
+
+// queueDelete puts the DELETE (or the child's TRUNCATE) on b.
+func (pl *deleteInsertPlan) queueDelete(b *pgx.Batch, p Params, res *Result) {
 	if pl.truncate() {
 		// TRUNCATE waits for every reader of the child, and every later
 		// reader waits behind it: bounded, so a long report makes the load
@@ -150,7 +211,6 @@ func (pl *deleteInsertPlan) queue(b *pgx.Batch, p Params, res *Result) {
 	} else {
 		b.Queue(pl.del, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Deleted = ct.RowsAffected(); return nil })
 	}
-	b.Queue(pl.ins, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
 }
 
 func (s *DeleteInsert) Check(ctx context.Context, tx pgx.Tx, p Params) error {

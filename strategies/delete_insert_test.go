@@ -2,10 +2,12 @@ package strategies
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/testkit/pgtest"
@@ -108,4 +110,73 @@ func TestTruncateLockTimeout(t *testing.T) {
 		require.GreaterOrEqual(t, took, tc.waits, tc.lockTimeout)
 		require.Less(t, took, tc.waits+time.Second, tc.lockTimeout)
 	}
+}
+
+// ExecuteCopy: the partition's rows copied straight into the target. On a
+// table, each row is checked against the partition through COPY … WHERE,
+// with the partition a literal (here a hostile text one); on a child of a
+// partitioned table, the child's constraint checks it.
+func TestExecuteCopy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE SCHEMA idem; CREATE SCHEMA staging; CREATE SCHEMA analytics;
+CREATE FUNCTION idem.partition_mismatch(got anyelement, want text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS
+  $$ BEGIN RAISE EXCEPTION 'source returned a row for partition % while loading partition %', got, want USING ERRCODE = '22023'; END $$;
+CREATE TABLE staging.src (id bigint, k text);
+CREATE TABLE analytics.p (id bigint, k text NOT NULL);
+INSERT INTO analytics.p VALUES (0, 'other'), (9, $$O'Brien; DROP TABLE analytics.p; --\$x$$);
+CREATE TABLE staging.dsrc (id bigint, event_date date);
+CREATE TABLE analytics.d (id bigint, event_date date NOT NULL) PARTITION BY RANGE (event_date);
+CREATE TABLE analytics.d_20261128 PARTITION OF analytics.d FOR VALUES FROM ('2026-11-28') TO ('2026-11-29');
+CREATE TABLE analytics.d_rest PARTITION OF analytics.d DEFAULT;`)
+	hostile := `O'Brien; DROP TABLE analytics.p; --\$x`
+	load := func(target, pc, source string, p Params, data string) (Result, error) {
+		s, err := New("delete_insert", Spec{Target: Table{Schema: "analytics", Name: target}, PartitionColumn: pc, Source: source})
+		require.NoError(t, err)
+		var res Result
+		err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			pl := s.Describe(b, p)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			var err error
+			res, err = s.(CopyLoader).ExecuteCopy(ctx, tx, pl, p, func(ctx context.Context, table pgx.Identifier, where string) (int64, error) {
+				sql := "COPY " + table.Sanitize() + " (id, " + pgx.Identifier{pc}.Sanitize() + ") FROM STDIN"
+				if where != "" {
+					sql += " WHERE " + where
+				}
+				tag, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(data), sql)
+				return tag.RowsAffected(), err
+			})
+			return err
+		})
+		return res, err
+	}
+
+	tsv := strings.ReplaceAll(hostile, `\`, `\\`)
+	res, err := load("p", "k", "SELECT id, k FROM staging.src WHERE k = @partition", Params{Partition: hostile, RunID: "r1"}, "1\t"+tsv+"\n2\t"+tsv+"\n")
+	require.NoError(t, err)
+	require.Equal(t, Result{Inserted: 2, Deleted: 1, Route: "copy_delete"}, res)
+	require.Equal(t, int64(2), db.Int(t, "SELECT count(*) FROM analytics.p WHERE k = $1", hostile))
+	require.Equal(t, int64(1), db.Int(t, "SELECT count(*) FROM analytics.p WHERE k = 'other'"), "another partition's rows stay")
+
+	_, err = load("p", "k", "SELECT id, k FROM staging.src WHERE k = @partition", Params{Partition: hostile, RunID: "r2"}, "3\t"+tsv+"\n4\tother\n")
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "22023", pgErr.Code)
+	require.Contains(t, pgErr.Message, "source returned a row for partition other while loading partition "+hostile)
+	require.Equal(t, int64(2), db.Int(t, "SELECT count(*) FROM analytics.p WHERE k = $1", hostile), "rolled back")
+
+	res, err = load("d", "event_date", "SELECT id, event_date FROM staging.dsrc WHERE event_date = @partition", Params{Partition: "2026-11-28", RunID: "r1"},
+		"1\t2026-11-28\n2\t2026-11-28\n")
+	require.NoError(t, err)
+	require.Equal(t, "copy_delete_child", res.Route)
+	require.Equal(t, int64(2), db.Int(t, "SELECT count(*) FROM analytics.d_20261128"))
+	_, err = load("d", "event_date", "SELECT id, event_date FROM staging.dsrc WHERE event_date = @partition", Params{Partition: "2026-11-28", RunID: "r2"},
+		"1\t2026-11-28\n2\t2026-11-29\n")
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23514", pgErr.Code, "the child's partition constraint")
+	require.Zero(t, db.Int(t, "SELECT count(*) FROM analytics.d_rest"))
 }

@@ -84,7 +84,8 @@ func (p Params) args() pgx.NamedArgs {
 type Result struct {
 	Inserted, Updated, Deleted int64
 	// Route names the SQL path taken, for logs and benchmarks: delete,
-	// delete_child or truncate_child (delete_insert), merge, on_conflict or
+	// delete_child or truncate_child (delete_insert; copy_ before it when
+	// the rows were copied straight into the target), merge, on_conflict or
 	// on_conflict_deduped (merge), append (append_dedupe).
 	Route string
 }
@@ -134,6 +135,22 @@ type GroupLoader interface {
 	// the batch's error (nil when it went through) to the load's.
 	QueueLoad(ctx context.Context, tx pgx.Tx, pl *Plan, p Params, b *pgx.Batch) (res *Result, finish func(error) error, err error)
 }
+
+// CopyLoader is a strategy that can take a partition's rows straight from
+// a COPY into the target, instead of an INSERT … SELECT from a source
+// (delete_insert, for sources outside the warehouse).
+type CopyLoader interface {
+	Strategy
+	// ExecuteCopy is Execute with copyIn in place of the INSERT: it
+	// deletes (or truncates) the partition, then copyIn copies the rows
+	// into the table the INSERT would write, checking each against where
+	// (a COPY … WHERE condition; "" when the table's own constraint
+	// does), and returns the rows it wrote.
+	ExecuteCopy(ctx context.Context, tx pgx.Tx, pl *Plan, p Params, copyIn CopyIn) (Result, error)
+}
+
+// CopyIn copies a partition's rows into table, each row meeting where.
+type CopyIn func(ctx context.Context, table pgx.Identifier, where string) (int64, error)
 
 // Load describes and runs a load of p inside tx, for callers with nothing to
 // send in the same round trip as the catalog reads.

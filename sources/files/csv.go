@@ -45,7 +45,7 @@ func openCSV(f *File, body io.ReadCloser, t Target) (*Stream, error) {
 		return nil, &SchemaError{URL: f.URL, Problems: problems}
 	}
 	s := &Stream{close: body.Close}
-	s.sql = copySQL(t.Table, append(cols, fill...), "csv")
+	s.sql = copySQL(t, append(cols, fill...), "csv")
 	if len(fill) == 0 {
 		s.r = br
 		return s, nil

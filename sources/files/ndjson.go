@@ -39,7 +39,7 @@ func openNDJSON(f *File, body io.ReadCloser, t Target) (*Stream, error) {
 		}
 	}
 	r.pending = true
-	return &Stream{sql: copySQL(t.Table, cols, "text"), r: &rowReader{enc: r}, close: body.Close}, nil
+	return &Stream{sql: copySQL(t, cols, "text"), r: &rowReader{enc: r}, close: body.Close}, nil
 }
 
 // ndjsonRows decodes objects one at a time.

@@ -96,7 +96,7 @@ func openParquet(f *File, ra ReaderAt, allow Allow, t Target) (*Stream, error) {
 	for i, c := range t.Columns {
 		cols[i] = c.Name
 	}
-	s := &Stream{sql: copySQL(t.Table, cols, "text"), r: &rowReader{enc: p}, close: p.close}
+	s := &Stream{sql: copySQL(t, cols, "text"), r: &rowReader{enc: p}, close: p.close}
 	if pf.NumRows() == 0 {
 		s.empty = true
 	}

@@ -28,6 +28,10 @@ type Target struct {
 	// PostgreSQL reads for the column's type: the partition key, the run
 	// id. A column the file has is read from the file, not filled.
 	Fill map[string]string
+	// Where, when set, is a condition COPY checks on each row (COPY …
+	// WHERE), written by the caller as SQL: its names quoted, its values
+	// literals (COPY takes no bind parameters).
+	Where string
 }
 
 // Validate checks t on its own.
@@ -85,11 +89,11 @@ func (t Target) closest(name string) string {
 	return ""
 }
 
-// copySQL is the COPY statement for cols, in that order.
-func copySQL(table pgx.Identifier, cols []string, format string) string {
+// copySQL is the COPY statement into t for cols, in that order.
+func copySQL(t Target, cols []string, format string) string {
 	var b strings.Builder
 	b.WriteString("COPY ")
-	b.WriteString(table.Sanitize())
+	b.WriteString(t.Table.Sanitize())
 	b.WriteString(" (")
 	for i, c := range cols {
 		if i > 0 {
@@ -100,6 +104,10 @@ func copySQL(table pgx.Identifier, cols []string, format string) string {
 	b.WriteString(") FROM STDIN (FORMAT ")
 	b.WriteString(format)
 	b.WriteString(", ENCODING 'UTF8')")
+	if t.Where != "" {
+		b.WriteString(" WHERE ")
+		b.WriteString(t.Where)
+	}
 	return b.String()
 }
 

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/internal/sqlcheck"
 )
 
 // COPY (query) TO STDOUT takes no bind parameters, so @partition and @run_id
@@ -126,44 +127,12 @@ func (e *PartitionError) Fatal() bool { return true }
 func (e *PartitionError) FatalReason() string { return ReasonInvalidPartition }
 
 // literal quotes v as a SQL string constant for a session with
-// standard_conforming_strings on (see the comment at the top of this file).
+// standard_conforming_strings on (sqlcheck.Literal, and the comment at the
+// top of this file).
 func literal(field, v string) (string, error) {
-	if strings.IndexByte(v, 0) >= 0 {
-		return "", &PartitionError{Field: field, Problem: "holds a NUL character, which PostgreSQL text cannot hold"}
+	l, err := sqlcheck.Literal(v)
+	if err != nil {
+		return "", &PartitionError{Field: field, Problem: err.Error()}
 	}
-	if !utf8.ValidString(v) {
-		return "", &PartitionError{Field: field, Problem: "is not valid UTF-8"}
-	}
-	plain := true
-	for i := 0; i < len(v); i++ {
-		if !plainByte(v[i]) {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return "'" + v + "'", nil
-	}
-	var b strings.Builder
-	b.WriteString("U&'")
-	for _, r := range v {
-		switch {
-		case r < utf8.RuneSelf && plainByte(byte(r)):
-			b.WriteRune(r)
-		case r <= 0xFFFF:
-			fmt.Fprintf(&b, `\%04x`, r)
-		default:
-			fmt.Fprintf(&b, `\+%06x`, r)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String(), nil
-}
-
-// plainByte reports the characters a literal holds as themselves: none of
-// them starts or ends a string, a quoted name, a dollar quote, a comment or
-// a statement, nor is the escape character of U&'...'.
-func plainByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		strings.IndexByte(" -:._,+/", c) >= 0
+	return l, nil
 }

@@ -23,6 +23,10 @@ type Target struct {
 	// SQL's order, unquoted (quoted here). Empty means all of the table's
 	// columns, in the table's order.
 	Columns []string
+	// Where, when set, is a condition COPY checks on each row (COPY …
+	// WHERE), written by the caller as SQL: its names quoted, its values
+	// literals.
+	Where string
 }
 
 // Result is what one Copy did.
@@ -102,6 +106,9 @@ func Copy(ctx context.Context, spec Spec, p Params, dst pgx.Tx, to Target) (Resu
 		copyFrom += " (" + strings.Join(cols, ", ") + ")"
 	}
 	copyFrom += " FROM STDIN"
+	if to.Where != "" {
+		copyFrom += " WHERE " + to.Where
+	}
 
 	var res Result
 	res.Attempts, err = withSource(ctx, spec, func(s *session, src Source) error {
