@@ -32,13 +32,12 @@ var idemBin string
 func TestMain(m *testing.M) {
 	// The suites wait on servers and clocks (Prometheus's scrapes and
 	// rule periods, outages, ack waits) far more than they compute: run
-	// six of them at once on any machine, unless -parallel
-	// was given.
+	// eight of them at once on any machine, unless -parallel was given.
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		_ = flag.Set("test.parallel", "6")
+		_ = flag.Set("test.parallel", "8")
 	}
 	dir, err := os.MkdirTemp("", "idem-e2e-bin-")
 	if err != nil {
