@@ -32,12 +32,13 @@ var idemBin string
 func TestMain(m *testing.M) {
 	// The suites wait on servers and clocks (Prometheus's scrapes and
 	// rule periods, outages, ack waits) far more than they compute: run
-	// eight of them at once on any machine, unless -parallel was given.
+	// six of them at once on any machine, unless -parallel
+	// was given.
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		_ = flag.Set("test.parallel", "8")
+		_ = flag.Set("test.parallel", "6")
 	}
 	dir, err := os.MkdirTemp("", "idem-e2e-bin-")
 	if err != nil {
