@@ -212,8 +212,18 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	// there before an attempt is counted: one that is not waits.
 	var st *staging
 	if ds.Stage != nil {
+		if ds.Stage.Evolve && !ds.prepared.Load() {
+			// The files' columns are compared with the stage's, which the
+			// dataset's preparation reads.
+			if err := h.PrepareDataset(ctx, ds); err != nil {
+				return Outcome{}, classifyBeforeLoad(err)
+			}
+		}
 		if st, err = ds.Stage.ready(ctx, ev.Key, m.Published, time.Now()); err != nil {
 			h.recordWait(ctx, a, ds.Stage, m.Published, err)
+			return Outcome{}, err
+		}
+		if err := ds.Stage.newColumns(ctx, h.DB, ds.Target, st); err != nil {
 			return Outcome{}, err
 		}
 	}

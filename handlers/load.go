@@ -271,13 +271,14 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 
 // execute runs the strategy. A staged source's rows are copied into the
 // stage the strategy reads, or, where the strategy takes them so
-// (strategies.CopyLoader: delete_insert), straight into the target, which
-// writes them once instead of twice.
+// (strategies.CopyLoader: delete_insert) and the files bring no column the
+// target lacks, straight into the target, which writes them once instead
+// of twice.
 func (l *loading) execute(ctx context.Context, tx pgx.Tx) (strategies.Result, error) {
 	if l.stage == nil {
 		return l.ds.Strategy.Execute(ctx, tx, l.plan, l.params())
 	}
-	if cl, ok := l.ds.Strategy.(strategies.CopyLoader); ok {
+	if cl, ok := l.ds.Strategy.(strategies.CopyLoader); ok && l.stage.direct() {
 		return cl.ExecuteCopy(ctx, tx, l.plan, l.params(), func(ctx context.Context, table pgx.Identifier, where string) (int64, error) {
 			return l.stage.copyInto(ctx, tx, l.key, l.a.RunID, table, where)
 		})

@@ -56,6 +56,9 @@ func (h *Handler) Preview(ctx context.Context, ev schemas.Event) (Preview, error
 		if st, err = ds.Stage.ready(ctx, ev.Key, now, now); err != nil {
 			return pv, err
 		}
+		if err := ds.Stage.newColumns(ctx, h.DB, ds.Target, st); err != nil {
+			return pv, err
+		}
 	}
 	tx, err := h.DB.Begin(ctx)
 	if err != nil {
@@ -68,7 +71,7 @@ func (h *Handler) Preview(ctx context.Context, ev schemas.Event) (Preview, error
 	if st != nil {
 		// The stage, filled as the load fills it: every row of every file
 		// read, each file with the identity it was listed with.
-		st.def = st.s.def.Load()
+		st.def = st.stageDef()
 		if _, err := tx.Exec(ctx, st.def.create); err != nil {
 			return pv, Classify(err)
 		}

@@ -44,6 +44,13 @@ type Staged struct {
 	// Reserved are the target's columns the strategy fills itself
 	// (append_dedupe's run_id and load sequence): never staged.
 	Reserved []string
+	// Evolve: the dataset's on_schema_change may take a file column the
+	// target lacks (ignore, append_new_columns, sync_all_columns). Each
+	// attempt then reads its files' headers or footers first, and a column
+	// the target lacks joins the stage, where the strategy meets it as it
+	// meets a SQL source's new column. Without it such a column fails the
+	// load as the file is opened (schema_mismatch).
+	Evolve bool
 
 	// def is the stage's definition, read from the catalog when the
 	// dataset is prepared; replaced whole, never changed in place.
@@ -65,11 +72,13 @@ type FileSource struct {
 }
 
 // staging is one attempt's view of its staged source: the listing the
-// ready rule accepted, which the copy reads with the same identities, and
-// the stage's definition as the attempt created it.
+// ready rule accepted, which the copy reads with the same identities, the
+// files' columns the target lacks (Staged.Evolve), and the stage's
+// definition as the attempt created it.
 type staging struct {
 	s       *Staged
 	listing *files.Listing
+	extra   []files.Column
 	def     *stageDef
 }
 
@@ -135,6 +144,78 @@ func (s *Staged) ready(ctx context.Context, key schemas.Partition, published, no
 	return st, nil
 }
 
+// newColumns finds, for a dataset whose on_schema_change may take them
+// (Staged.Evolve), the columns st's files have and the stage lacks. A
+// stage read before a load added a column to the target is read again
+// first, so the column is no longer new.
+func (s *Staged) newColumns(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, target string, st *staging) error {
+	if !s.Evolve || st.listing == nil {
+		return nil
+	}
+	var err error
+	if st.extra, err = s.extraColumns(ctx, st.listing); err != nil || len(st.extra) == 0 {
+		return err
+	}
+	if err := s.prepare(ctx, db, target); err != nil {
+		return err
+	}
+	st.extra, err = s.extraColumns(ctx, st.listing)
+	return err
+}
+
+// extraColumns reads the header or footer of each file of l and returns
+// the columns the stage lacks, in the order the files first name them,
+// each with the type its first file gives it.
+func (s *Staged) extraColumns(ctx context.Context, l *files.Listing) ([]files.Column, error) {
+	def := s.def.Load()
+	if def == nil {
+		return nil, nil // not prepared yet: the attempt prepares it, and the next one looks
+	}
+	known := map[string]bool{}
+	for _, c := range def.columns {
+		known[c.Name] = true
+	}
+	for _, r := range s.Reserved {
+		known[r] = true
+	}
+	var extra []files.Column
+	for i := range l.Files {
+		cols, err := files.FileColumns(ctx, s.Files.Store, s.Files.Spec, &l.Files[i])
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cols {
+			if !known[c.Name] && c.Name != "" {
+				known[c.Name] = true
+				extra = append(extra, c)
+			}
+		}
+	}
+	return extra, nil
+}
+
+// stageDef is the attempt's stage: the dataset's, with the files' extra
+// columns when there are any.
+func (st *staging) stageDef() *stageDef {
+	def := st.s.def.Load()
+	if len(st.extra) == 0 {
+		return def
+	}
+	d := &stageDef{columns: append(slices.Clip(def.columns), st.extra...)}
+	defs := make([]string, len(d.columns))
+	for i, c := range d.columns {
+		defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + c.Type
+	}
+	d.create = "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"
+	return d
+}
+
+// direct says whether the rows may be copied straight into the target: a
+// stage shaped like it, no column the strategy must first add or leave out.
+func (st *staging) direct() bool { return len(st.extra) == 0 }
+
 // wait turns a source not ready into a wait, or into its dead letter once
 // the event has waited WaitUpTo.
 func (s *Staged) wait(err error, published, now time.Time) error {
@@ -190,7 +271,9 @@ func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, s *Staged, pu
 
 // prepare reads the target's columns into the stage's definition, once
 // per dataset and process (Dataset.prepared), in tx.
-func (s *Staged) prepare(ctx context.Context, tx pgx.Tx, target string) error {
+func (s *Staged) prepare(ctx context.Context, tx interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, target string) error {
 	rows, err := tx.Query(ctx, `
 		SELECT a.attname, format_type(a.atttypid, a.atttypmod)
 		  FROM pg_attribute a
@@ -226,7 +309,7 @@ func (s *Staged) prepare(ctx context.Context, tx pgx.Tx, target string) error {
 // queueCreate queues the stage's creation in the load's transaction,
 // before the strategy's catalog reads describe it as the source.
 func (st *staging) queueCreate(b *pgx.Batch) {
-	st.def = st.s.def.Load()
+	st.def = st.stageDef()
 	b.Queue(st.def.create)
 }
 
@@ -272,6 +355,9 @@ type Inspection struct {
 	Waiting  string
 	Files    []files.File
 	Problems []error
+	// NewColumns are the files' columns the target lacks, which the
+	// dataset's on_schema_change meets (Staged.Evolve).
+	NewColumns []files.Column
 }
 
 // Inspect lists ds's partition p and opens each file as a load would
@@ -295,11 +381,16 @@ func (ds *Dataset) Inspect(ctx context.Context, p schemas.Partition) (Inspection
 	if err != nil {
 		return in, err
 	}
-	st.def = s.def.Load()
-	if st.def == nil {
+	if s.def.Load() == nil {
 		return in, fmt.Errorf("dataset %q: not prepared", ds.Name)
 	}
-	in.Files = st.listing.Files
+	if s.Evolve {
+		if st.extra, err = s.extraColumns(ctx, st.listing); err != nil {
+			return in, err
+		}
+	}
+	st.def = st.stageDef()
+	in.Files, in.NewColumns = st.listing.Files, st.extra
 	t := st.target(p)
 	for i := range in.Files {
 		stream, err := files.OpenStream(ctx, s.Files.Store, s.Files.Spec, &in.Files[i], t)

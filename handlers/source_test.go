@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -30,6 +31,13 @@ type stagedEnv struct {
 
 func newStagedEnv(t *testing.T, strategy string, spec strategies.Spec, ddl string, src files.Spec, store files.Store, waitUpTo time.Duration) *stagedEnv {
 	t.Helper()
+	return newStagedEnvWith(t, strategy, spec, ddl, src, store, waitUpTo, false)
+}
+
+// newStagedEnvWith is newStagedEnv with the stage's Evolve (the dataset's
+// spec.OnSchemaChange takes new file columns).
+func newStagedEnvWith(t *testing.T, strategy string, spec strategies.Spec, ddl string, src files.Spec, store files.Store, waitUpTo time.Duration, evolve bool) *stagedEnv {
+	t.Helper()
 	db := pgtest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
@@ -38,7 +46,7 @@ func newStagedEnv(t *testing.T, strategy string, spec strategies.Spec, ddl strin
 	spec.Dataset, spec.Source = "ds", handlers.StageSQL
 	st, err := strategies.New(strategy, spec)
 	require.NoError(t, err)
-	stage := &handlers.Staged{Files: &handlers.FileSource{Spec: src, Store: store}, WaitUpTo: waitUpTo, PartitionColumn: spec.PartitionColumn}
+	stage := &handlers.Staged{Files: &handlers.FileSource{Spec: src, Store: store}, WaitUpTo: waitUpTo, PartitionColumn: spec.PartitionColumn, Evolve: evolve}
 	if strategy == "append_dedupe" {
 		stage.Reserved = []string{"run_id", "load_seq"}
 	}
@@ -275,4 +283,55 @@ func TestFilesSourceRowOutsideThePartition(t *testing.T) {
 	require.True(t, handlers.IsFatal(err), "%v", err)
 	require.ErrorContains(t, err, "source returned a row for partition 2026-11-27 while loading partition 2026-11-28")
 	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM analytics.t"), "rolled back: the last load's rows stay")
+}
+
+// A file column the target lacks meets the dataset's on_schema_change as a
+// SQL source's does: append_new_columns adds it in the load's transaction
+// (the rows go through the stage), and the next load, the target now
+// shaped like the files, copies straight in; ignore loads the other
+// columns of a Parquet file and leaves the table as it is.
+func TestFilesSourceNewColumnsMeetOnSchemaChange(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := files.Spec{URL: "file://" + dir + "/csv/dt={partition}/", Format: files.CSV}.WithDefaults()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "csv"), 0o755))
+	store, err := files.NewStore(spec, files.S3Options{})
+	require.NoError(t, err)
+	e := newStagedEnvWith(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date",
+		OnSchemaChange: strategies.OnSchemaChangeAppend}, stagedDDL, spec, store, time.Hour, true)
+	writeFile(t, filepath.Join(dir, "csv", "dt=2026-11-28", "a.csv"), "id,amount,note,colour\n1,1.50,a,red\n2,2.50,b,blue\n")
+	out, err := e.load("2026-11-28", "r1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, "delete", out.Rows.Route, "through the stage, whose new column the strategy adds")
+	require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM analytics.t WHERE id = 2 AND colour = 'blue'"))
+	out, err = e.load("2026-11-28", "r2", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, "copy_delete", out.Rows.Route, "the target has the column now")
+	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM analytics.t WHERE colour IS NOT NULL"))
+
+	type row struct {
+		ID     int64   `parquet:"id"`
+		Amount float64 `parquet:"amount"`
+		Note   string  `parquet:"note"`
+		Score  int32   `parquet:"score"`
+	}
+	pspec := files.Spec{URL: "file://" + dir + "/pq/dt={partition}/", Format: files.Parquet}.WithDefaults()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "pq", "dt=2026-11-28"), 0o755))
+	require.NoError(t, parquet.WriteFile(filepath.Join(dir, "pq", "dt=2026-11-28", "a.parquet"), []row{{1, 1.5, "a", 7}, {2, 2.5, "b", 8}}))
+	pstore, err := files.NewStore(pspec, files.S3Options{})
+	require.NoError(t, err)
+	ig := newStagedEnvWith(t, "merge", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, Key: []string{"id"},
+		OnSchemaChange: strategies.OnSchemaChangeIgnore},
+		`CREATE TABLE analytics.t (id bigint PRIMARY KEY, amount numeric(12,2), note text);`, pspec, pstore, time.Hour, true)
+	_, err = ig.load("2026-11-28", "r1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, int64(2), ig.db.Int(t, "SELECT count(*) FROM analytics.t WHERE amount IS NOT NULL"))
+	require.Zero(t, ig.db.Int(t, "SELECT count(*) FROM information_schema.columns WHERE table_name = 't' AND column_name = 'score'"), "ignored")
+
+	// Without Evolve (on_schema_change fail) the same file is refused.
+	refuse := newStagedEnv(t, "merge", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, Key: []string{"id"}},
+		`CREATE TABLE analytics.t (id bigint PRIMARY KEY, amount numeric(12,2), note text);`, pspec, pstore, time.Hour)
+	_, err = refuse.load("2026-11-28", "r1", time.Now())
+	require.True(t, handlers.IsFatal(err), "%v", err)
+	require.ErrorContains(t, err, "score")
 }

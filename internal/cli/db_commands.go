@@ -251,6 +251,9 @@ func inspectFiles(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, d
 		size += f.Size
 	}
 	db.changes = append(db.changes, fmt.Sprintf("dataset %q: files of %s: %d file(s), %d bytes, complete", ds.Name, key.Key, len(in.Files), size))
+	for _, c := range in.NewColumns {
+		db.changes = append(db.changes, fmt.Sprintf("dataset %q: files of %s: column %s %s is not in %s: on_schema_change decides at the load", ds.Name, key.Key, c.Name, c.Type, ds.Target))
+	}
 	for _, p := range in.Problems {
 		db.problems = append(db.problems, fmt.Sprintf("dataset %q: files of %s: %v", ds.Name, key.Key, p))
 	}

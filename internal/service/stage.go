@@ -7,6 +7,7 @@ import (
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
+	"github.com/idem-data/idem/strategies"
 )
 
 // stage builds the staged source of a dataset whose rows come from files
@@ -23,6 +24,7 @@ func stage(cfg *config.Config, d *config.Dataset) (*handlers.Staged, error) {
 	if d.Strategy == config.AppendDedupe {
 		s.Reserved = []string{d.RunIDColumn, d.LoadSeqColumn}
 	}
+	s.Evolve = d.SchemaPolicy() != strategies.OnSchemaChangeFail
 	if f := src.Files; f != nil {
 		spec := files.Spec{URL: f.URL, Format: files.Format(f.Format), Pattern: f.Pattern}
 		if r := f.Ready; r != nil {
