@@ -166,9 +166,9 @@ func (r *SourcesResults) Section() string {
 		t.add(fmt.Sprintf("peak RSS, %s %s", r.bigLabel(), r.memoryFormats()), cell+" MiB", "", "", fmt.Sprintf("≤ %d MiB", srcMemoryLimit), verdict)
 	}
 	w("%s\n", t)
-	w("Medians of %d loads of each way in turns (`make bench-sources`, %s UTC, commit %s): `idem serve`'s delete_insert from publish to ack, against psql's `\\copy` of the CSV or `psql COPY TO | psql COPY FROM` from start to exit. ",
+	w("Medians of %d loads each, in turns (`make bench-sources`, %s UTC, commit %s): `idem serve`'s delete_insert, which copies straight into the target, from publish to ack, against `psql` from start to exit. ",
 		r.Reps, r.Started.Format("2006-01-02 15:04"), orDefault(r.Machine.Commit, "unknown"))
-	w("Where idem's time goes (its stage table writes the rows twice): [bench/NOTES.md](%s#sources-files-and-another-postgresql); every load: [bench/FIGURES.md](%s#sources-files-and-another-postgresql).\n\n", notesFromDocs, figuresFromDocs)
+	w("Where the time goes: [bench/NOTES.md](%s#sources-files-and-another-postgresql); every load: [bench/FIGURES.md](%s#sources-files-and-another-postgresql).\n\n", notesFromDocs, figuresFromDocs)
 	return b.String()
 }
 

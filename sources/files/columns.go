@@ -2,14 +2,10 @@ package files
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/csv"
 	"errors"
-	"fmt"
 	"io"
 
-	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
 )
 
@@ -34,19 +30,9 @@ func FileColumns(ctx context.Context, store Store, spec Spec, f *File) ([]Column
 		} else if err != nil {
 			return nil, err
 		}
-		if bom, _ := br.Peek(3); bytes.Equal(bom, []byte("\xef\xbb\xbf")) {
-			_, _ = br.Discard(3)
-		}
-		line, err := readRecord(br)
+		header, err := readHeader(f, br)
 		if err != nil {
-			if errors.Is(err, errNoRecordEnd) {
-				return nil, &FormatError{URL: f.URL, Err: errors.New("the header line is longer than 1 MiB or has an unterminated quote")}
-			}
 			return nil, err
-		}
-		header, err := csv.NewReader(bytes.NewReader(line)).Read()
-		if err != nil {
-			return nil, &FormatError{URL: f.URL, Err: fmt.Errorf("header: %w", err)}
 		}
 		out := make([]Column, len(header))
 		for i, n := range header {
@@ -59,13 +45,9 @@ func FileColumns(ctx context.Context, store Store, spec Spec, f *File) ([]Column
 			return nil, err
 		}
 		defer ra.Close()
-		tail, err := newTailCache(ra, f.Size)
+		_, pf, err := parquetFooter(f, ra)
 		if err != nil {
 			return nil, err
-		}
-		pf, err := parquet.OpenFile(tail, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
-		if err != nil {
-			return nil, parquetErr(f, err)
 		}
 		leaves, _, _ := parquetLeaves(pf.Metadata().Schema)
 		out := make([]Column, len(leaves))

@@ -26,19 +26,9 @@ func openCSV(f *File, body io.ReadCloser, t Target) (*Stream, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte("\xef\xbb\xbf")) {
-		br.Discard(3)
-	}
-	line, err := readRecord(br)
+	header, err := readHeader(f, br)
 	if err != nil {
-		if errors.Is(err, errNoRecordEnd) {
-			return nil, &FormatError{URL: f.URL, Err: errors.New("the header line is longer than 1 MiB or has an unterminated quote")}
-		}
 		return nil, err
-	}
-	header, err := csv.NewReader(bytes.NewReader(line)).Read()
-	if err != nil {
-		return nil, &FormatError{URL: f.URL, Err: fmt.Errorf("header: %w", err)}
 	}
 	cols, fill, problems := matchNames(header, t, "header")
 	if len(problems) > 0 {
@@ -58,6 +48,26 @@ func openCSV(f *File, body io.ReadCloser, t Target) (*Stream, error) {
 	}
 	s.r = &csvFill{f: f, src: br, suffix: suffix}
 	return s, nil
+}
+
+// readHeader reads a CSV's header record from br (a byte order mark
+// skipped) and splits it into names.
+func readHeader(f *File, br *bufio.Reader) ([]string, error) {
+	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte("\xef\xbb\xbf")) {
+		_, _ = br.Discard(3)
+	}
+	line, err := readRecord(br)
+	if err != nil {
+		if errors.Is(err, errNoRecordEnd) {
+			return nil, &FormatError{URL: f.URL, Err: errors.New("the header line is longer than 1 MiB or has an unterminated quote")}
+		}
+		return nil, err
+	}
+	header, err := csv.NewReader(bytes.NewReader(line)).Read()
+	if err != nil {
+		return nil, &FormatError{URL: f.URL, Err: fmt.Errorf("header: %w", err)}
+	}
+	return header, nil
 }
 
 var errNoRecordEnd = errors.New("no record end")

@@ -29,13 +29,9 @@ const (
 // openParquet reads the footer, checks its schema against t and returns a
 // stream that decodes one row group after another.
 func openParquet(f *File, ra ReaderAt, allow Allow, t Target) (*Stream, error) {
-	tail, err := newTailCache(ra, f.Size)
+	tail, pf, err := parquetFooter(f, ra)
 	if err != nil {
 		return nil, err
-	}
-	pf, err := parquet.OpenFile(tail, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
-	if err != nil {
-		return nil, parquetErr(f, err)
 	}
 	leaves, names, bad := parquetLeaves(pf.Metadata().Schema)
 	_, fill, problems := matchNames(names, t, "file")
@@ -101,6 +97,20 @@ func openParquet(f *File, ra ReaderAt, allow Allow, t Target) (*Stream, error) {
 		s.empty = true
 	}
 	return s, nil
+}
+
+// parquetFooter reads f's footer through a cache of its tail, which a
+// second parquet.OpenFile reads again for free.
+func parquetFooter(f *File, ra ReaderAt) (*tailCache, *parquet.File, error) {
+	tail, err := newTailCache(ra, f.Size)
+	if err != nil {
+		return nil, nil, err
+	}
+	pf, err := parquet.OpenFile(tail, f.Size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return nil, nil, parquetErr(f, err)
+	}
+	return tail, pf, nil
 }
 
 // parquetErr is a file parquet-go cannot read: a *ChangedError from the
