@@ -198,6 +198,11 @@ func TestTwoReplicasShareTheWork(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, opts{inFlight: 2})
 	a, b := w.serve(), w.serve()
+	// Both pull before the first event: a replica still starting on a busy
+	// machine would otherwise find the work done.
+	require.Eventually(t, func() bool {
+		return strings.Contains(a.output(), `"message":"consuming"`) && strings.Contains(b.output(), `"message":"consuming"`)
+	}, 30*time.Second, 20*time.Millisecond)
 	var parts []string
 	for d := 10; d < 30; d++ {
 		p := fmt.Sprintf("2026-11-%02d", d+1)

@@ -2,7 +2,9 @@ package handlers_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -16,7 +18,17 @@ import (
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
+// The suites wait on PostgreSQL far more than they compute: four parallel
+// tests at once even on two cores, unless -parallel was given.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < 4 {
+		_ = flag.Set("test.parallel", "4")
+	}
+	pgtest.MainNoLeaks(m)
+}
 
 // staging.src holds the source rows of every partition. staging.gate() sleeps
 // once per transaction for staging.gate_on.ms milliseconds while that table has

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -176,55 +177,77 @@ func TestFilesSourceMissingFiles(t *testing.T) {
 	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"))
 }
 
-// Each format from a real S3-compatible server into each strategy: the
-// rows land, the audit names each object with its ETag, and a header that
-// does not match the target is a fatal schema_mismatch.
+// Every format from a real S3-compatible server into every strategy: the
+// rows land, a second run of the same files doubles nothing, the audit
+// names each object with its ETag, and a file that does not match the
+// target is fatal.
 func TestFilesSourceFromS3IntoEachStrategy(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.Env(t) // the credentials, from the environment as in production
 	srv.CreateBucket(t, "landing")
-	ndjson := "{\"id\": 1, \"amount\": 1.5, \"note\": \"a\"}\n{\"id\": 2, \"amount\": null, \"note\": \"b\"}\n"
-	csv := "id,amount,note\n1,1.50,a\n2,,b\n"
-	for _, tc := range []struct {
+	type row struct {
+		ID     int64    `parquet:"id"`
+		Amount *float64 `parquet:"amount,optional"`
+		Note   string   `parquet:"note"`
+	}
+	one := 1.5
+	var pq bytes.Buffer
+	require.NoError(t, parquet.Write(&pq, []row{{1, &one, "a"}, {2, nil, "b"}}))
+	bodies := map[files.Format][]byte{
+		files.CSV:     []byte("id,amount,note\n1,1.50,a\n2,,b\n"),
+		files.NDJSON:  []byte("{\"id\": 1, \"amount\": 1.5, \"note\": \"a\"}\n{\"id\": 2, \"amount\": null, \"note\": \"b\"}\n"),
+		files.Parquet: pq.Bytes(),
+	}
+	var bad bytes.Buffer
+	require.NoError(t, parquet.Write(&bad, []struct {
+		ID       int64 `parquet:"id"`
+		Surprise int64 `parquet:"surprise"`
+	}{{1, 2}}))
+	badBodies := map[files.Format][]byte{files.CSV: []byte("id,surprise\n1,2\n"), files.NDJSON: []byte("{\"id\": 1, \"surprise\": 2}\n"), files.Parquet: bad.Bytes()}
+	for _, st := range []struct {
 		strategy string
 		spec     strategies.Spec
 		ddl      string
-		format   files.Format
-		body     string
 	}{
-		{"delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"}, stagedDDL, files.CSV, csv},
+		{"delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"}, stagedDDL},
 		{"merge", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, Key: []string{"id"}},
-			`CREATE TABLE analytics.t (id bigint PRIMARY KEY, event_date date, amount numeric(12,2), note text);`, files.NDJSON, ndjson},
+			`CREATE TABLE analytics.t (id bigint PRIMARY KEY, amount numeric(12,2), note text);`},
 		{"append_dedupe", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, Key: []string{"id"}, PartitionColumn: "event_date",
 			View: strategies.Table{Schema: "analytics", Name: "v"}},
-			`CREATE TABLE analytics.t (id bigint, event_date date, amount numeric(12,2), note text, run_id text, load_seq bigint);`, files.CSV, csv},
+			`CREATE TABLE analytics.t (id bigint, event_date date, amount numeric(12,2), note text, run_id text, load_seq bigint);`},
 	} {
-		t.Run(tc.strategy, func(t *testing.T) {
-			spec := files.Spec{URL: "s3://landing/" + tc.strategy + "/dt={partition}/", Format: tc.format}.WithDefaults()
-			store, err := files.NewStore(spec, files.S3Options{Endpoint: srv.Endpoint, PathStyle: true})
-			require.NoError(t, err)
-			e := newStagedEnv(t, tc.strategy, tc.spec, tc.ddl, spec, store, time.Hour)
-			etag := srv.Put(t, "landing", tc.strategy+"/dt=2026-11-28/part-0001."+string(tc.format), []byte(tc.body))
-			_, err = e.load("2026-11-28", "r1", time.Now())
-			require.NoError(t, err)
-			_, err = e.load("2026-11-28", "r2", time.Now())
-			require.NoError(t, err, "a second run of the same files")
-			table := "analytics.t"
-			if tc.strategy == "append_dedupe" {
-				table = "analytics.v"
-			}
-			require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM "+table))
-			require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM "+table+" WHERE amount IS NULL AND id = 2"))
-			got, err := audit.SourceFilesOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28", 1)
-			require.NoError(t, err)
-			require.Len(t, got, 1)
-			require.Equal(t, etag, got[0].Files[0].ETag)
-			require.Equal(t, "s3://landing/"+tc.strategy+"/dt=2026-11-28/part-0001."+string(tc.format), got[0].Files[0].URL)
+		for _, format := range []files.Format{files.CSV, files.NDJSON, files.Parquet} {
+			t.Run(st.strategy+"/"+string(format), func(t *testing.T) {
+				prefix := st.strategy + "-" + string(format)
+				spec := files.Spec{URL: "s3://landing/" + prefix + "/dt={partition}/", Format: format}.WithDefaults()
+				store, err := files.NewStore(spec, files.S3Options{Endpoint: srv.Endpoint, PathStyle: true})
+				require.NoError(t, err)
+				e := newStagedEnv(t, st.strategy, st.spec, st.ddl, spec, store, time.Hour)
+				key := prefix + "/dt=2026-11-28/part-0001." + string(format)
+				etag := srv.Put(t, "landing", key, bodies[format])
+				_, err = e.load("2026-11-28", "r1", time.Now())
+				require.NoError(t, err)
+				_, err = e.load("2026-11-28", "r2", time.Now())
+				require.NoError(t, err, "a second run of the same files")
+				table := "analytics.t"
+				if st.strategy == "append_dedupe" {
+					table = "analytics.v"
+				}
+				require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM "+table))
+				require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM "+table+" WHERE amount IS NULL AND id = 2"))
+				require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM "+table+" WHERE amount = 1.50 AND note = 'a'"))
+				got, err := audit.SourceFilesOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28", 1)
+				require.NoError(t, err)
+				require.Len(t, got, 1)
+				require.Equal(t, etag, got[0].Files[0].ETag)
+				require.Equal(t, "s3://landing/"+key, got[0].Files[0].URL)
 
-			srv.Put(t, "landing", tc.strategy+"/dt=2026-11-29/part-0001."+string(tc.format), []byte("{\"id\": 1, \"surprise\": 2}\nid,surprise\n"))
-			_, err = e.load("2026-11-29", "r1", time.Now())
-			require.True(t, handlers.IsFatal(err), "%v", err)
-		})
+				srv.Put(t, "landing", prefix+"/dt=2026-11-29/part-0001."+string(format), badBodies[format])
+				_, err = e.load("2026-11-29", "r1", time.Now())
+				require.True(t, handlers.IsFatal(err), "%v", err)
+				require.ErrorContains(t, err, "surprise")
+			})
+		}
 	}
 }
 

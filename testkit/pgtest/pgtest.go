@@ -9,10 +9,8 @@ package pgtest
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,15 +45,6 @@ func MainNoLeaks(m *testing.M) {
 }
 
 func run(m *testing.M, leaks bool) int {
-	// Tests that talk to PostgreSQL wait on it far more than they compute:
-	// run four parallel tests at once even on two cores, unless -parallel
-	// was given.
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && runtime.GOMAXPROCS(0) < 4 {
-		_ = flag.Set("test.parallel", "4")
-	}
 	adminURL = os.Getenv(EnvURL)
 	if adminURL == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
