@@ -7,7 +7,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,12 +33,7 @@ func TestMain(m *testing.M) {
 	// rule periods, outages, ack waits) far more than they compute: run
 	// six of them at once on any machine, unless -parallel
 	// was given.
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		_ = flag.Set("test.parallel", "6")
-	}
+	pgtest.DefaultParallel(6)
 	dir, err := os.MkdirTemp("", "idem-e2e-bin-")
 	if err != nil {
 		panic(err)

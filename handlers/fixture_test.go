@@ -2,9 +2,7 @@ package handlers_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -18,15 +16,9 @@ import (
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-// The suites wait on PostgreSQL far more than they compute: four parallel
-// tests at once even on two cores, unless -parallel was given.
+// The suites wait on PostgreSQL far more than they compute: four at once.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && runtime.GOMAXPROCS(0) < 4 {
-		_ = flag.Set("test.parallel", "4")
-	}
+	pgtest.DefaultParallel(4)
 	pgtest.MainNoLeaks(m)
 }
 

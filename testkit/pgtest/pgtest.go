@@ -9,8 +9,10 @@ package pgtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,4 +225,17 @@ func withDB(url, db string) string {
 		return "postgres://" + rest + "/" + db + q
 	}
 	return "postgres://" + rest[:slash] + "/" + db + q
+}
+
+// DefaultParallel makes -test.parallel n unless the command line gave it:
+// for suites that wait on servers far more than they compute, which a
+// two-core machine would otherwise run two at a time. Call it from
+// TestMain, before Main.
+func DefaultParallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
