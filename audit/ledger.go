@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,10 +24,21 @@ import (
 // QueueLookupRun queues on b the ledger lookup of run k: done receives
 // whether the run already loaded.
 func QueueLookupRun(b *pgx.Batch, k RunKey, done *bool) {
-	b.Queue(`
+	b.Queue(lookupRunSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+}
+
+const lookupRunSQL = `
 		SELECT EXISTS (SELECT 1 FROM idem.run_ledger
-		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`,
-		k.Pipeline, k.Dataset, k.Partition, k.RunID).QueryRow(func(r pgx.Row) error { return r.Scan(done) })
+		                WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id = $4)`
+
+// RunLoaded is QueueLookupRun as a statement of its own: has run k
+// already loaded?
+func RunLoaded(ctx context.Context, db Querier, k RunKey) (bool, error) {
+	var done bool
+	if err := db.QueryRow(ctx, lookupRunSQL, k.Pipeline, k.Dataset, k.Partition, k.RunID).Scan(&done); err != nil {
+		return false, fmt.Errorf("audit: ledger lookup of %s %s %s: %w", k.Dataset, k.Partition, k.RunID, err)
+	}
+	return done, nil
 }
 
 // QueueLookupMessage queues on b a forced event's lookup: done receives

@@ -16,11 +16,7 @@ import (
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-// The suites wait on PostgreSQL far more than they compute: four at once.
-func TestMain(m *testing.M) {
-	pgtest.DefaultParallel(4)
-	pgtest.MainNoLeaks(m)
-}
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 // staging.src holds the source rows of every partition. staging.gate() sleeps
 // once per transaction for staging.gate_on.ms milliseconds while that table has

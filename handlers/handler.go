@@ -58,6 +58,9 @@ type Dataset struct {
 	// PostgreSQL): its rows are copied into the load's transaction and the
 	// strategy reads them from there (StageSQL).
 	Stage *Staged
+	// Ready, when set, is a SELECT source's ready_when: asked before each
+	// attempt, it holds the event while the partition is not ready.
+	Ready *ReadyWhen
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -220,10 +223,16 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 			}
 		}
 		if st, err = ds.Stage.ready(ctx, ev.Key, m.Published, time.Now()); err != nil {
-			h.recordWait(ctx, a, ds.Stage, m.Published, err)
+			h.recordWait(ctx, a, ds.Stage.WaitUpTo, m.Published, err)
 			return Outcome{}, err
 		}
 		if err := ds.Stage.newColumns(ctx, h.DB, ds.Target, st); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if ds.Ready != nil {
+		if err := ds.Ready.check(ctx, h.DB, a.RunKey, ev, m.Published, time.Now()); err != nil {
+			h.recordWait(ctx, a, ds.Ready.WaitUpTo, m.Published, err)
 			return Outcome{}, err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
+	"github.com/idem-data/idem/strategies"
 )
 
 // StageTable is where a staged source's rows land inside the load's
@@ -223,19 +224,67 @@ func (s *Staged) wait(err error, published, now time.Time) error {
 	if errors.As(err, &fatal) && fatal.Fatal() {
 		return err // no file and no ready rule: missing_files at once
 	}
+	reason := ReasonNotReady
+	if s.Files != nil {
+		reason = ReasonMissingFiles
+	}
+	return waitOrGiveUp(err, published, now, s.WaitUpTo, reason)
+}
+
+// waitOrGiveUp is a *WaitError for a source not ready (why), paced by how
+// long the event has waited, or past upTo its dead letter with reason.
+func waitOrGiveUp(why error, published, now time.Time, upTo time.Duration, reason string) error {
 	waited := now.Sub(published)
 	if published.IsZero() || waited < 0 {
 		waited = 0
 	}
-	if waited >= s.WaitUpTo {
-		reason := ReasonNotReady
-		if s.Files != nil {
-			reason = ReasonMissingFiles
-		}
-		return Fatal(reason, &waitOverError{fmt.Errorf("still not ready after wait_up_to %s: %w", s.WaitUpTo, err)})
+	if waited >= upTo {
+		return Fatal(reason, &waitOverError{fmt.Errorf("still not ready after wait_up_to %s: %w", upTo, why)})
 	}
-	return &WaitError{Reason: err.Error(), Delay: waitDelay(waited)}
+	return &WaitError{Reason: why.Error(), Delay: waitDelay(waited)}
 }
+
+// ReadyWhen is a SELECT source's ready_when: a query returning one boolean,
+// asked before each attempt, bound like the source.
+type ReadyWhen struct {
+	SQL      string
+	WaitUpTo time.Duration
+}
+
+// check asks the warehouse whether ev's partition is ready: nil when it
+// is, a *WaitError while it is not (false or NULL), its dead letter
+// (not_ready) past WaitUpTo. A run that already loaded never waits: its
+// attempt is a skipped duplicate, whatever the source holds now.
+func (r *ReadyWhen) check(ctx context.Context, db DB, k audit.RunKey, ev schemas.Event, published, now time.Time) error {
+	qctx, cancel := context.WithTimeout(ctx, readyWhenTimeout)
+	defer cancel()
+	var ok *bool
+	p := strategies.Params{Partition: ev.Key.Key, RunID: ev.RunID}
+	if err := db.QueryRow(qctx, r.SQL, p.NamedArgs()).Scan(&ok); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			ok = nil
+		} else {
+			return Classify(fmt.Errorf("ready_when: %w", err))
+		}
+	}
+	if ok != nil && *ok {
+		return nil
+	}
+	if !ev.Force {
+		done, err := audit.RunLoaded(ctx, db, k)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+	return waitOrGiveUp(errors.New("ready_when is not true yet"), published, now, r.WaitUpTo, ReasonNotReady)
+}
+
+// readyWhenTimeout bounds one ready_when query: a readiness check that
+// hangs holds the message, not the warehouse.
+const readyWhenTimeout = 30 * time.Second
 
 // waitOverError is a wait that spent wait_up_to: the event's dead letter.
 type waitOverError struct{ err error }
@@ -247,7 +296,7 @@ func (e *waitOverError) Unwrap() error { return e.err }
 // and the API read it (audit.RecordWait): a waiting event runs no attempt,
 // so the audit's attempts would not show it. Best effort: a wait the audit
 // misses is still a wait, and the log says so.
-func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, s *Staged, published time.Time, err error) {
+func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, upTo time.Duration, published time.Time, err error) {
 	var (
 		w    *WaitError
 		over *waitOverError
@@ -264,7 +313,7 @@ func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, s *Staged, pu
 	if published.IsZero() {
 		published = time.Now()
 	}
-	if err := audit.RecordWait(ctx, h.DB, a.RunKey, reason, published, published.Add(s.WaitUpTo), gaveUp); err != nil {
+	if err := audit.RecordWait(ctx, h.DB, a.RunKey, reason, published, published.Add(upTo), gaveUp); err != nil {
 		h.Log.Warn().Err(err).Str("dataset", a.Dataset).Str("partition", a.Partition).Msg("could not record the wait")
 	}
 }

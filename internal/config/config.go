@@ -345,9 +345,13 @@ type Dataset struct {
 	// (it never reads the clock), or files: or postgres: (Source).
 	// Required.
 	Source Source `yaml:"source"`
+	// ReadyWhen, on a SELECT source: a SELECT of one boolean, bound like
+	// the source, asked before each attempt; while false the event waits.
+	ReadyWhen string `yaml:"ready_when,omitempty" json:",omitempty"`
 	// WaitUpTo is how long an event whose source is not ready yet (files
-	// without their ready marker, a replica too far behind) waits, no
-	// attempt spent, before it is dead-lettered. Default DefaultWaitUpTo.
+	// without their ready marker, a replica too far behind, ready_when
+	// false) waits, no attempt spent, before it is dead-lettered. Default
+	// DefaultWaitUpTo.
 	WaitUpTo Duration `yaml:"wait_up_to,omitempty"`
 	// Then names datasets to trigger, same partition and run_id, after a
 	// successful load.

@@ -431,6 +431,9 @@ func (c *Config) validateSource(v *validator, d *Dataset) {
 	if d.WaitUpTo < 0 || d.WaitUpTo > MaxWaitUpTo {
 		v.add("wait_up_to", "%s; use a duration from 0 (the default, %s) up to %s", d.WaitUpTo, DefaultWaitUpTo, MaxWaitUpTo)
 	}
+	if d.ReadyWhen != "" && src.SQL == "" {
+		v.add("ready_when", "goes with a SELECT source; files: has ready:, postgres: has max_replica_lag")
+	}
 	switch {
 	case src.Files != nil:
 		c.validateFiles(v, src.Files)
@@ -449,6 +452,28 @@ func (c *Config) validateSource(v *validator, d *Dataset) {
 		return
 	}
 	c.validateSourceSQL(v, d, "source", src.SQL)
+	if d.ReadyWhen != "" {
+		c.validateReadyWhen(v, d.ReadyWhen)
+	}
+}
+
+// validateReadyWhen checks a ready_when query as a source is checked: one
+// read, clock-free, binding only @partition and @run_id.
+func (c *Config) validateReadyWhen(v *validator, sql string) {
+	for _, f := range sqlcheck.WallClock(sql) {
+		v.add("ready_when", "reads the wall clock with %s (byte %d), so whether an old partition is ready would depend on the day it is asked; use @partition instead", f.Name, f.Offset)
+	}
+	for _, p := range sqlcheck.Params(sql) {
+		if p != "partition" && p != "run_id" {
+			v.add("ready_when", "uses @%s, which idem does not bind; idem binds only @partition and @run_id", p)
+		}
+	}
+	for _, f := range sqlcheck.NotARead(sql) {
+		v.add("ready_when", "is more than one read: %s (byte %d); write one SELECT returning a boolean", f.Name, f.Offset)
+	}
+	if !sqlcheck.StartsWithSelect(sql) {
+		v.add("ready_when", "is not a SELECT; write one SELECT returning a boolean, e.g. SELECT count(*) > 0 FROM staging.orders WHERE event_date = @partition")
+	}
 }
 
 // validateFiles checks a files: source without reaching the store.

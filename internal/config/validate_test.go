@@ -222,6 +222,22 @@ func TestValidateProblems(t *testing.T) {
 			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "csv"}}
 			c.Datasets["customers"].WaitUpTo = Duration(48 * time.Hour)
 		}, "customers", "wait_up_to", []string{"up to 12h"}, false},
+		{"ready_when reading the clock", func(c *Config) {
+			c.Datasets["orders"].ReadyWhen = "SELECT max(loaded_at) > now() - interval '1 hour' FROM staging.loads WHERE d = @partition"
+		}, "orders", "ready_when", []string{"reads the wall clock with now()"}, false},
+		{"ready_when that writes", func(c *Config) {
+			c.Datasets["orders"].ReadyWhen = "SELECT nextval('staging.ticks') > 0"
+		}, "orders", "ready_when", []string{"more than one read", "nextval"}, false},
+		{"ready_when that is no SELECT", func(c *Config) {
+			c.Datasets["orders"].ReadyWhen = "VALUES (true)"
+		}, "orders", "ready_when", []string{"is not a SELECT"}, false},
+		{"ready_when with an unknown argument", func(c *Config) {
+			c.Datasets["orders"].ReadyWhen = "SELECT count(*) > 0 FROM s WHERE d = @day"
+		}, "orders", "ready_when", []string{"uses @day"}, false},
+		{"ready_when on files", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "csv"}}
+			c.Datasets["customers"].ReadyWhen = "SELECT true"
+		}, "customers", "ready_when", []string{"goes with a SELECT source", "files: has ready:"}, false},
 		{"postgres source without a url", func(c *Config) {
 			c.Datasets["customers"].Source = Source{Postgres: &PostgresSource{SQL: "SELECT * FROM o WHERE d = @partition"}}
 		}, "customers", "source.postgres.url", []string{"required"}, false},

@@ -53,6 +53,13 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
 			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn, Stage: stg}
+		if d.ReadyWhen != "" {
+			upTo := d.WaitUpTo.Std()
+			if upTo == 0 {
+				upTo = config.DefaultWaitUpTo.Std()
+			}
+			out[name].Ready = &handlers.ReadyWhen{SQL: d.ReadyWhen, WaitUpTo: upTo}
+		}
 	}
 	for name, ds := range out {
 		ds.Upstreams = cfg.Upstreams(name)
