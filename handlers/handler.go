@@ -211,30 +211,11 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if err != nil {
 		return Outcome{}, err
 	}
-	// A source outside the warehouse is asked whether the partition is
-	// there before an attempt is counted: one that is not waits.
-	var st *staging
-	if ds.Stage != nil {
-		if ds.Stage.Evolve && !ds.prepared.Load() {
-			// The files' columns are compared with the stage's, which the
-			// dataset's preparation reads.
-			if err := h.PrepareDataset(ctx, ds); err != nil {
-				return Outcome{}, classifyBeforeLoad(err)
-			}
-		}
-		if st, err = ds.Stage.ready(ctx, ev.Key, m.Published, time.Now()); err != nil {
-			h.recordWait(ctx, a, ds.Stage.WaitUpTo, m.Published, err)
-			return Outcome{}, err
-		}
-		if err := ds.Stage.newColumns(ctx, h.DB, ds.Target, st); err != nil {
-			return Outcome{}, err
-		}
-	}
-	if ds.Ready != nil {
-		if err := ds.Ready.check(ctx, h.DB, a.RunKey, ev, m.Published, time.Now()); err != nil {
-			h.recordWait(ctx, a, ds.Ready.WaitUpTo, m.Published, err)
-			return Outcome{}, err
-		}
+	// A source is asked whether the partition is there before an attempt
+	// is counted: one that is not waits.
+	st, err := h.sourceReady(ctx, ds, ev, a, m)
+	if err != nil {
+		return Outcome{}, err
 	}
 	h.unrecorded.flush(ctx, h.DB, log)
 	c, err := h.DB.Acquire(ctx)

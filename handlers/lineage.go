@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,28 @@ func (l *loading) lineageAttempt(id int64) lineage.Attempt {
 		AuditID: id, Number: l.a.Attempt, Partition: l.key, EventRunID: l.a.RunID, Parent: parent,
 		Inputs: l.ds.Inputs, Output: lc.Warehouse.Dataset(l.ds.Target),
 	}
+}
+
+// lineageFiles are the files the attempt read as lineage's input: the
+// partition's prefix, by URL, and each file; nil when it read no file.
+func (st *staging) lineageFiles() *lineage.FilesRead {
+	if st == nil || st.listing == nil || len(st.listing.Files) == 0 {
+		return nil
+	}
+	first := st.listing.Files[0]
+	r := &lineage.FilesRead{
+		Prefix:      strings.TrimSuffix(first.URL, first.Key) + st.listing.Prefix,
+		Fingerprint: st.listing.Fingerprint,
+		Files:       make([]lineage.IdemFile, len(st.listing.Files)),
+	}
+	for i, f := range st.listing.Files {
+		r.Files[i] = lineage.IdemFile{URL: f.URL, Size: f.Size, ETag: f.ETag, VersionID: f.VersionID, SHA256: f.SHA256, Rows: f.Rows}
+		if !f.ModTime.IsZero() {
+			t := f.ModTime.UTC()
+			r.Files[i].Modified = &t
+		}
+	}
+	return r
 }
 
 // outputColumns are the target's columns as the load's plan knows them:

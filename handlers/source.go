@@ -12,11 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
-	"github.com/idem-data/idem/strategies"
 )
 
 // StageTable is where a staged source's rows land inside the load's
@@ -81,32 +79,6 @@ type staging struct {
 	listing *files.Listing
 	extra   []files.Column
 	def     *stageDef
-}
-
-// WaitError says the event's source is not ready yet: no load ran, no
-// attempt is spent, and the consumer redelivers the message after Delay.
-type WaitError struct {
-	Reason string
-	Delay  time.Duration
-}
-
-func (e *WaitError) Error() string { return "waiting: " + e.Reason }
-
-// WaitFor is the consumer's behaviour for a wait.
-func (e *WaitError) WaitFor() time.Duration { return e.Delay }
-
-// Reasons of a staged source's failures: files missing past the wait,
-// and a source not ready past it.
-const (
-	ReasonMissingFiles = files.ReasonMissingFiles
-	ReasonNotReady     = "not_ready"
-)
-
-// waitDelay paces a waiting event's redeliveries: a tenth of how long it
-// has waited, from 2 s to a minute, so a partition that lands soon is
-// loaded soon and one that lands late costs one delivery a minute.
-func waitDelay(waited time.Duration) time.Duration {
-	return min(max(waited/10, 2*time.Second), time.Minute)
 }
 
 // ready is asked before the attempt is counted: are the event's source
@@ -204,13 +176,7 @@ func (st *staging) stageDef() *stageDef {
 	if len(st.extra) == 0 {
 		return def
 	}
-	d := &stageDef{columns: append(slices.Clip(def.columns), st.extra...)}
-	defs := make([]string, len(d.columns))
-	for i, c := range d.columns {
-		defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + c.Type
-	}
-	d.create = "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"
-	return d
+	return newStageDef(append(slices.Clip(def.columns), st.extra...))
 }
 
 // direct says whether the rows may be copied straight into the target: a
@@ -229,93 +195,6 @@ func (s *Staged) wait(err error, published, now time.Time) error {
 		reason = ReasonMissingFiles
 	}
 	return waitOrGiveUp(err, published, now, s.WaitUpTo, reason)
-}
-
-// waitOrGiveUp is a *WaitError for a source not ready (why), paced by how
-// long the event has waited, or past upTo its dead letter with reason.
-func waitOrGiveUp(why error, published, now time.Time, upTo time.Duration, reason string) error {
-	waited := now.Sub(published)
-	if published.IsZero() || waited < 0 {
-		waited = 0
-	}
-	if waited >= upTo {
-		return Fatal(reason, &waitOverError{fmt.Errorf("still not ready after wait_up_to %s: %w", upTo, why)})
-	}
-	return &WaitError{Reason: why.Error(), Delay: waitDelay(waited)}
-}
-
-// ReadyWhen is a SELECT source's ready_when: a query returning one boolean,
-// asked before each attempt, bound like the source.
-type ReadyWhen struct {
-	SQL      string
-	WaitUpTo time.Duration
-}
-
-// check asks the warehouse whether ev's partition is ready: nil when it
-// is, a *WaitError while it is not (false or NULL), its dead letter
-// (not_ready) past WaitUpTo. A run that already loaded never waits: its
-// attempt is a skipped duplicate, whatever the source holds now.
-func (r *ReadyWhen) check(ctx context.Context, db DB, k audit.RunKey, ev schemas.Event, published, now time.Time) error {
-	qctx, cancel := context.WithTimeout(ctx, readyWhenTimeout)
-	defer cancel()
-	var ok *bool
-	p := strategies.Params{Partition: ev.Key.Key, RunID: ev.RunID}
-	if err := db.QueryRow(qctx, r.SQL, p.NamedArgs()).Scan(&ok); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			ok = nil
-		} else {
-			return Classify(fmt.Errorf("ready_when: %w", err))
-		}
-	}
-	if ok != nil && *ok {
-		return nil
-	}
-	if !ev.Force {
-		done, err := audit.RunLoaded(ctx, db, k)
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-	}
-	return waitOrGiveUp(errors.New("ready_when is not true yet"), published, now, r.WaitUpTo, ReasonNotReady)
-}
-
-// readyWhenTimeout bounds one ready_when query: a readiness check that
-// hangs holds the message, not the warehouse.
-const readyWhenTimeout = 30 * time.Second
-
-// waitOverError is a wait that spent wait_up_to: the event's dead letter.
-type waitOverError struct{ err error }
-
-func (e *waitOverError) Error() string { return e.err.Error() }
-func (e *waitOverError) Unwrap() error { return e.err }
-
-// recordWait writes a wait, or its end, where the page, `idem audit why`
-// and the API read it (audit.RecordWait): a waiting event runs no attempt,
-// so the audit's attempts would not show it. Best effort: a wait the audit
-// misses is still a wait, and the log says so.
-func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, upTo time.Duration, published time.Time, err error) {
-	var (
-		w    *WaitError
-		over *waitOverError
-	)
-	reason, gaveUp := "", false
-	switch {
-	case errors.As(err, &w):
-		reason = w.Reason
-	case errors.As(err, &over):
-		reason, gaveUp = over.Error(), true
-	default:
-		return
-	}
-	if published.IsZero() {
-		published = time.Now()
-	}
-	if err := audit.RecordWait(ctx, h.DB, a.RunKey, reason, published, published.Add(upTo), gaveUp); err != nil {
-		h.Log.Warn().Err(err).Str("dataset", a.Dataset).Str("partition", a.Partition).Msg("could not record the wait")
-	}
 }
 
 // prepare reads the target's columns into the stage's definition, once
@@ -338,21 +217,21 @@ func (s *Staged) prepare(ctx context.Context, tx interface {
 	if err != nil {
 		return fmt.Errorf("stage: read the columns of %s: %w", target, err)
 	}
-	def := &stageDef{}
-	var defs []string
-	for _, c := range cols {
-		if slices.Contains(s.Reserved, c.Name) {
-			continue
-		}
-		def.columns = append(def.columns, c)
-		defs = append(defs, pgx.Identifier{c.Name}.Sanitize()+" "+c.Type)
-	}
-	if len(def.columns) == 0 {
+	cols = slices.DeleteFunc(cols, func(c files.Column) bool { return slices.Contains(s.Reserved, c.Name) })
+	if len(cols) == 0 {
 		return Fatal(schemas.ReasonSchemaMismatch, fmt.Errorf("stage: %s has no column a source could fill", target))
 	}
-	def.create = "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"
-	s.def.Store(def)
+	s.def.Store(newStageDef(cols))
 	return nil
+}
+
+// newStageDef is the stage of columns cols, in that order.
+func newStageDef(cols []files.Column) *stageDef {
+	defs := make([]string, len(cols))
+	for i, c := range cols {
+		defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + c.Type
+	}
+	return &stageDef{columns: cols, create: "CREATE TEMPORARY TABLE " + StageTable + " (" + strings.Join(defs, ", ") + ") ON COMMIT DROP"}
 }
 
 // queueCreate queues the stage's creation in the load's transaction,
@@ -468,28 +347,6 @@ func (st *staging) sourceFiles() (string, []audit.SourceFile) {
 		out[i] = sf
 	}
 	return st.listing.Fingerprint, out
-}
-
-// lineageFiles are the files the attempt read as lineage's input: the
-// partition's prefix, by URL, and each file; nil when it read no file.
-func (st *staging) lineageFiles() *lineage.FilesRead {
-	if st == nil || st.listing == nil || len(st.listing.Files) == 0 {
-		return nil
-	}
-	first := st.listing.Files[0]
-	r := &lineage.FilesRead{
-		Prefix:      strings.TrimSuffix(first.URL, first.Key) + st.listing.Prefix,
-		Fingerprint: st.listing.Fingerprint,
-		Files:       make([]lineage.IdemFile, len(st.listing.Files)),
-	}
-	for i, f := range st.listing.Files {
-		r.Files[i] = lineage.IdemFile{URL: f.URL, Size: f.Size, ETag: f.ETag, VersionID: f.VersionID, SHA256: f.SHA256, Rows: f.Rows}
-		if !f.ModTime.IsZero() {
-			t := f.ModTime.UTC()
-			r.Files[i].Modified = &t
-		}
-	}
-	return r
 }
 
 // prepareStage reads the stage's columns and creates it (empty) in tx, so

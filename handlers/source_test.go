@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/lineagetest"
 	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/testkit/s3test"
 )
@@ -357,4 +360,42 @@ func TestFilesSourceNewColumnsMeetOnSchemaChange(t *testing.T) {
 	_, err = refuse.load("2026-11-28", "r1", time.Now())
 	require.True(t, handlers.IsFatal(err), "%v", err)
 	require.ErrorContains(t, err, "score")
+}
+
+// A files dataset's COMPLETE, written to the outbox with its load, names
+// the partition's prefix as an input, with every file read in its
+// idem_files facet, as idem.source_files records them; the event passes the
+// OpenLineage schemas and idem's.
+func TestFilesSourceLineageNamesTheFilesRead(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := files.Spec{URL: "file://" + dir + "/dt={partition}/", Format: files.CSV}.WithDefaults()
+	store, err := files.NewStore(spec, files.S3Options{})
+	require.NoError(t, err)
+	e := newStagedEnv(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"},
+		stagedDDL, spec, store, time.Hour)
+	e.h.Lineage = &handlers.Lineage{Namespace: "ns", Warehouse: lineage.NewWarehouse(&e.db.Pool.Config().ConnConfig.Config)}
+	writeFile(t, filepath.Join(dir, "dt=2026-11-28", "a.csv"), "id,amount,note\n1,1.50,a\n2,2.50,b\n")
+	_, err = e.load("2026-11-28", "r1", time.Now())
+	require.NoError(t, err)
+
+	var body string
+	require.NoError(t, e.db.Pool.QueryRow(context.Background(),
+		"SELECT lineage::text FROM idem.outbox WHERE run_id = 'r1' AND lineage ->> 'eventType' = 'COMPLETE'").Scan(&body))
+	lineagetest.Validate(t, []byte(body))
+	var ev lineage.RunEvent
+	require.NoError(t, json.Unmarshal([]byte(body), &ev))
+	require.NotEmpty(t, ev.Inputs)
+	in := ev.Inputs[len(ev.Inputs)-1]
+	require.Equal(t, lineage.Dataset{Namespace: "file", Name: dir + "/dt=2026-11-28/"}, in.Dataset)
+	read, err := audit.SourceFilesOf(context.Background(), e.db.Pool, "test", "ds", "2026-11-28", 1)
+	require.NoError(t, err)
+	require.Len(t, read, 1)
+	f := in.InputFacets.Files
+	require.NotNil(t, f, "the idem_files facet")
+	require.Equal(t, read[0].Fingerprint, f.Fingerprint)
+	require.Len(t, f.Files, 1)
+	require.Equal(t, read[0].Files[0].URL, f.Files[0].URL)
+	require.Equal(t, int64(2), f.Files[0].Rows)
+	require.Equal(t, read[0].Files[0].SHA256, f.Files[0].SHA256)
 }

@@ -128,11 +128,7 @@ func (s *DeleteInsert) execute(ctx context.Context, tx pgx.Tx, dp *Plan, p Param
 	b := &pgx.Batch{}
 	pl.queue(b, p, &res)
 	if err := send(ctx, tx, b); err != nil {
-		if pl.truncate() && isLockTimeout(err) {
-			return res, fmt.Errorf("truncate_partition: TRUNCATE %s waited %s for queries reading it and gave up so as not to stall its readers; the load is retried later: %w",
-				pl.into, LockTimeout, err)
-		}
-		return res, err
+		return res, pl.sendErr(err)
 	}
 	if res.Inserted == 0 && !s.spec.AllowEmpty {
 		return res, ErrEmptySource
@@ -178,11 +174,7 @@ func (s *DeleteInsert) executeCopy(ctx context.Context, tx pgx.Tx, dp *Plan, p P
 	b.Queue("SET LOCAL standard_conforming_strings = on")
 	pl.queueDelete(b, p, &res)
 	if err := send(ctx, tx, b); err != nil {
-		if pl.truncate() && isLockTimeout(err) {
-			return res, fmt.Errorf("truncate_partition: TRUNCATE %s waited %s for queries reading it and gave up so as not to stall its readers; the load is retried later: %w",
-				pl.into, LockTimeout, err)
-		}
-		return res, err
+		return res, pl.sendErr(err)
 	}
 	if res.Inserted, err = copyIn(ctx, pgx.Identifier{pl.into.Schema, pl.into.Name}, where); err != nil {
 		return res, err
@@ -191,6 +183,16 @@ func (s *DeleteInsert) executeCopy(ctx context.Context, tx pgx.Tx, dp *Plan, p P
 		return res, ErrEmptySource
 	}
 	return res, nil
+}
+
+// sendErr says why the load's statements failed: a TRUNCATE that gave up
+// waiting for the child's readers says so.
+func (pl *deleteInsertPlan) sendErr(err error) error {
+	if pl.truncate() && isLockTimeout(err) {
+		return fmt.Errorf("truncate_partition: TRUNCATE %s waited %s for queries reading it and gave up so as not to stall its readers; the load is retried later: %w",
+			pl.into, LockTimeout, err)
+	}
+	return err
 }
 
 // queue puts the load's statements on b; their callbacks count into res.
