@@ -17,6 +17,12 @@
 //
 // # The order of writes
 //
+// Before any of it, a source outside the warehouse, or a SELECT source
+// with ready_when, is asked whether the partition is there (wait.go): one
+// that is not returns a *WaitError, no attempt counted. For such a source
+// the rows stream with COPY into a stage the strategy reads (source.go), or
+// straight into a delete_insert target.
+//
 // A load is three pipelined round trips on one connection (see loading):
 //
 //  1. one statement checks the ledger (a run already done is recorded
