@@ -70,6 +70,11 @@ func (h *Handler) finish(ctx context.Context, c *pgx.Conn, es []ending) error {
 				return err
 			}
 		}
+		if l.fp != nil {
+			if err := audit.QueueRecordFingerprint(b, e.id, l.a.RunKey, *l.fp); err != nil {
+				return err
+			}
+		}
 		js, err := h.queueDownstream(b, l.ds, l.a, e.id)
 		if err != nil {
 			return err

@@ -40,7 +40,9 @@ func (h *Handler) GroupSize(ev schemas.Event) int {
 
 func (h *Handler) groupable(ds *Dataset) bool {
 	gl, ok := ds.Strategy.(strategies.GroupLoader)
-	if !ok || !gl.Groupable() || !ds.prepared.Load() || ds.Stage != nil {
+	// A source asked before each attempt (ready_when, a fingerprint) is
+	// asked per event: such a dataset loads its events one by one.
+	if !ok || !gl.Groupable() || !ds.prepared.Load() || ds.Stage != nil || ds.Ready != nil || ds.Fingerprint != nil {
 		return false
 	}
 	if produced, _ := ds.Strategy.Counts(); ds.Checks != nil && (!ds.Checks.CountsOnly() || !produced) {

@@ -61,6 +61,9 @@ type Dataset struct {
 	// Ready, when set, is a SELECT source's ready_when: asked before each
 	// attempt, it holds the event while the partition is not ready.
 	Ready *ReadyWhen
+	// Fingerprint, when set (recheck:), fingerprints the partition's
+	// source before each attempt; the success stores it.
+	Fingerprint *Fingerprint
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -217,12 +220,22 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	if err != nil {
 		return Outcome{}, err
 	}
+	var fp *audit.SourceFingerprint
+	if ds.Fingerprint != nil {
+		// Taken before the load reads: a change landing in between moves
+		// the next recheck's, which reloads; it is never missed.
+		f, err := h.fingerprint(ctx, ds, ev.Key, st)
+		if err != nil {
+			return Outcome{}, err
+		}
+		fp = &f
+	}
 	h.unrecorded.flush(ctx, h.DB, log)
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, classifyBeforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log, stage: st}
+	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log, stage: st, fp: fp}
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened

@@ -57,6 +57,9 @@ type loading struct {
 	// stage is the attempt's source outside the warehouse, when its
 	// dataset has one.
 	stage *staging
+	// fp is the fingerprint of the source taken before the attempt
+	// (Dataset.Fingerprint), stored with its success.
+	fp *audit.SourceFingerprint
 }
 
 func (l *loading) params() strategies.Params {

@@ -45,7 +45,7 @@ var layers = []struct {
 	}},
 	{"services beside the event's path", []string{
 		"internal/natsconn", "internal/metrics", "internal/relay",
-		"internal/backfill", "internal/watch", "internal/reverify", "internal/why",
+		"internal/backfill", "internal/watch", "internal/recheck", "internal/reverify", "internal/why",
 	}},
 	{"readers for people", []string{"internal/observer", "internal/statuspage"}},
 	{"assembly: a running idem", []string{"internal/service"}},

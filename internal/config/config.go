@@ -384,6 +384,9 @@ type Dataset struct {
 	Expect *Expect `yaml:"expect,omitempty" json:",omitempty"`
 	// Watch lists a files: source's partitions to publish their events.
 	Watch *Watch `yaml:"watch,omitempty" json:",omitempty"`
+	// Recheck reloads the recent partitions whose source changed since
+	// their last load (see Recheck).
+	Recheck *Recheck `yaml:"recheck,omitempty" json:",omitempty"`
 	// Checks are assertions on the rows each load produces, run inside the
 	// load's transaction before it commits: a failing check of severity
 	// error rolls the load back and dead-letters the event (see Check).
@@ -521,6 +524,7 @@ func (d *Dataset) withDefaults() {
 		d.MaxRetryDelay = Duration(DefaultMaxRetryDelay)
 	}
 	d.Watch.withDefaults()
+	d.Recheck.withDefaults()
 }
 
 func setDefault(s *string, def string) {

@@ -368,6 +368,7 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	}
 	validateExpect(v, d)
 	c.validateWatch(v, d)
+	validateRecheck(v, d)
 
 	validateRetries(v, d)
 	c.validateThen(v, names, name, d)

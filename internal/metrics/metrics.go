@@ -74,6 +74,10 @@ type Metrics struct {
 	// failed.
 	WatchPublished *prometheus.CounterVec // dataset, reason
 	WatchFailures  *prometheus.CounterVec // dataset
+	// RecheckAsked counts the fingerprints the rechecks took (one query
+	// each, or one listing); RecheckReloads the reloads they published;
+	// RecheckFailures the partitions they could not recheck.
+	RecheckAsked, RecheckReloads, RecheckFailures *prometheus.CounterVec // dataset
 	// ReverifyPasses counts re-verification passes by result (ok, error);
 	// ReverifyReloaded counts the events they loaded again (the warehouse
 	// had lost their loads); ReverifyLast is the end of the last pass.
@@ -185,6 +189,15 @@ func New(version string) *Metrics {
 	m.WatchFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_watch_failures_total", Help: "Listings and publishes of a watch that failed; the next pass tries again.",
 	}, []string{"dataset"})
+	m.RecheckAsked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_recheck_fingerprints_total", Help: "Fingerprints of a partition's source a recheck (recheck:) took: one query, or one listing, each.",
+	}, []string{"dataset"})
+	m.RecheckReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_recheck_reloads_total", Help: "Reloads a recheck published: partitions whose source changed since their last load.",
+	}, []string{"dataset"})
+	m.RecheckFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_recheck_failures_total", Help: "Partitions a recheck could not recheck (a fingerprint or a publish failed); the next pass tries again.",
+	}, []string{"dataset"})
 	m.ReverifyPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_reverify_passes_total", Help: "Re-verifications of the recent events against the ledger (after a failover or a reconnect), by result: ok, error.",
 	}, []string{"result"})
@@ -202,7 +215,7 @@ func New(version string) *Metrics {
 	}, []string{"dataset", "change", "action"})
 	for _, c := range []prometheus.Collector{m.Checks, m.SchemaChanges, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
 		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
-		m.AuditPruned, m.WatchPublished, m.WatchFailures, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
+		m.AuditPruned, m.WatchPublished, m.WatchFailures, m.RecheckAsked, m.RecheckReloads, m.RecheckFailures, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)
 	}
 	m.BuildInfo.WithLabelValues(version).Set(1)

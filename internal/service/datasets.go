@@ -60,6 +60,9 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			}
 			out[name].Ready = &handlers.ReadyWhen{SQL: d.ReadyWhen, WaitUpTo: upTo}
 		}
+		if d.Recheck != nil {
+			out[name].Fingerprint = &handlers.Fingerprint{SQL: d.FingerprintSQL()}
+		}
 	}
 	for name, ds := range out {
 		ds.Upstreams = cfg.Upstreams(name)

@@ -291,6 +291,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
 	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, m, log)
+	startRechecks(bgCtx, &wg, pool, js, h, &cfgNow, m, log)
 	if plans != nil && route.StatementMode == config.StatementPrepare {
 		wg.Add(1)
 		go func() { defer wg.Done(); plans.watch(bgCtx, pool) }()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -17,9 +16,6 @@ import (
 	"github.com/idem-data/idem/internal/watch"
 	"github.com/idem-data/idem/schemas"
 )
-
-// watchFollow is how often the watches look for a config a reload applied.
-const watchFollow = time.Second
 
 // startWatches runs the watch: of each dataset of the config in force
 // until ctx is done, following reloads: a watch whose dataset (or s3:)
@@ -40,59 +36,13 @@ func startWatches(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, j
 		w.Published = func(dataset, reason string) { m.WatchPublished.WithLabelValues(dataset, reason).Inc() }
 		w.Failed = func(dataset string) { m.WatchFailures.WithLabelValues(dataset).Inc() }
 	}
-	type running struct {
-		def  string
-		stop context.CancelFunc
-		done chan struct{}
-	}
-	watches := map[string]*running{}
-	stop := func(name string) {
-		r := watches[name]
-		r.stop()
-		<-r.done
-		delete(watches, name)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var seen *config.Config
-		for {
-			if c := cfg.Load(); c != seen {
-				seen = c
-				want := watchDefinitions(c)
-				for name, r := range watches {
-					if want[name] != r.def {
-						stop(name)
-					}
-				}
-				for name, def := range want {
-					if _, ok := watches[name]; ok {
-						continue
-					}
-					ds, err := watchDataset(c, name)
-					if err != nil {
-						log.Error().Err(err).Str("dataset", name).Msg("watch: not started")
-						continue
-					}
-					wctx, cancel := context.WithCancel(ctx)
-					r := &running{def: def, stop: cancel, done: make(chan struct{})}
-					watches[name] = r
-					go func() {
-						defer close(r.done)
-						if err := w.Run(wctx, ds); err != nil {
-							log.Error().Err(err).Str("dataset", name).Msg("watch: stopped")
-						}
-					}()
-				}
-			}
-			if !sleep(ctx, watchFollow) {
-				for name := range watches {
-					stop(name)
-				}
-				return
-			}
+	followDatasets(ctx, wg, cfg, "watch", watchDefinitions, func(c *config.Config, name string) (func(context.Context) error, error) {
+		ds, err := watchDataset(c, name)
+		if err != nil {
+			return nil, err
 		}
-	}()
+		return func(ctx context.Context) error { return w.Run(ctx, ds) }, nil
+	}, log)
 }
 
 // watchDefinitions names the watched datasets of c, each with what its

@@ -237,13 +237,17 @@ INSERT INTO orders SELECT g, '2026-11-28', '2026-11-28 10:00+00'::timestamptz + 
 	spec := Spec{URL: appURL(primary(t), src.Name)}
 	part := Params{Partition: "2026-11-28"}
 
-	a, err := Fingerprint(ctx, spec, fp, part)
+	ra, err := Fingerprint(ctx, spec, fp, part)
 	require.NoError(t, err)
+	a := ra.Hash
 	require.Len(t, a, 64)
+	require.Equal(t, []string{"count", "max", "max"}, ra.Columns)
+	require.Equal(t, "100", *ra.Values[0])
+	require.Nil(t, ra.Values[2], "max(note) is NULL")
 	alterDB(t, src, "TimeZone = 'Pacific/Chatham'", "DateStyle = 'Postgres, DMY'")
 	b, err := Fingerprint(ctx, spec, fp, part)
 	require.NoError(t, err)
-	require.Equal(t, a, b, "the server's defaults do not move it")
+	require.Equal(t, a, b.Hash, "the server's defaults do not move it")
 
 	sb := onStandby(t, src.Name)
 	caughtUp(t, sb)
@@ -252,15 +256,15 @@ INSERT INTO orders SELECT g, '2026-11-28', '2026-11-28 10:00+00'::timestamptz + 
 	onSt.MaxReplicaLag = time.Minute
 	c, err := Fingerprint(ctx, onSt, fp, part)
 	require.NoError(t, err)
-	require.Equal(t, a, c, "the standby's rows hash as the primary's")
+	require.Equal(t, a, c.Hash, "the standby's rows hash as the primary's")
 
 	src.Exec(t, "UPDATE orders SET updated_at = updated_at + interval '1 microsecond' WHERE id = 100")
 	d, err := Fingerprint(ctx, spec, fp, part)
 	require.NoError(t, err)
-	require.NotEqual(t, a, d, "a changed row moves it")
+	require.NotEqual(t, a, d.Hash, "a changed row moves it")
 	other, err := Fingerprint(ctx, spec, fp, Params{Partition: "2026-11-29"})
 	require.NoError(t, err)
-	require.NotEqual(t, d, other)
+	require.NotEqual(t, d.Hash, other.Hash)
 
 	_, err = Fingerprint(ctx, spec, "SELECT id FROM orders WHERE event_date = @partition", part)
 	var e *Error
