@@ -40,6 +40,9 @@ type Story struct {
 	// Waiting is the partition's wait for its source, while no attempt
 	// has overtaken it; nil otherwise.
 	Waiting *Wait `json:"waiting,omitempty"`
+	// Recheck is what the rechecks know of the partition's source
+	// (recheck:): its fingerprint, its last check, the last change found.
+	Recheck *Recheck `json:"recheck,omitempty"`
 }
 
 // StoryAttempt is one attempt of the partition.
@@ -142,6 +145,9 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 			return err
 		}
 		if s.Waiting, err = WaitOf(ctx, tx, pipeline, dataset, partition); err != nil {
+			return err
+		}
+		if s.Recheck, err = RecheckOf(ctx, tx, pipeline, dataset, partition); err != nil {
 			return err
 		}
 		if err := readWinner(ctx, tx, pipeline, dataset, partition, &s); err != nil {

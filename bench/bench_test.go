@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +17,13 @@ import (
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
 
 type testLog struct{ t *testing.T }
 
@@ -23,6 +31,40 @@ func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// idemBinary builds idem once for the package's tests: a production
+// build, as the harness makes (bench.Options.IdemBin).
+func idemBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "idem-bench-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "idem")
+		root, err := moduleRoot()
+		if err != nil {
+			binErr = err
+			return
+		}
+		build := exec.Command("go", "build", "-o", binPath, "./cmd/idem")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build idem: %w\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
 
 // TestHarnessSmoke runs the whole harness at its tiny size and checks that
 // every figure exists and is sane: positive, and idem never doubling a row.
@@ -36,14 +78,8 @@ func TestHarnessSmoke(t *testing.T) {
 	defer cancel()
 	// The lone-event phase's baseline is an idem binary too: this one,
 	// which migrates a database of its own.
-	baseline := filepath.Join(t.TempDir(), "idem-baseline")
-	root, err := moduleRoot()
-	require.NoError(t, err)
-	build := exec.CommandContext(ctx, "go", "build", "-o", baseline, "./cmd/idem")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	res, err := Run(ctx, Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}, BaselineBin: baseline, BaselineLabel: "the same build"})
+	bin := idemBinary(t)
+	res, err := Run(ctx, Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}, IdemBin: bin, BaselineBin: bin, BaselineLabel: "the same build"})
 	require.NoError(t, err)
 	sz := res.Sizes
 

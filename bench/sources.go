@@ -133,7 +133,7 @@ func sourcesSizesFor(m Mode) (sourcesSizes, error) {
 	case ModeQuick:
 		return sourcesSizes{rows: 200_000, reps: 2, warmUp: true, bigBytes: 100 << 20, groupRows: 1 << 20}, nil
 	case ModeTiny:
-		return sourcesSizes{rows: 20_000, reps: 1, bigBytes: 4 << 20, groupRows: 1 << 14}, nil
+		return sourcesSizes{rows: 5_000, reps: 1, bigBytes: 1 << 20, groupRows: 1 << 12}, nil
 	}
 	return sourcesSizes{}, fmt.Errorf("unknown mode %q (want full, quick or tiny)", m)
 }

@@ -24,7 +24,7 @@ func TestSources(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds idem and runs it against two PostgreSQL clusters, NATS and versitygw")
 	}
-	opts := Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}, Command: "go test -run TestSources ./bench/"}
+	opts := Options{Mode: ModeTiny, AdminURL: pgtest.AdminURL(), Progress: testLog{t}, Command: "go test -run TestSources ./bench/", IdemBin: idemBinary(t)}
 	timeout := 10 * time.Minute
 	if m := os.Getenv("IDEM_BENCH_SOURCES"); m != "" {
 		opts = Options{Mode: Mode(m), Durable: true, Progress: testLog{t}, Command: "make bench-sources"}

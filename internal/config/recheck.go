@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/sqlcheck"
 	"github.com/idem-data/idem/schemas"
 )
@@ -102,6 +103,15 @@ func (d *Dataset) FingerprintSQL() string {
 	if d.Source.Postgres != nil {
 		src = d.Source.Postgres.SQL
 	}
-	src = strings.TrimRight(strings.TrimSpace(src), ";")
+	src = strings.TrimRight(src, "; \t\r\n")
 	return "SELECT count(*) AS rows, coalesce(sum(hashtextextended(s::text, 0)), 0) AS rows_hash FROM (\n" + src + "\n) s"
+}
+
+// RecheckWindow is d's recheck window: a partition loaded inside it is
+// provisional. ok is false without recheck:.
+func (d *Dataset) RecheckWindow() (w calendar.Window, ok bool) {
+	if d == nil || d.Recheck == nil {
+		return w, false
+	}
+	return calendar.Window{Length: d.Recheck.Window.Std(), Hourly: partitionType(d) == schemas.PartitionHour}, true
 }

@@ -110,6 +110,9 @@ var referenceIdents = map[string]any{
 	"MinWatchEvery":                  MinWatchEvery,
 	"DefaultWatchLast":               DefaultWatchLast,
 	"MaxWatchLast":                   MaxWatchLast,
+	"DefaultRecheckEvery":            DefaultRecheckEvery,
+	"MinRecheckEvery":                MinRecheckEvery,
+	"MaxRecheckWindow":               MaxRecheckWindow,
 }
 
 // referenceExample is the page's minimal config; TestConfigReference

@@ -92,7 +92,7 @@ func withDefaultsFills() map[string]string {
 		Datasets: map[string]*Dataset{},
 	}
 	for _, s := range Strategies {
-		c.Datasets[string(s)] = &Dataset{Strategy: s, Expect: &Expect{}, Watch: &Watch{}}
+		c.Datasets[string(s)] = &Dataset{Strategy: s, Expect: &Expect{}, Watch: &Watch{}, Recheck: &Recheck{}}
 	}
 	before := map[string]string{}
 	leafValues(reflect.ValueOf(c).Elem(), "", before)
@@ -109,7 +109,7 @@ func withDefaultsFills() map[string]string {
 	for _, s := range Strategies {
 		d := c.Datasets[string(s)]
 		b, a := map[string]string{}, map[string]string{}
-		leafValues(reflect.ValueOf(Dataset{Strategy: s, Expect: &Expect{}, Watch: &Watch{}}), "datasets.<name>", b)
+		leafValues(reflect.ValueOf(Dataset{Strategy: s, Expect: &Expect{}, Watch: &Watch{}, Recheck: &Recheck{}}), "datasets.<name>", b)
 		leafValues(reflect.ValueOf(d).Elem(), "datasets.<name>", a)
 		for p, v := range a {
 			if _, set := b[p]; set {

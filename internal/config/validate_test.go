@@ -238,6 +238,31 @@ func TestValidateProblems(t *testing.T) {
 			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "csv"}}
 			c.Datasets["customers"].ReadyWhen = "SELECT true"
 		}, "customers", "ready_when", []string{"goes with a SELECT source", "files: has ready:"}, false},
+		{"recheck without a window", func(c *Config) {
+			c.Datasets["orders"].Recheck = &Recheck{Every: Duration(time.Hour)}
+		}, "orders", "recheck.window", []string{"use a duration such as 7d"}, false},
+		{"recheck every too short", func(c *Config) {
+			c.Datasets["orders"].Recheck = &Recheck{Window: Duration(7 * 24 * time.Hour), Every: Duration(time.Millisecond)}
+		}, "orders", "recheck.every", []string{"use at least 1s"}, false},
+		{"recheck fingerprint reading the clock", func(c *Config) {
+			c.Datasets["orders"].Recheck = &Recheck{Window: Duration(7 * 24 * time.Hour), Every: Duration(time.Hour),
+				Fingerprint: "SELECT count(*) FROM staging.orders WHERE updated_at > now() - interval '1 day'"}
+		}, "orders", "recheck.fingerprint", []string{"reads the wall clock with now()"}, false},
+		{"recheck fingerprint binding @run_id", func(c *Config) {
+			c.Datasets["orders"].Recheck = &Recheck{Window: Duration(7 * 24 * time.Hour), Every: Duration(time.Hour),
+				Fingerprint: "SELECT count(*) FROM staging.orders WHERE r = @run_id"}
+		}, "orders", "recheck.fingerprint", []string{"uses @run_id", "binds only @partition"}, false},
+		{"recheck fingerprint that is no SELECT", func(c *Config) {
+			c.Datasets["orders"].Recheck = &Recheck{Window: Duration(7 * 24 * time.Hour), Every: Duration(time.Hour), Fingerprint: "VALUES (1)"}
+		}, "orders", "recheck.fingerprint", []string{"is not a SELECT"}, false},
+		{"recheck fingerprint on files", func(c *Config) {
+			c.Datasets["customers"].Source = Source{Files: &FilesSource{URL: "file:///l/{partition}/", Format: "csv"}}
+			c.Datasets["customers"].Recheck = &Recheck{Window: Duration(7 * 24 * time.Hour), Every: Duration(time.Hour), Fingerprint: "SELECT 1"}
+		}, "customers", "recheck.fingerprint", []string{"fingerprinted by its listing"}, false},
+		{"recheck of text partitions", func(c *Config) {
+			c.Datasets["orders"].PartitionType = "text"
+			c.Datasets["orders"].Recheck = &Recheck{Window: Duration(7 * 24 * time.Hour), Every: Duration(time.Hour)}
+		}, "orders", "recheck", []string{"needs date or timestamp partitions"}, false},
 		{"postgres source without a url", func(c *Config) {
 			c.Datasets["customers"].Source = Source{Postgres: &PostgresSource{SQL: "SELECT * FROM o WHERE d = @partition"}}
 		}, "customers", "source.postgres.url", []string{"required"}, false},

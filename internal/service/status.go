@@ -149,6 +149,9 @@ func (s *status) datasets() []statuspage.Dataset {
 		if e, ok := cfg.Datasets[name].Calendar(); ok {
 			d.Calendar = &e
 		}
+		if w, ok := cfg.Datasets[name].RecheckWindow(); ok {
+			d.Recheck = &w
+		}
 		out = append(out, d)
 	}
 	return out

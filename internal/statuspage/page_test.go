@@ -50,6 +50,8 @@ type world struct {
 	db       *pgxpool.Pool
 	replayed []uint64
 	mu       sync.Mutex
+	// recheck, when set, is customers' recheck window.
+	recheck *calendar.Window
 }
 
 func (w *world) attempt(t *testing.T, dataset, partition, runID, outcome string) {
@@ -123,7 +125,7 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 	cal := &calendar.Expect{Every: calendar.Day, From: "2026-11-01", Deadline: 3 * time.Hour}
 	// By the wall clock, as the audit's: a load after it wins.
 	failedAt := time.Now()
-	dss := []statuspage.Dataset{{Name: "orders", Calendar: cal}, {Name: "customers", Calendar: cal}, {Name: "revenue", Upstreams: []string{"orders", "customers"}}}
+	dss := []statuspage.Dataset{{Name: "orders", Calendar: cal}, {Name: "customers", Calendar: cal, Recheck: w.recheck}, {Name: "revenue", Upstreams: []string{"orders", "customers"}}}
 	p, err := statuspage.New(statuspage.Deps{
 		Pipeline: "shop", DB: w.db, Token: d.Token, Now: func() time.Time { return now }, Log: zerolog.Nop(),
 		Datasets: func() []statuspage.Dataset { return dss },
@@ -147,6 +149,9 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 			for _, d := range dss {
 				if d.Name == dataset {
 					ds.Upstreams, ds.Calendar = d.Upstreams, d.Calendar
+					if d.Recheck != nil {
+						ds.Recheck = &why.Recheck{Window: *d.Recheck, Every: time.Hour}
+					}
 				}
 			}
 			return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Streams: streams{failedAt}, Now: func() time.Time { return now }}, ds, partition)
@@ -305,4 +310,62 @@ func TestPageShowsSourceWaitsAndFiles(t *testing.T) {
 	require.Equal(t, [][]string{{fmt.Sprint(id), "s3://landing/dt=2026-11-01/" + hostileColumn + ".csv", "2048", "10", `etag "e1"`}}, files)
 	require.True(t, browsertest.Eval[bool](t, bctx, `window.pwned === undefined`))
 	require.Equal(t, 0, browsertest.Eval[int](t, bctx, `document.querySelectorAll('#partition img').length`))
+}
+
+// fingerprint stores fp as the one the newest attempt of dataset's
+// partition read, as its load's success does.
+func (w *world) fingerprint(t *testing.T, dataset, partition string, fp audit.SourceFingerprint) {
+	t.Helper()
+	ctx := context.Background()
+	var id int64
+	var runID string
+	require.NoError(t, w.db.QueryRow(ctx, `SELECT id, run_id FROM idem.pipeline_audit WHERE task_id = $1 AND partition_key = $2 ORDER BY id DESC LIMIT 1`,
+		dataset, partition).Scan(&id, &runID))
+	b := &pgx.Batch{}
+	require.NoError(t, audit.QueueRecordFingerprint(b, id, audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}, fp))
+	require.NoError(t, w.db.SendBatch(ctx, b).Close())
+}
+
+func fingerprintOf(hash, count string) audit.SourceFingerprint {
+	return audit.SourceFingerprint{Hash: hash, Values: []audit.FingerprintValue{{Name: "count", Value: &count}}}
+}
+
+func TestPageShowsProvisionalPartitionsAndWhatARecheckFound(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	// customers is rechecked over 7 days; the page's clock is 2026-11-05
+	// 10:00Z, so 2026-11-01 and 2026-11-02 are inside the window. 11-02
+	// was reloaded because a recheck found its source changed.
+	w.recheck = &calendar.Window{Length: 7 * 24 * time.Hour}
+	w.attempt(t, "customers", "2026-11-02", "sched-2", "success")
+	w.fingerprint(t, "customers", "2026-11-02", fingerprintOf("aaaa", "1204"))
+	k := audit.RunKey{Pipeline: "shop", Dataset: "customers", Partition: "2026-11-02"}
+	require.NoError(t, audit.RecordRecheck(ctx, w.db, k, 0, fingerprintOf("bbbb", "1377"), "recheck__bbbb"))
+	w.attempt(t, "customers", "2026-11-02", "recheck__bbbb", "success")
+	w.fingerprint(t, "customers", "2026-11-02", fingerprintOf("bbbb", "1377"))
+	srv := w.page(t, "")
+	bctx := browsertest.New(t)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#grid")))
+	cell := func(ds string, i int) string {
+		return browsertest.Eval[string](t, bctx, fmt.Sprintf(`document.querySelector('#grid tr[data-d="%s"] td[data-i="%d"]').className`, ds, i))
+	}
+	require.Equal(t, "provisional", cell("customers", 0))
+	require.Equal(t, "provisional", cell("customers", 1))
+	require.Equal(t, "success", cell("orders", 0), "a dataset without recheck: final at once")
+	require.True(t, browsertest.Eval[bool](t, bctx, `[...document.querySelectorAll('.legend .cell')].some(c => c.classList.contains('provisional'))`),
+		"the legend names provisional")
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="customers"] td[data-i="1"]`), chromedp.WaitVisible("#partition #recheck-move")))
+	require.Equal(t, why.StateProvisional, browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.state`))
+	move, err := chromedp.Run(bctx, chromedp.Text("#recheck-move"))
+	require.NoError(t, err)
+	require.Contains(t, move, "source changed (count 1204 → 1377)")
+	require.Contains(t, move, "reload run recheck__bbbb")
+	line, err := chromedp.Run(bctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Regexp(t, `^loaded by run recheck__bbbb at .*, reloaded after a recheck found at \S+ \S+Z that its source changed \(count 1204 → 1377\).*; provisional until 2026-11-09 00:00`, line)
+	prov, err := chromedp.Run(bctx, chromedp.Text("#provisional"))
+	require.NoError(t, err)
+	require.Contains(t, prov, "provisional until 2026-11-09 00:00")
 }

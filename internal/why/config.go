@@ -18,6 +18,9 @@ func DatasetOf(cfg *config.Config, name string) Dataset {
 		if cal, ok := d.Calendar(); ok {
 			ds.Calendar = &cal
 		}
+		if w, ok := d.RecheckWindow(); ok {
+			ds.Recheck = &Recheck{Window: w, Every: d.Recheck.Every.Std()}
+		}
 	}
 	return ds
 }

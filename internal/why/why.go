@@ -27,6 +27,7 @@ import (
 // 3 not finished yet, 4 something could not be read.
 const (
 	StateLoaded       = "loaded"
+	StateProvisional  = "provisional"
 	StateLoading      = "loading"
 	StateWaiting      = "waiting"
 	StateRetrying     = "retrying"
@@ -39,7 +40,7 @@ const (
 // Exit is the exit code for a state.
 func Exit(state string) int {
 	switch state {
-	case StateLoaded:
+	case StateLoaded, StateProvisional:
 		return 0
 	case StateRejected, StateDeadLettered:
 		return 1
@@ -106,6 +107,11 @@ type Report struct {
 	audit.Story
 	Upstreams []Upstream `json:"upstreams"`
 	Expected  *Expected  `json:"expected,omitempty"`
+	// ProvisionalUntil, while the dataset's recheck window holds the
+	// partition, is when its load becomes final.
+	ProvisionalUntil *time.Time `json:"provisional_until,omitempty"`
+	// RecheckEvery is the dataset's recheck period, for the verdict.
+	RecheckEvery time.Duration `json:"-"`
 	// Notes say what could not be read; the verdict stands on the rest.
 	Notes   []string `json:"notes,omitempty"`
 	Verdict Verdict  `json:"verdict"`
@@ -134,6 +140,15 @@ type Dataset struct {
 	Upstreams []string
 	// Calendar, when set, says when the partition is expected.
 	Calendar *calendar.Expect
+	// Recheck, when set (recheck:), says how long a load stays
+	// provisional.
+	Recheck *Recheck
+}
+
+// Recheck is a dataset's recheck: its window and period.
+type Recheck struct {
+	Window calendar.Window
+	Every  time.Duration
 }
 
 // Limits of one story.
@@ -174,6 +189,10 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	readUpstreams(ctx, src, ds, &r)
 	if ds.Calendar != nil {
 		r.Expected = expect(*ds.Calendar, r.At, partition)
+	}
+	if rc := ds.Recheck; rc != nil && rc.Window.Holds(partition, r.At) {
+		end, _ := rc.Window.Ends(partition)
+		r.ProvisionalUntil, r.RecheckEvery = &end, rc.Every
 	}
 	r.Verdict = decide(&r)
 	return r, nil
@@ -320,11 +339,23 @@ func decide(r *Report) Verdict {
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
+	case won != nil && r.ProvisionalUntil != nil:
+		return verdict(StateProvisional, loadedLine(r, won)+madeChanges(r, won.ID)+"; "+provisional(r)+"; "+pending(r), "")
 	case won != nil:
 		return verdict(StateLoaded, loadedLine(r, won)+madeChanges(r, won.ID)+"; "+pending(r), "")
 	default:
 		return missing(r)
 	}
+}
+
+// provisional: "provisional until 2026-12-07 00:00Z: its source is
+// rechecked every 1h0m0s (last checked at …, unchanged)".
+func provisional(r *Report) string {
+	line := fmt.Sprintf("provisional until %s: its source is rechecked every %s and the partition reloaded if it changed", stamp(*r.ProvisionalUntil), r.RecheckEvery)
+	if rc := r.Recheck; rc != nil && rc.CheckedAt != nil {
+		line += fmt.Sprintf(" (last checked at %s, %d check(s))", stamp(*rc.CheckedAt), rc.Checks)
+	}
+	return line
 }
 
 func verdict(state, line, next string) Verdict {
@@ -340,6 +371,9 @@ func loadedLine(r *Report, won *audit.StoryAttempt) string {
 	}
 	if won.Reverify {
 		b.WriteString(", loaded again after a warehouse failover")
+	}
+	if rc := r.Recheck; rc != nil && rc.Move != nil && rc.Move.RunID == won.RunID {
+		fmt.Fprintf(&b, ", reloaded after a recheck found at %s that its source changed (%s)", stamp(rc.Move.At), rc.Move.What())
 	}
 	b.WriteString(", " + checksOf(r, won.ID))
 	return b.String()

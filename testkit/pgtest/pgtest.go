@@ -40,6 +40,10 @@ func Main(m *testing.M) {
 	os.Exit(run(m, false))
 }
 
+// Run is Main's work without the exit: it returns the tests' exit code,
+// for a TestMain that has more to clean up.
+func Run(m *testing.M) int { return run(m, false) }
+
 // MainNoLeaks is Main for packages whose tests start goroutines: once the
 // tests passed, a goroutine still running fails the package (goleak).
 func MainNoLeaks(m *testing.M) {
