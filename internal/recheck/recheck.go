@@ -109,8 +109,12 @@ func (r *Rechecker) Pass(ctx context.Context, ds *Dataset, now time.Time, gap ti
 			d.Why = "its latest attempt is " + c.LatestStatus + ", not a success"
 			continue
 		}
-		if !first && gap > 0 && !sleep(ctx, gap) {
-			return out, ctx.Err()
+		if !first && gap > 0 {
+			select {
+			case <-ctx.Done():
+				return out, ctx.Err()
+			case <-time.After(gap):
+			}
 		}
 		first = false
 		r.check(ctx, ds, c, d, now)
@@ -199,12 +203,16 @@ func (r *Rechecker) Run(ctx context.Context, ds *Dataset) error {
 	poll := max(ds.Every/4, time.Second)
 	r.Log.Info().Str("dataset", ds.Name).Dur("window", ds.Window).Dur("every", ds.Every).
 		Msg("recheck: asking the sources of the recent partitions")
+	t := time.NewTicker(poll)
+	defer t.Stop()
 	for {
 		if _, err := r.Once(ctx, ds); err != nil && ctx.Err() == nil {
 			r.Log.Warn().Err(err).Str("dataset", ds.Name).Msg("recheck: pass stopped; the next one carries on")
 		}
-		if !sleep(ctx, poll) {
+		select {
+		case <-ctx.Done():
 			return nil
+		case <-t.C:
 		}
 	}
 }
@@ -241,16 +249,4 @@ func (r *Rechecker) Once(ctx context.Context, ds *Dataset) (ran bool, err error)
 	r.Log.Info().Str("dataset", ds.Name).Int("partitions", len(decisions)).Int("asked", asked).Int("reloads", moved).
 		Int("failed", failed).Dur("took", time.Since(start)).Msg("recheck: pass done")
 	return true, err
-}
-
-// sleep waits d, or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
