@@ -106,7 +106,7 @@
 // Watermill's router is not used for this: its message model knows ack and
 // nack, with no delay, no reason, no term and no in-progress, so the fate
 // would have to be smuggled across it. (Nor is its SQL outbox: see
-// docs/ARCHITECTURE.md.)
+// package relay.)
 //
 // # Dead letters
 //
