@@ -94,3 +94,26 @@ func LatestSuccesses(ctx context.Context, db Querier, pipeline, dataset, from, t
 	}
 	return out, nil
 }
+
+// RunLoadedIn reports which of partitions the ledger holds a success of run
+// runID for, by the ledger's primary key.
+func RunLoadedIn(ctx context.Context, db Querier, pipeline, dataset, runID string, partitions []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(partitions) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT partition_key FROM idem.run_ledger
+		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = ANY($3) AND run_id = $4`, pipeline, dataset, partitions, runID)
+	if err != nil {
+		return nil, fmt.Errorf("audit: ledger of run %s: %w", runID, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("audit: ledger of run %s: %w", runID, err)
+	}
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out, nil
+}

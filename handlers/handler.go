@@ -61,6 +61,9 @@ type Dataset struct {
 	// Ready, when set, is a SELECT source's ready_when: asked before each
 	// attempt, it holds the event while the partition is not ready.
 	Ready *ReadyWhen
+	// DefinitionHash names the definition the dataset's loads run
+	// (config.Dataset.DefinitionHash), recorded in each attempt's row.
+	DefinitionHash string
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -249,6 +252,8 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 		TriggeredBy: ev.Attributes[TriggeredByAttribute],
 		Attributes:  ev.Attributes,
 		Trace:       traceOf(ctx, m),
+
+		DefinitionHash: ds.DefinitionHash,
 	}
 	if m.Reverify {
 		// The audit says which loads ran again after a failover.

@@ -198,7 +198,7 @@ Exit code 1 when any is missing or late, 0 when none is.`,
 	missing.Flags().StringVar(&to, "to", "", "last partition, inclusive (default: the last ended)")
 	missing.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	missing.Flags().StringVar(&at, "at", "", "evaluate deadlines at this RFC 3339 time instead of now (calendar datasets)")
-	c.AddCommand(status, missing, auditWhyCmd(e), auditSchemaCmd(e))
+	c.AddCommand(status, missing, auditWhyCmd(e), auditSchemaCmd(e), auditOutdatedCmd(e))
 	return c
 }
 

@@ -137,6 +137,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		log.Info().Msg("the server's sessions default to synchronous_commit = remote_apply: loads commit so too")
 	}
 	checkDatasets(ctx, pool, h, log)
+	recordDefinitions(ctx, pool, cfg, log)
 	var lineageClient *lineage.Client
 	if ol := cfg.Lineage.OpenLineage; ol != nil {
 		lineageClient, err = lineage.NewClient(lineage.ClientConfig{URL: ol.URL, Endpoint: ol.Endpoint, APIKey: ol.APIKey, Timeout: ol.Timeout.Std()})
