@@ -152,6 +152,12 @@ func FleetAgrees(members []consumer.Member, dataset, want string, now time.Time)
 	return live > 0
 }
 
+// RepublishAfter is how long the automatic reload of one definition waits
+// before it publishes again what is still outdated (loads that failed, or
+// events still queued, which the ledger then skips): once per
+// RepublishAfter across the fleet, whichever replica passes.
+const RepublishAfter = time.Hour
+
 // OutdatedRunID is the run id of the automatic reload of a dataset's
 // outdated partitions under definition hash: the same on every replica, so
 // that their publishes of one partition share a Nats-Msg-Id.
@@ -172,13 +178,18 @@ type AutoReload struct {
 	// Published counts the events published (duplicates included).
 	Published, Duplicates int
 	RunID                 string
+	// Recent: this definition's reload was published less than
+	// RepublishAfter ago; nothing was published.
+	Recent bool
 }
 
 // ReloadOutdated is one pass of on_definition_change: reload for dataset:
 // when every live member of the fleet runs the current definition, it
 // publishes one event per partition loaded under another known
 // definition, at most MaxPartitions, under OutdatedRunID (not forced: the
-// ledger skips what this run already loaded). Partitions loaded before
+// ledger skips what this run already loaded), at most once per
+// RepublishAfter (a lease that is never given back). db must be a pool,
+// not a transaction. Partitions loaded before
 // definitions were recorded, or already loaded once by this run (the
 // definition came back), are counted and left to an operator's backfill.
 func ReloadOutdated(ctx context.Context, db audit.Querier, js jetstream.JetStream, cfg *config.Config, dataset string, members []consumer.Member) (AutoReload, error) {
@@ -215,6 +226,13 @@ func ReloadOutdated(ctx context.Context, db audit.Querier, js jetstream.JetStrea
 	r.Reloaded = len(done)
 	if len(keys) == 0 {
 		return r, nil
+	}
+	// Taken only when there is something to publish; never given back: it
+	// expires.
+	_, ok, err = audit.TryLease(ctx, db, "outdated:"+dataset+":"+hash, RepublishAfter)
+	if err != nil || !ok {
+		r.Recent = err == nil
+		return r, err
 	}
 	res := &Result{Dataset: dataset, Reprocess: Reprocess{Outdated: true}.String(), RunID: r.RunID, Planned: len(keys)}
 	if err := Plan(ctx, db, cfg, res, keys, Reprocess{Outdated: true}); err != nil {

@@ -291,6 +291,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		_ = outbox.Run(bgCtx) // makes a last pass when stopped
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
+	startOutdatedReload(bgCtx, &wg, pool, js, c, &cfgNow, log)
 	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, m, log)
 	if plans != nil && route.StatementMode == config.StatementPrepare {
 		wg.Add(1)
