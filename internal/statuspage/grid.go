@@ -14,6 +14,7 @@ type Status string
 
 const (
 	Success      Status = "success"       // the latest attempt loaded it
+	Outdated     Status = "outdated"      // loaded, under another definition than the dataset's current one
 	Running      Status = "running"       // an attempt started and has not finished
 	Failed       Status = "failed"        // the latest attempt failed; it may be retried
 	DeadLettered Status = "dead_lettered" // failed and in the dead-letter stream
@@ -25,7 +26,7 @@ const (
 )
 
 // Statuses in the legend's order.
-var Statuses = []Status{Success, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, None}
+var Statuses = []Status{Success, Outdated, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, None}
 
 // Dataset is what the page knows of a configured dataset.
 type Dataset struct {
@@ -36,6 +37,9 @@ type Dataset struct {
 	// PartitionType is how the API parses the dataset's partition keys;
 	// empty is date, as in the config.
 	PartitionType schemas.PartitionType
+	// Definition is the hash of the dataset's current definition; a load
+	// under another is Outdated. "": not known, none is.
+	Definition string
 }
 
 // Grid is datasets × partitions.
@@ -152,6 +156,9 @@ func (c *cells) status(ds Dataset, key string) Status {
 	l := c.byCell[cellKey{ds.Name, key}]
 	switch audit.StateOf(l.Status, l.ErrorKind) {
 	case audit.StatusSuccess:
+		if audit.Outdated(l.Definition, ds.Definition) {
+			return Outdated
+		}
 		return Success
 	case audit.StatusStarted:
 		// A process that died in its last allowed attempt leaves the

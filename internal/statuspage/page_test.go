@@ -50,6 +50,8 @@ type world struct {
 	db       *pgxpool.Pool
 	replayed []uint64
 	mu       sync.Mutex
+	// definitions are the datasets' current definitions (hash, JSON).
+	definitions map[string][2]string
 }
 
 func (w *world) attempt(t *testing.T, dataset, partition, runID, outcome string) {
@@ -124,6 +126,9 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 	// By the wall clock, as the audit's: a load after it wins.
 	failedAt := time.Now()
 	dss := []statuspage.Dataset{{Name: "orders", Calendar: cal}, {Name: "customers", Calendar: cal}, {Name: "revenue", Upstreams: []string{"orders", "customers"}}}
+	for i := range dss {
+		dss[i].Definition = w.definitions[dss[i].Name][0]
+	}
 	p, err := statuspage.New(statuspage.Deps{
 		Pipeline: "shop", DB: w.db, Token: d.Token, Now: func() time.Time { return now }, Log: zerolog.Nop(),
 		Datasets: func() []statuspage.Dataset { return dss },
@@ -147,6 +152,7 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 			for _, d := range dss {
 				if d.Name == dataset {
 					ds.Upstreams, ds.Calendar = d.Upstreams, d.Calendar
+					ds.Definition, ds.DefinitionJSON = w.definitions[dataset][0], []byte(w.definitions[dataset][1])
 				}
 			}
 			return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Streams: streams{failedAt}, Now: func() time.Time { return now }}, ds, partition)
@@ -305,4 +311,46 @@ func TestPageShowsSourceWaitsAndFiles(t *testing.T) {
 	require.Equal(t, [][]string{{fmt.Sprint(id), "s3://landing/dt=2026-11-01/" + hostileColumn + ".csv", "2048", "10", `etag "e1"`}}, files)
 	require.True(t, browsertest.Eval[bool](t, bctx, `window.pwned === undefined`))
 	require.Equal(t, 0, browsertest.Eval[int](t, bctx, `document.querySelectorAll('#partition img').length`))
+}
+
+// A partition loaded under an older definition is outdated in the grid,
+// with its own colour and legend entry, and its story says what changed
+// and the command that reloads it; one loaded before definitions were
+// recorded is outdated too.
+func TestPageShowsOutdated(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.definitions = map[string][2]string{"customers": {"cur", `{"checks":[{"not_null":["id"]}],"source":"SELECT 2","strategy":"merge"}`}}
+	require.NoError(t, audit.RecordDefinition(ctx, w.db, "shop", "customers", "old", []byte(`{"source":"SELECT 1","strategy":"merge"}`)))
+	for part, hash := range map[string]string{"2026-11-02": "old", "2026-11-03": "cur"} {
+		_, err := audittest.Load(ctx, w.db, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "customers", Partition: part, RunID: "r1"},
+			DefinitionHash: hash}, audit.Rows{Inserted: 3})
+		require.NoError(t, err)
+	}
+	srv := w.page(t, "")
+	bctx := browsertest.New(t)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#grid")))
+	cells := browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll('#grid tr[data-d="customers"] td')].map(td => td.className + ' ' + getComputedStyle(td).backgroundColor)`)
+	require.Equal(t, []string{"outdated rgb(163, 230, 53)", "outdated rgb(163, 230, 53)", "success rgb(46, 164, 79)", "late rgb(124, 45, 146)"}, cells)
+	legend, err := chromedp.Run(bctx, chromedp.Text(".legend"))
+	require.NoError(t, err)
+	require.Regexp(t, `outdated 2\b`, legend)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="customers"] td[data-i="1"]`),
+		chromedp.WaitVisible(`#partition[data-partition="2026-11-02"]`)))
+	require.Equal(t, "outdated", browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.status`))
+	require.Equal(t, why.StateOutdated, browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.state`))
+	line, err := chromedp.Run(bctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Regexp(t, "^loaded under an older definition \\(checks, source changed\\); `idem backfill customers --reprocess outdated` reloads it; loaded by run r1 at ", line)
+	next, err := chromedp.Run(bctx, chromedp.Text("#next"))
+	require.NoError(t, err)
+	require.Equal(t, "idem backfill customers --reprocess outdated", strings.TrimSpace(next))
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="customers"] td[data-i="0"]`),
+		chromedp.WaitVisible(`#partition[data-partition="2026-11-01"]`)))
+	line, err = chromedp.Run(bctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Contains(t, line, "loaded under an older definition (definition unknown: loaded before definitions were recorded)")
 }

@@ -27,6 +27,7 @@ import (
 // 3 not finished yet, 4 something could not be read.
 const (
 	StateLoaded       = "loaded"
+	StateOutdated     = "outdated" // loaded, under an older definition
 	StateLoading      = "loading"
 	StateWaiting      = "waiting"
 	StateRetrying     = "retrying"
@@ -39,7 +40,7 @@ const (
 // Exit is the exit code for a state.
 func Exit(state string) int {
 	switch state {
-	case StateLoaded:
+	case StateLoaded, StateOutdated:
 		return 0
 	case StateRejected, StateDeadLettered:
 		return 1
@@ -106,6 +107,9 @@ type Report struct {
 	audit.Story
 	Upstreams []Upstream `json:"upstreams"`
 	Expected  *Expected  `json:"expected,omitempty"`
+	// Outdated, when the latest load ran another definition than the
+	// current one: which, and the fields changed since.
+	Outdated *Outdated `json:"outdated,omitempty"`
 	// Notes say what could not be read; the verdict stands on the rest.
 	Notes   []string `json:"notes,omitempty"`
 	Verdict Verdict  `json:"verdict"`
@@ -134,6 +138,10 @@ type Dataset struct {
 	Upstreams []string
 	// Calendar, when set, says when the partition is expected.
 	Calendar *calendar.Expect
+	// Definition is the hash of the dataset's current definition, and
+	// DefinitionJSON the definition; a load under another is outdated.
+	Definition     string
+	DefinitionJSON []byte
 }
 
 // Limits of one story.
@@ -172,6 +180,7 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	}
 	readEvents(ctx, src.Streams, &r)
 	readUpstreams(ctx, src, ds, &r)
+	readOutdated(ctx, src, ds, &r)
 	if ds.Calendar != nil {
 		r.Expected = expect(*ds.Calendar, r.At, partition)
 	}
@@ -320,6 +329,9 @@ func decide(r *Report) Verdict {
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
+	case won != nil && r.Outdated != nil:
+		return verdict(StateOutdated, "loaded under an older definition ("+outdatedChanges(r.Outdated)+"); `idem backfill "+arg(r.Dataset)+
+			" --reprocess outdated` reloads it; "+loadedLine(r, won), "idem backfill "+arg(r.Dataset)+" --reprocess outdated")
 	case won != nil:
 		return verdict(StateLoaded, loadedLine(r, won)+madeChanges(r, won.ID)+"; "+pending(r), "")
 	default:
