@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/backfill"
+	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -114,4 +118,39 @@ func keyBounds(typ schemas.PartitionType, from, to string) (string, string, erro
 		return "", "", &UsageError{fmt.Errorf("--to %s is before --from %s", to, from)}
 	}
 	return lo, hi, nil
+}
+
+// outdatedLine says, for `idem validate`, how many loaded partitions of
+// dataset cfg's definition would leave outdated, and which fields it
+// changes: "" when none would be.
+func outdatedLine(ctx context.Context, db audit.Querier, cfg *config.Config, dataset string) (string, error) {
+	rep, err := backfill.FindOutdated(ctx, db, cfg, dataset, "", "")
+	if err != nil || len(rep.Outdated) == 0 {
+		return "", err
+	}
+	var fields []string
+	unknown := 0
+	for _, o := range rep.Outdated {
+		if !o.Known() {
+			unknown++
+		}
+		for _, f := range o.Changed {
+			if !slices.Contains(fields, f) {
+				fields = append(fields, f)
+			}
+		}
+	}
+	slices.Sort(fields)
+	why := []string{}
+	if len(fields) > 0 {
+		why = append(why, backfill.Changes(fields))
+	}
+	if unknown > 0 {
+		why = append(why, fmt.Sprintf("%d loaded before definitions were recorded", unknown))
+	}
+	if len(why) == 0 {
+		why = append(why, "the definition changed")
+	}
+	return fmt.Sprintf("%s: %d partition(s) loaded under another definition would be outdated (%s): idem backfill %s --reprocess outdated reloads them",
+		dataset, len(rep.Outdated), strings.Join(why, "; "), dataset), nil
 }

@@ -74,6 +74,12 @@ func TestOutdatedAfterASourceChange(t *testing.T) {
 	require.Len(t, rep.Outdated, 2)
 	require.Equal(t, 3, rep.Loaded)
 
+	// idem validate says what the config would leave outdated, without
+	// failing for it.
+	r = w.run("validate")
+	require.NoError(t, r.e, "%s%s", r.out, r.err)
+	require.Contains(t, r.out, "orders: 6 partition(s) loaded under another definition would be outdated (source changed; 1 loaded before definitions were recorded)")
+
 	// The plan spans the outdated partitions, first to last, and publishes
 	// only those.
 	r = w.run("backfill", "orders", "--reprocess", "outdated", "--dry-run")
