@@ -72,6 +72,11 @@ type Attempt struct {
 	TriggeredBy string
 	// Attributes are the event's free-form attributes, recorded as given.
 	Attributes map[string]string
+	// DefinitionHash names the dataset's definition the attempt runs
+	// (config.Dataset.DefinitionHash), "" when not known: the audit row's
+	// definition_hash, which says which partitions a change of definition
+	// leaves outdated.
+	DefinitionHash string
 	// Trace is the trace context of the attempt's load in the form package
 	// tracing stores (traceparent, tracestate), "" for none: its downstream
 	// events carry it, so one pipeline run is one trace. It is not written
@@ -231,14 +236,14 @@ func loadedBy(pipeline, dataset, partition, runID string) string {
 
 var (
 	// skipResult writes, when the statement decides a skip, that skip's
-	// result ($11: its body without the audit id) into the outbox in the
+	// result ($12: its body without the audit id) into the outbox in the
 	// same statement, with the skipped row's id and the run's load from the
 	// ledger: a skip and its result commit together, with no round trip
 	// of their own.
 	skipResult = `,
 res AS (
      INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-     SELECT $2, $4, $5, ins.id, $11::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
+     SELECT $2, $4, $5, ins.id, $12::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
        FROM ins WHERE ins.status = 'skipped'
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
 
@@ -261,9 +266,9 @@ prior AS (
 ins AS (
      INSERT INTO idem.pipeline_audit
             (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
-             triggered_by, attributes, finished_at)
+             triggered_by, attributes, finished_at, definition_hash)
      SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, prior.n + 1, $6::boolean, $7, $8, $9,
-            CASE WHEN done.yes THEN clock_timestamp() END
+            CASE WHEN done.yes THEN clock_timestamp() END, $11::text
        FROM done, prior
       WHERE done.yes OR $10::int = 0 OR prior.n < $10::int
      RETURNING id, status)` + result + `
@@ -287,7 +292,7 @@ SELECT prior.n, prior.last, ins.id, ins.status FROM prior LEFT JOIN ins ON true`
 // reports ResultWritten.
 func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Begun, ran *bool) {
 	args := []any{a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget}
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget, nullString(a.DefinitionHash)}
 	if skipResult != nil {
 		args = append(args, string(skipResult))
 	}

@@ -36,6 +36,7 @@ type beginRow struct {
 	Attrs     map[string]string `json:"attrs,omitempty"`
 	Budget    int               `json:"budget"`
 	Skip      json.RawMessage   `json:"skip,omitempty"`
+	Def       *string           `json:"def,omitempty"`
 }
 
 // beginGroupSQL is beginSQL for the attempts of a group, each a row of $1:
@@ -47,16 +48,16 @@ type beginRow struct {
 var beginGroupSQL = `
 WITH input AS MATERIALIZED (
      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
-            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb)),
+            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text)),
 look AS MATERIALIZED (
      SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last
        FROM input i` + priorSQL + `),
 ins AS (
      INSERT INTO idem.pipeline_audit
             (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
-             triggered_by, attributes, finished_at)
+             triggered_by, attributes, finished_at, definition_hash)
      SELECT i.dag, i.task, i.ld, i.part, i.run, CASE WHEN p.yes THEN 'skipped' ELSE 'started' END, p.n + 1, i.force,
-            i.seq, i.trig, i.attrs, CASE WHEN p.yes THEN clock_timestamp() END
+            i.seq, i.trig, i.attrs, CASE WHEN p.yes THEN clock_timestamp() END, i.def
        FROM input i JOIN look p USING (ord)
       WHERE p.yes OR i.budget = 0 OR p.n < i.budget
       ORDER BY i.ord
@@ -88,7 +89,7 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 		a := g.Attempt
 		r := beginRow{Ord: i, Pipeline: a.Pipeline, Dataset: a.Dataset, Partition: a.Partition, RunID: a.RunID,
 			Force: a.Force, Seq: nullSeq(a.StreamSeq), Trigger: nullString(a.TriggeredBy), Attrs: nullAttrs(a.Attributes),
-			Budget: g.Budget, Skip: g.SkipResult}
+			Budget: g.Budget, Skip: g.SkipResult, Def: nullString(a.DefinitionHash)}
 		if a.LogicalDate != nil {
 			d := a.LogicalDate.Format("2006-01-02")
 			r.Date = &d

@@ -131,6 +131,15 @@ func perEventStatements(t *testing.T) []planStatement {
 		QueueEnqueueResult(b, attempt("p-7", false, 0).RunKey, 4242, []byte(`{"status":"skipped"}`), true)
 		add("skip result", b, []string{ledgerPK, auditPK}, nil)
 	}
+	// Not per event, but read over the whole history of a dataset
+	// (`idem audit outdated`, the reload of outdated partitions): one
+	// partition at a time, by the partition index.
+	{
+		rec := &recorder{}
+		_, err := LatestSuccesses(context.Background(), rec, "plans", "orders", "p-10", "p-20")
+		require.ErrorIs(t, err, errRecorded)
+		out = append(out, planStatement{name: "latest successes", sql: rec.sql, args: rec.args, uses: []string{partIdx}, avoid: []string{dateIdx}})
+	}
 	// The relay's claim and its marks, per batch of results published.
 	for _, run := range []func(q Querier) error{
 		func(q Querier) error { _, err := ClaimOutbox(context.Background(), q, 64, time.Minute); return err },

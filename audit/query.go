@@ -26,6 +26,11 @@ type PartitionStatus struct {
 	// WaitingFor lists, for a join, each upstream whose latest
 	// attempt for the partition is not a success, as "<dataset>: <status>".
 	WaitingFor []string `json:"waiting_for,omitempty"`
+	// Definition is the hash of the definition the latest attempt ran
+	// (nil: not recorded); Outdated, set by the caller, says a success
+	// ran another than the dataset's current one (audit.Outdated).
+	Definition *string `json:"definition,omitempty"`
+	Outdated   bool    `json:"outdated,omitempty"`
 }
 
 // UpstreamStates returns, for each day from..to and each upstream, the
@@ -87,10 +92,10 @@ func StatusRange(ctx context.Context, db Querier, pipeline, dataset string, from
 		       coalesce(s.n, 0) + coalesce((SELECT sum(p.attempts) FROM idem.pruned_attempts p
 		                WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key >= to_char(d, 'YYYY-MM-DD')
 		                  AND p.partition_key < to_char(d + 1, 'YYYY-MM-DD') AND p.logical_date = d), 0),
-		       s.row_count, coalesce(s.error, ''), s.started_at, s.finished_at, coalesce(s.triggered_by, '')
+		       s.row_count, coalesce(s.error, ''), s.started_at, s.finished_at, coalesce(s.triggered_by, ''), s.definition_hash
 		  FROM `+daysSQL+`
 		  LEFT JOIN LATERAL (
-		       SELECT a.status, a.run_id, a.attempt, a.row_count, a.error, a.started_at, a.finished_at, a.triggered_by,
+		       SELECT a.status, a.run_id, a.attempt, a.row_count, a.error, a.started_at, a.finished_at, a.triggered_by, a.definition_hash,
 		              count(*) OVER () AS n
 		         FROM idem.pipeline_audit a
 		        WHERE a.dag_id = $1 AND a.task_id = $2 AND `+dayKeysSQL+`
@@ -102,7 +107,7 @@ func StatusRange(ctx context.Context, db Querier, pipeline, dataset string, from
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionStatus, error) {
 		var p PartitionStatus
-		err := r.Scan(&p.Partition, &p.Status, &p.RunID, &p.Attempt, &p.Attempts, &p.RowCount, &p.Error, &p.StartedAt, &p.FinishedAt, &p.TriggeredBy)
+		err := r.Scan(&p.Partition, &p.Status, &p.RunID, &p.Attempt, &p.Attempts, &p.RowCount, &p.Error, &p.StartedAt, &p.FinishedAt, &p.TriggeredBy, &p.Definition)
 		return p, err
 	})
 }

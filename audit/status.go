@@ -16,7 +16,20 @@ const (
 	// StateRejected is the state of a partition whose latest load its
 	// checks refused: it failed, and the rows loaded before it stay.
 	StateRejected = "rejected"
+	// StateOutdated is the state of a partition whose latest load succeeded
+	// under another definition than the dataset's current one (Outdated).
+	StateOutdated = "outdated"
 )
+
+// Outdated reports whether a load that ran definition loaded is outdated
+// against the dataset's current definition: it ran another one for sure.
+// A load from before idem recorded definitions (loaded nil) is not known
+// to be, so the grid, `idem audit status` and `idem audit why` do not
+// flag a whole history after an upgrade (`idem audit outdated` lists
+// those apart); with current "" (not known) nothing is.
+func Outdated(loaded *string, current string) bool {
+	return current != "" && loaded != nil && *loaded != current
+}
 
 // StateOf is the one rule that says what the audit knows of a partition
 // from its latest attempt, skipped duplicates aside (they say nothing
@@ -64,6 +77,9 @@ type Latest struct {
 	ErrorKind string
 	RunID     string
 	Attempt   int
+	// Definition is the hash of the definition the attempt ran (nil:
+	// not recorded).
+	Definition *string
 }
 
 // LatestInRange returns the latest attempt of every partition of the
@@ -72,7 +88,7 @@ type Latest struct {
 // the range, not the history.
 func LatestInRange(ctx context.Context, db Querier, pipeline string, datasets []string, from, to string) ([]Latest, error) {
 	rows, err := db.Query(ctx, `
-		SELECT DISTINCT ON (task_id, partition_key) task_id, partition_key, status, coalesce(error_kind, ''), run_id, attempt
+		SELECT DISTINCT ON (task_id, partition_key) task_id, partition_key, status, coalesce(error_kind, ''), run_id, attempt, definition_hash
 		  FROM idem.pipeline_audit
 		 WHERE dag_id = $1 AND task_id = ANY($2) AND partition_key >= $3 AND partition_key <= $4 AND status <> 'skipped'
 		 ORDER BY task_id, partition_key, id DESC`,
@@ -82,7 +98,7 @@ func LatestInRange(ctx context.Context, db Querier, pipeline string, datasets []
 	}
 	var out []Latest
 	var l Latest
-	_, err = pgx.ForEachRow(rows, []any{&l.Dataset, &l.Partition, &l.Status, &l.ErrorKind, &l.RunID, &l.Attempt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&l.Dataset, &l.Partition, &l.Status, &l.ErrorKind, &l.RunID, &l.Attempt, &l.Definition}, func() error {
 		out = append(out, l)
 		return nil
 	})

@@ -65,6 +65,9 @@ type StoryAttempt struct {
 	FinishedAt  *time.Time        `json:"finished_at"`
 	// Reverify: a load run again after a warehouse failover.
 	Reverify bool `json:"reverify"`
+	// Definition is the hash of the dataset's definition the attempt ran;
+	// nil before idem recorded definitions (schema v22).
+	Definition *string `json:"definition"`
 }
 
 // Duration is how long the attempt ran; zero while it runs.
@@ -173,7 +176,7 @@ func readStoryAttempts(ctx context.Context, tx pgx.Tx, pipeline, dataset, partit
 	rows, err := tx.Query(ctx, `
 		SELECT id, run_id, attempt, status, force, row_count, rows_inserted, rows_updated, rows_deleted,
 		       coalesce(error, ''), coalesce(error_kind, ''), stream_seq, coalesce(triggered_by, ''),
-		       coalesce(attributes::text, ''), started_at, finished_at
+		       coalesce(attributes::text, ''), started_at, finished_at, definition_hash
 		  FROM idem.pipeline_audit
 		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3
 		 ORDER BY id DESC LIMIT $4`, pipeline, dataset, partition, limit+1)
@@ -184,7 +187,7 @@ func readStoryAttempts(ctx context.Context, tx pgx.Tx, pipeline, dataset, partit
 		var a StoryAttempt
 		var attrs string
 		err := r.Scan(&a.ID, &a.RunID, &a.Attempt, &a.Status, &a.Force, &a.Rows, &a.Inserted, &a.Updated, &a.Deleted,
-			&a.Error, &a.ErrorKind, &a.StreamSeq, &a.TriggeredBy, &attrs, &a.StartedAt, &a.FinishedAt)
+			&a.Error, &a.ErrorKind, &a.StreamSeq, &a.TriggeredBy, &attrs, &a.StartedAt, &a.FinishedAt, &a.Definition)
 		if err == nil && attrs != "" {
 			// Attributes are strings when idem wrote them; anything else
 			// is shown as its JSON rather than failing the story.

@@ -114,6 +114,8 @@ func TestLeastPrivilegeRoleLoadsEveryStrategy(t *testing.T) {
 	lp.publishEvent("orders", "2026-11-25", "r2")    // a rerun, replacing the day
 	lp.publishEvent("orders", "2030-01-01", "r1")    // empty: dead-lettered
 	lp.waitCount(5, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'")
+	// The role records each dataset's definition (INSERT, never UPDATE).
+	lp.waitCount(3, "SELECT count(DISTINCT task_id) FROM idem.definitions WHERE task_id IN ('orders', 'customers', 'events')")
 	dl := lp.waitDeadLetters(1)
 	lp.waitSettled()
 
@@ -138,6 +140,7 @@ func TestLeastPrivilegeRoleLoadsEveryStrategy(t *testing.T) {
 		"DELETE FROM idem.pipeline_audit",
 		"TRUNCATE idem.run_ledger",
 		"INSERT INTO idem.schema_migrations (version, name) VALUES (999, 'x')",
+		"UPDATE idem.definitions SET definition = '{}'",
 		"INSERT INTO staging.orders (order_id) VALUES (1)",
 		"TRUNCATE analytics.fact_orders",
 		"DELETE FROM analytics.dim_customers",

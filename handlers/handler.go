@@ -64,6 +64,9 @@ type Dataset struct {
 	// Fingerprint, when set (recheck:), fingerprints the partition's
 	// source before each attempt; the success stores it.
 	Fingerprint *Fingerprint
+	// DefinitionHash names the definition the dataset's loads run
+	// (config.Dataset.DefinitionHash), recorded in each attempt's row.
+	DefinitionHash string
 
 	prepareMu sync.Mutex
 	prepared  atomic.Bool
@@ -262,6 +265,8 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 		TriggeredBy: ev.Attributes[TriggeredByAttribute],
 		Attributes:  ev.Attributes,
 		Trace:       traceOf(ctx, m),
+
+		DefinitionHash: ds.DefinitionHash,
 	}
 	if m.Reverify {
 		// The audit says which loads ran again after a failover.

@@ -39,6 +39,7 @@ ALTER ROLE idem_loader SET jit = off;
 GRANT USAGE ON SCHEMA idem TO idem_loader;
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA idem TO idem_loader;
 REVOKE INSERT, UPDATE ON idem.schema_migrations FROM idem_loader;
+REVOKE UPDATE ON idem.definitions FROM idem_loader;           -- recorded once, never changed
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA idem TO idem_loader;      -- nextval('idem.load_seq')
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idem TO idem_loader;    -- PUBLIC has it unless revoked
 

@@ -33,7 +33,8 @@ const (
 type Partition struct {
 	Partition string `json:"partition"`
 	// Status is the partition's state before the backfill: missing, success,
-	// failed, stale, running or retrying.
+	// outdated (with --reprocess outdated), failed, stale, running or
+	// retrying.
 	Status    string `json:"status"`
 	LastRunID string `json:"last_run_id,omitempty"`
 	Attempt   int    `json:"attempt,omitempty"`

@@ -65,8 +65,9 @@ func Keys(step Step, from, to time.Time) ([]string, error) {
 	return keys, nil
 }
 
-// Reprocess is which partitions a backfill republishes.
-type Reprocess struct{ Missing, Failed, All bool }
+// Reprocess is which partitions a backfill republishes. Outdated: those
+// whose latest load ran another definition (FindOutdated).
+type Reprocess struct{ Missing, Failed, All, Outdated bool }
 
 func (r Reprocess) String() string {
 	if r.All {
@@ -78,6 +79,9 @@ func (r Reprocess) String() string {
 	}
 	if r.Failed {
 		w = append(w, "failed")
+	}
+	if r.Outdated {
+		w = append(w, "outdated")
 	}
 	return strings.Join(w, ",")
 }
@@ -93,6 +97,8 @@ func (r Reprocess) wants(status string) bool {
 		return r.Missing || r.All
 	case StatusFailed, StatusStale:
 		return r.Failed || r.All
+	case StatusOutdated:
+		return r.Outdated || r.All
 	}
 	return r.All
 }
@@ -105,10 +111,19 @@ func Plan(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 	if err != nil {
 		return err
 	}
+	var outdated map[string]OutdatedPartition
+	if rp.Outdated {
+		if outdated, err = outdatedIn(ctx, db, cfg, res.Dataset, keys); err != nil {
+			return err
+		}
+	}
 	policy := newPolicy(cfg, cfg.Datasets[res.Dataset])
 	for _, l := range latest {
 		p := &Partition{Partition: l.Partition, LastRunID: l.RunID, Attempt: l.Attempt, Error: l.Error, Action: ActionSkip}
 		p.Status, p.Reason = policy.state(l)
+		if o, ok := outdated[l.Partition]; ok && p.Status == StatusSuccess {
+			p.Status, p.Reason = StatusOutdated, o.Reason
+		}
 		if rp.wants(p.Status) {
 			p.Action = ActionPublish
 			res.ToPublish++

@@ -85,8 +85,9 @@ func auditCmd(e *env) *cobra.Command {
 		Long: `One line per day from --from to --to: the latest attempt's status (success,
 failed, started: running or died, or missing: never attempted), its run_id,
 rows written, how many attempts there were, when it finished, which upstream
-run triggered it (then:) and its error.
-Exit code 1 when any partition in the range is not success.`,
+run triggered it (then:) and its error. A success under another definition than
+the config's is outdated ('idem audit outdated').
+Exit code 1 when any partition in the range is not success or outdated.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, f, t, pool, err := e.auditQuery(cmd, args[0], from, to)
@@ -103,10 +104,12 @@ Exit code 1 when any partition in the range is not success.`,
 					return err
 				}
 			}
-			notOK := 0
-			for _, s := range st {
+			notOK, cur := 0, cfg.Datasets[args[0]].DefinitionHash()
+			for i, s := range st {
 				if s.Status != audit.StatusSuccess {
 					notOK++
+				} else if audit.Outdated(s.Definition, cur) {
+					st[i].Status, st[i].Outdated = audit.StateOutdated, true // loaded: not counted
 				}
 			}
 			if asJSON {
@@ -125,6 +128,8 @@ Exit code 1 when any partition in the range is not success.`,
 					}
 					errOrWait := s.Error
 					switch {
+					case s.Outdated:
+						errOrWait = "loaded under another definition: idem audit outdated " + args[0]
 					case len(s.WaitingFor) > 0 && s.Status == audit.StatusSuccess:
 						errOrWait = "holds its last load; join waiting for " + strings.Join(s.WaitingFor, ", ")
 					case len(s.WaitingFor) > 0:
@@ -198,7 +203,7 @@ Exit code 1 when any is missing or late, 0 when none is.`,
 	missing.Flags().StringVar(&to, "to", "", "last partition, inclusive (default: the last ended)")
 	missing.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	missing.Flags().StringVar(&at, "at", "", "evaluate deadlines at this RFC 3339 time instead of now (calendar datasets)")
-	c.AddCommand(status, missing, auditWhyCmd(e), auditSchemaCmd(e))
+	c.AddCommand(status, missing, auditWhyCmd(e), auditSchemaCmd(e), auditOutdatedCmd(e))
 	return c
 }
 

@@ -23,7 +23,7 @@ import (
 const backfillPlainEvery = 10 * time.Second
 
 // parseReprocess reads --reprocess: a comma-separated list of missing,
-// failed, all.
+// failed, outdated, all.
 func parseReprocess(s string) (backfill.Reprocess, error) {
 	var r backfill.Reprocess
 	for _, w := range strings.Split(s, ",") {
@@ -34,8 +34,10 @@ func parseReprocess(s string) (backfill.Reprocess, error) {
 			r.Failed = true
 		case "all":
 			r.All = true
+		case "outdated":
+			r.Outdated = true
 		default:
-			return r, &UsageError{fmt.Errorf("--reprocess %q: want a comma-separated list of missing, failed, all", s)}
+			return r, &UsageError{fmt.Errorf("--reprocess %q: want a comma-separated list of missing, failed, outdated, all", s)}
 		}
 	}
 	return r, nil
@@ -72,8 +74,10 @@ The plan reads each partition's latest attempt (skipped duplicates aside):
             than twice the ack wait ago (JetStream redelivers a dead one)
   retrying  a transient failure that JetStream will still redeliver
 --reprocess (default missing,failed, as Airflow's backfill) says which states
-are published; all publishes every partition. running and retrying partitions
-are never published: a delivery owns them already.
+are published; all publishes every partition; outdated, the partitions whose
+latest load ran another definition ('idem audit outdated'), and without
+--from and --to it spans the outdated partitions, first to last. running and
+retrying partitions are never published: a delivery owns them already.
 
 A new run_id makes the consumer load a partition again even when an earlier
 run loaded it, so --reprocess all needs no --force; --force only matters with
@@ -96,6 +100,7 @@ Exit code: 0 ok; 1 if a partition failed or a publish failed; 2 usage;
 		Example: `  idem backfill orders --from 2026-01-01 --to 2026-12-31 --dry-run
   idem backfill orders --from 2026-01-01 --to 2026-12-31 --wait
   idem backfill orders --from 2026-03-01 --to 2026-03-31 --reprocess all --rate 20/s --wait --timeout 30m
+  idem backfill orders --reprocess outdated --rate 20/s --wait
   idem backfill clicks --from 2026-03-01T00 --to 2026-03-01T23 --step hour --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -106,7 +111,7 @@ Exit code: 0 ok; 1 if a partition failed or a publish failed; 2 usage;
 	fl.StringVar(&f.from, "from", "", "first partition, YYYY-MM-DD (or YYYY-MM-DDTHH with --step hour); default: the calendar's first (expect:)")
 	fl.StringVar(&f.to, "to", "", "last partition, inclusive; default: the calendar's last ended partition")
 	fl.StringVar(&f.step, "step", "", "day or hour (default: the dataset's partition type)")
-	fl.StringVar(&f.reprocess, "reprocess", "missing,failed", "which partitions to publish: missing, failed, all")
+	fl.StringVar(&f.reprocess, "reprocess", "missing,failed", "which partitions to publish: missing, failed, outdated, all")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print the plan, publish nothing")
 	fl.StringVar(&f.rate, "rate", "", "publish at most N events per second: N/s, N/m or N/h (default unlimited)")
 	fl.BoolVar(&f.reverse, "reverse", false, "publish the newest partition first")
@@ -125,6 +130,19 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		return err
 	}
 	ds := cfg.Datasets[dataset]
+	rp, err := parseReprocess(f.reprocess)
+	if err != nil {
+		return err
+	}
+	if f.from == "" && f.to == "" && rp.Outdated && !rp.All {
+		if f.from, f.to, err = outdatedRange(ctx, cfg, dataset); err != nil {
+			return err
+		}
+		if f.from == "" {
+			fmt.Fprintf(e.out, "nothing to backfill: no partition of %s is outdated\n", dataset)
+			return nil
+		}
+	}
 	if f.from == "" && f.to == "" {
 		cal, ok := ds.Calendar()
 		if !ok {
@@ -140,10 +158,6 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 		return &UsageError{errors.New("give both --from and --to, or neither for a dataset with a calendar")}
 	}
 	keys, step, err := backfillPartitions(ds.PartitionType, f.step, f.from, f.to)
-	if err != nil {
-		return err
-	}
-	rp, err := parseReprocess(f.reprocess)
 	if err != nil {
 		return err
 	}
@@ -273,6 +287,21 @@ func runBackfill(cmd *cobra.Command, e *env, dataset string, f backfillFlags) er
 	return reportBackfill(e, res, f.asJSON)
 }
 
+// outdatedRange is the first and last outdated partition of dataset
+// ("" when none is), --reprocess outdated's range without --from and --to.
+func outdatedRange(ctx context.Context, cfg *config.Config, dataset string) (string, string, error) {
+	pool, err := connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return "", "", err
+	}
+	defer pool.Close()
+	rep, err := backfill.FindOutdated(ctx, pool, cfg, dataset, "", "")
+	if err != nil || len(rep.Outdated) == 0 {
+		return "", "", err
+	}
+	return rep.Outdated[0].Partition, rep.Outdated[len(rep.Outdated)-1].Partition, nil
+}
+
 // backfillPartitions reads --step, --from and --to for a dataset of type
 // typ: the canonical partition keys from..to inclusive, and the step.
 func backfillPartitions(typ schemas.PartitionType, step, from, to string) ([]string, string, error) {
@@ -384,7 +413,7 @@ func planSummary(res *backfill.Result) string {
 			}
 		}
 		var parts []string
-		for _, s := range []string{backfill.StatusMissing, backfill.StatusFailed, backfill.StatusStale,
+		for _, s := range []string{backfill.StatusMissing, backfill.StatusFailed, backfill.StatusStale, backfill.StatusOutdated,
 			backfill.StatusSuccess, backfill.StatusRunning, backfill.StatusRetrying} {
 			if by[s] > 0 {
 				parts = append(parts, fmt.Sprintf("%d %s", by[s], s))

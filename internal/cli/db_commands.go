@@ -75,7 +75,8 @@ without a unique index, a schema idem that needs 'idem migrate'.
 
 It also prints, per dataset, each difference between the source's columns and
 the target's that a load would meet now, and what the dataset's
-on_schema_change would do with it (nothing is altered). One the policy takes
+on_schema_change would do with it (nothing is altered), and how many loaded
+partitions this config's definition would leave outdated (information). One the policy takes
 (a column added, widened, left out or kept) is information and does not
 change the exit code; one it refuses is a problem, naming the ALTER TABLE that
 would fix it.
@@ -214,6 +215,11 @@ func (e *env) planDatasets(ctx context.Context, pool *pgxpool.Pool, cfg *config.
 			if err := inspectFiles(ctx, pool, cfg, ds, partition, &db); err != nil {
 				db.problems = append(db.problems, fmt.Sprintf("dataset %q: %v", n, err))
 			}
+		}
+		if line, err := outdatedLine(ctx, pool, cfg, n); err != nil {
+			db.problems = append(db.problems, fmt.Sprintf("dataset %q: %v", n, err))
+		} else if line != "" {
+			db.changes = append(db.changes, line)
 		}
 	}
 	return db, nil

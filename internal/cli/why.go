@@ -26,7 +26,8 @@ loads met (on_schema_change) beside their attempts, its dead letters and the
 loads run again after a failover. It ends with a one-line verdict and the
 command to run next.
 
-Exit codes, as 'idem publish --wait': 0 loaded, 1 dead-lettered or refused by
+Exit codes, as 'idem publish --wait': 0 loaded (outdated too: loaded under an
+older definition), 1 dead-lettered or refused by
 its checks (a person must act), 2 usage, 3 not loaded yet (loading, retrying,
 missing), 4 the audit or NATS could not be read.`,
 		Args: cobra.ExactArgs(2),

@@ -400,6 +400,11 @@ type Dataset struct {
 	// else fail. (omitempty in JSON keeps the config version of configs
 	// without it.)
 	OnSchemaChange string `yaml:"on_schema_change,omitempty" json:",omitempty"`
+	// OnDefinitionChange, for the partitions loaded under another
+	// definition (source, strategy, key, checks, on_schema_change): none
+	// lists them (`idem audit outdated`); reload also backfills them once
+	// every live replica runs this one. Default none.
+	OnDefinitionChange string `yaml:"on_definition_change,omitempty" json:",omitempty"`
 }
 
 // DatasetDefaults are the values a dataset takes when it leaves a field out.

@@ -42,14 +42,15 @@ import (
 // with the constants the code compares it with. TestConfigReference checks
 // that Validate accepts every value and refuses another.
 var referenceEnums = map[string][]string{
-	"datasets.<name>.strategy":          stringsOf(Strategies),
-	"datasets.<name>.partition_type":    stringsOf([]schemas.PartitionType{schemas.PartitionDate, schemas.PartitionHour, schemas.PartitionText}),
-	"datasets.<name>.expect.every":      stringsOf([]calendar.Every{calendar.Day, calendar.Hour}),
-	"datasets.<name>.checks[].severity": {SeverityError, SeverityWarn},
-	"postgres.statement_mode":           {StatementAuto, StatementPrepare, StatementDescribe},
-	"tracing.otlp.protocol":             {DefaultOTLPProtocol, "grpc"},
-	"datasets.<name>.on_schema_change":  strategies.SchemaPolicies(),
-	"defaults.on_schema_change":         strategies.SchemaPolicies(),
+	"datasets.<name>.strategy":             stringsOf(Strategies),
+	"datasets.<name>.partition_type":       stringsOf([]schemas.PartitionType{schemas.PartitionDate, schemas.PartitionHour, schemas.PartitionText}),
+	"datasets.<name>.expect.every":         stringsOf([]calendar.Every{calendar.Day, calendar.Hour}),
+	"datasets.<name>.checks[].severity":    {SeverityError, SeverityWarn},
+	"postgres.statement_mode":              {StatementAuto, StatementPrepare, StatementDescribe},
+	"tracing.otlp.protocol":                {DefaultOTLPProtocol, "grpc"},
+	"datasets.<name>.on_schema_change":     strategies.SchemaPolicies(),
+	"defaults.on_schema_change":            strategies.SchemaPolicies(),
+	"datasets.<name>.on_definition_change": {DefinitionChangeNone, DefinitionChangeReload},
 }
 
 // referenceImplicitDefaults are the defaults WithDefaults leaves zero
@@ -61,6 +62,7 @@ var referenceImplicitDefaults = map[string]func() any{
 	"nats.fleet_bucket":                                      func() any { return (&NATS{Consumer: "<consumer>"}).FleetBucketName() },
 	"postgres.reverify":                                      func() any { return Postgres{}.ReverifyOn() },
 	"datasets.<name>.checks[].severity":                      func() any { return Check{}.SeverityOrDefault() },
+	"datasets.<name>.on_definition_change":                   func() any { return (&Dataset{}).DefinitionChangePolicy() },
 	"datasets.<name>.checks[].row_count_change.min_baseline": func() any { return DefaultMinBaseline },
 }
 

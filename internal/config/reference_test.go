@@ -156,9 +156,10 @@ var enumProbes = map[string]struct {
 	"datasets.<name>.checks[].severity": {func(c *Config, v string) {
 		c.Datasets["orders"].Checks = []Check{{Unique: []string{"order_id"}, Severity: v}}
 	}, "checks[0].severity"},
-	"postgres.statement_mode":          {func(c *Config, v string) { c.Postgres.StatementMode = v }, "postgres.statement_mode"},
-	"datasets.<name>.on_schema_change": {func(c *Config, v string) { c.Datasets["orders"].OnSchemaChange = v }, "on_schema_change"},
-	"defaults.on_schema_change":        {func(c *Config, v string) { c.Defaults.OnSchemaChange = v }, "defaults.on_schema_change"},
+	"postgres.statement_mode":              {func(c *Config, v string) { c.Postgres.StatementMode = v }, "postgres.statement_mode"},
+	"datasets.<name>.on_schema_change":     {func(c *Config, v string) { c.Datasets["orders"].OnSchemaChange = v }, "on_schema_change"},
+	"defaults.on_schema_change":            {func(c *Config, v string) { c.Defaults.OnSchemaChange = v }, "defaults.on_schema_change"},
+	"datasets.<name>.on_definition_change": {func(c *Config, v string) { c.Datasets["orders"].OnDefinitionChange = v }, "on_definition_change"},
 	"tracing.otlp.protocol": {func(c *Config, v string) {
 		c.Tracing.OTLP = &OTLP{Endpoint: "http://otel-collector:4318", Protocol: v}
 	}, "tracing.otlp.protocol"},

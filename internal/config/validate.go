@@ -366,6 +366,11 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	if d.OnSchemaChange != c.Defaults.OnSchemaChange { // the default's own problem is reported once
 		validateSchemaPolicy(v, "on_schema_change", d.OnSchemaChange)
 	}
+	switch d.OnDefinitionChange {
+	case "", DefinitionChangeNone, DefinitionChangeReload:
+	default:
+		v.add("on_definition_change", "%q; use %s or %s", d.OnDefinitionChange, DefinitionChangeNone, DefinitionChangeReload)
+	}
 	validateExpect(v, d)
 	c.validateWatch(v, d)
 	validateRecheck(v, d)

@@ -52,7 +52,7 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 			return nil, fmt.Errorf("dataset %q: %w", name, err)
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
-			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn, Stage: stg}
+			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn, Stage: stg, DefinitionHash: d.DefinitionHash()}
 		if d.ReadyWhen != "" {
 			upTo := d.WaitUpTo.Std()
 			if upTo == 0 {
@@ -68,6 +68,19 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		ds.Upstreams = cfg.Upstreams(name)
 	}
 	return out, nil
+}
+
+// recordDefinitions keeps each dataset's definition under its hash in
+// idem.definitions (once per hash), so that what changed since a
+// partition's load can be said later. A failure is logged: the loads
+// still record their hashes.
+func recordDefinitions(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, log zerolog.Logger) {
+	for _, name := range cfg.DatasetNames() {
+		d := cfg.Datasets[name]
+		if err := audit.RecordDefinition(ctx, pool, cfg.Pipeline, name, d.DefinitionHash(), d.Definition()); err != nil {
+			log.Warn().Err(err).Str("dataset", name).Msg("definition not recorded: `idem audit outdated` cannot say what changed since its loads")
+		}
+	}
 }
 
 // SamplePartition is a partition key of the dataset's type, used to plan a

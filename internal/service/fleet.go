@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,8 +10,6 @@ import (
 	"os"
 	"slices"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/internal/config"
@@ -49,15 +46,7 @@ func replicaName() string {
 func Definitions(cfg *config.Config) map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(cfg.Datasets))
 	for name, ds := range cfg.Datasets {
-		y, err := yaml.Marshal(ds)
-		if err != nil {
-			continue
-		}
-		var fields map[string]any
-		if err := yaml.Unmarshal(y, &fields); err != nil {
-			continue
-		}
-		if b, err := json.Marshal(fields); err == nil {
+		if b, err := ds.Fields(); err == nil {
 			out[name] = b
 		}
 	}
@@ -91,7 +80,7 @@ func DiffDefinitions(running, next map[string]json.RawMessage) DefinitionsDiff {
 		if old == nil {
 			continue
 		}
-		if fields := changedFields(old, next[name]); len(fields) > 0 {
+		if fields := config.DefinitionChanges(old, next[name]); len(fields) > 0 {
 			d.Changed[name] = fields
 		}
 	}
@@ -101,41 +90,6 @@ func DiffDefinitions(running, next map[string]json.RawMessage) DefinitionsDiff {
 		}
 	}
 	return d
-}
-
-// changedFields lists, sorted, the top-level keys whose values differ
-// between two JSON objects, a key missing on one side included.
-func changedFields(a, b json.RawMessage) []string {
-	var ma, mb map[string]json.RawMessage
-	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
-		if bytes.Equal(a, b) {
-			return nil
-		}
-		return []string{"(definition)"}
-	}
-	var out []string
-	for k, va := range ma {
-		if vb, ok := mb[k]; !ok || !jsonEqual(va, vb) {
-			out = append(out, k)
-		}
-	}
-	for k := range mb {
-		if _, ok := ma[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func jsonEqual(a, b json.RawMessage) bool {
-	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
-		return bytes.Equal(a, b)
-	}
-	ca, _ := json.Marshal(va) // maps marshal with sorted keys
-	cb, _ := json.Marshal(vb)
-	return bytes.Equal(ca, cb)
 }
 
 // schemaPeer names a live replica of the fleet, other than self, that runs

@@ -102,6 +102,7 @@ func (r *reloader) reload(ctx context.Context) error {
 	if r.h.Lineage != nil {
 		lineageInputs(ctx, r.pool, next, built, r.h.Lineage.Warehouse, r.log)
 	}
+	recordDefinitions(ctx, r.pool, next, r.log)
 	r.h.Replace(built)
 	r.cur, r.dss = next, built
 	if r.applied != nil {

@@ -137,6 +137,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		log.Info().Msg("the server's sessions default to synchronous_commit = remote_apply: loads commit so too")
 	}
 	checkDatasets(ctx, pool, h, log)
+	recordDefinitions(ctx, pool, cfg, log)
 	var lineageClient *lineage.Client
 	if ol := cfg.Lineage.OpenLineage; ol != nil {
 		lineageClient, err = lineage.NewClient(lineage.ClientConfig{URL: ol.URL, Endpoint: ol.Endpoint, APIKey: ol.APIKey, Timeout: ol.Timeout.Std()})
@@ -290,6 +291,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		_ = outbox.Run(bgCtx) // makes a last pass when stopped
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
+	startOutdatedReload(bgCtx, &wg, pool, js, c, &cfgNow, log)
 	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, m, log)
 	startRechecks(bgCtx, &wg, pool, js, h, &cfgNow, m, log)
 	if plans != nil && route.StatementMode == config.StatementPrepare {

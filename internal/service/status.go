@@ -144,7 +144,7 @@ func (s *status) datasets() []statuspage.Dataset {
 	cfg := s.cfg.Load()
 	out := make([]statuspage.Dataset, 0, len(cfg.Datasets))
 	for _, name := range cfg.DatasetNames() {
-		d := statuspage.Dataset{Name: name, Upstreams: cfg.Upstreams(name)}
+		d := statuspage.Dataset{Name: name, Upstreams: cfg.Upstreams(name), Definition: cfg.Datasets[name].DefinitionHash()}
 		d.PartitionType, _ = cfg.Lookup(name)
 		if e, ok := cfg.Datasets[name].Calendar(); ok {
 			d.Calendar = &e

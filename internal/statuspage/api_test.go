@@ -49,6 +49,7 @@ type attemptOpts struct {
 	err    error
 	kind   string // the error kind of a failed attempt
 	checks []audit.CheckOutcome
+	def    string // the definition's hash
 }
 
 // attempt records one attempt of dataset's partition that ends as outcome
@@ -57,7 +58,7 @@ func (w *apiWorld) attempt(t *testing.T, dataset, partition, runID, outcome stri
 	t.Helper()
 	ctx := context.Background()
 	k := audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: partition, RunID: runID}
-	a := audit.Attempt{RunKey: k}
+	a := audit.Attempt{RunKey: k, DefinitionHash: o.def}
 	for _, pt := range []schemas.PartitionType{schemas.PartitionDate, schemas.PartitionHour} {
 		if p, err := schemas.ParsePartition(pt, partition); err == nil {
 			d, _ := p.LogicalDate()
@@ -96,7 +97,7 @@ func newAPIWorld(t *testing.T) *apiWorld {
 		{Name: "orders", Calendar: apiCal},
 		{Name: "customers", Calendar: apiCal},
 		{Name: "revenue", Upstreams: []string{"customers", "orders"}},
-		{Name: "adhoc"},
+		{Name: "adhoc", Definition: "cur"},
 		{Name: "clicks", PartitionType: schemas.PartitionHour,
 			Calendar: &calendar.Expect{Every: calendar.Hour, From: "2026-11-05T00:00:00Z", Deadline: time.Hour}},
 		{Name: "notes", PartitionType: schemas.PartitionText},
@@ -120,7 +121,10 @@ func (w *apiWorld) history(t *testing.T) {
 	w.attempt(t, "customers", "2026-11-02", "r1", "failed", attemptOpts{err: errors.New("checks refused the load: unique_id failed"), kind: audit.KindCheck,
 		checks: []audit.CheckOutcome{pass, {Name: "unique_id", Kind: "unique", Severity: "error", Status: "fail", Failing: 2, Checked: 15,
 			Threshold: "0 duplicates", Note: apiHostileNote, Samples: json.RawMessage(`[{"id":"<b>1</b>"}]`), Duration: 2 * time.Millisecond}}})
-	w.attempt(t, "adhoc", "2026-11-03", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 1}})
+	w.attempt(t, "adhoc", "2026-11-03", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 1}, def: "cur"})
+	// Loaded under an older definition, whose source differs.
+	w.attempt(t, "adhoc", "2026-11-01", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 1}, def: "old"})
+	require.NoError(t, audit.RecordDefinition(context.Background(), w.db, "shop", "adhoc", "old", []byte(`{"source":"SELECT 1","strategy":"delete_insert"}`)))
 	w.attempt(t, "clicks", "2026-11-05T01:00:00Z", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 4}})
 	w.attempt(t, "notes", "eu/west <b>", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 2}})
 	w.dead = []DeadLetter{{Seq: 7, Dataset: "orders", Partition: "2026-11-02", RunID: apiHostileRun, Kind: "fatal", Reason: apiHostileError}}
@@ -153,7 +157,7 @@ var wantStatuses = map[string][]Status{
 	"orders":    {Success, DeadLettered, Failed, Running},
 	"customers": {Success, Rejected, Late, Missing},
 	"revenue":   {None, Waiting, Waiting, Waiting},
-	"adhoc":     {None, None, Success, None},
+	"adhoc":     {Outdated, None, Success, None},
 }
 
 var days = []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
@@ -567,7 +571,8 @@ func TestAPIStory(t *testing.T) {
 		var ds why.Dataset
 		for _, d := range w.dss {
 			if d.Name == dataset {
-				ds = why.Dataset{Name: d.Name, Upstreams: d.Upstreams, Calendar: d.Calendar}
+				ds = why.Dataset{Name: d.Name, Upstreams: d.Upstreams, Calendar: d.Calendar, Definition: d.Definition,
+					DefinitionJSON: []byte(`{"source":"SELECT 2","strategy":"delete_insert"}`)}
 			}
 		}
 		return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Now: func() time.Time { return w.now }}, ds, partition)
@@ -586,6 +591,8 @@ func TestAPIStory(t *testing.T) {
 		{"customers", "2026-11-02", why.StateRejected},
 		{"customers", "2026-11-04", why.StateMissing},
 		{"notes", "eu/west <b>", why.StateLoaded},
+		{"adhoc", "2026-11-01", why.StateOutdated},
+		{"adhoc", "2026-11-03", why.StateLoaded},
 	} {
 		a := apiGet(t, srv, "/api/v1/datasets/"+url.PathEscape(c.dataset)+"/partitions/"+url.PathEscape(c.key))
 		require.Equal(t, http.StatusOK, a.code, "%s", a.body)

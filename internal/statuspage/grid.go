@@ -15,6 +15,7 @@ type Status string
 const (
 	Success      Status = "success"       // the latest attempt loaded it
 	Provisional  Status = "provisional"   // loaded, and its source is still rechecked (recheck:): it may be reloaded
+	Outdated     Status = "outdated"      // loaded, under another definition than the dataset's current one
 	Running      Status = "running"       // an attempt started and has not finished
 	Failed       Status = "failed"        // the latest attempt failed; it may be retried
 	DeadLettered Status = "dead_lettered" // failed and in the dead-letter stream
@@ -26,7 +27,7 @@ const (
 )
 
 // Statuses in the legend's order.
-var Statuses = []Status{Success, Provisional, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, None}
+var Statuses = []Status{Success, Provisional, Outdated, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, None}
 
 // Dataset is what the page knows of a configured dataset.
 type Dataset struct {
@@ -40,6 +41,9 @@ type Dataset struct {
 	// Recheck, when the dataset has one (recheck:), is its window: a
 	// loaded partition inside it is provisional.
 	Recheck *calendar.Window
+	// Definition is the hash of the dataset's current definition; a load
+	// under another is Outdated. "": not known, none is.
+	Definition string
 }
 
 // Grid is datasets × partitions.
@@ -156,6 +160,9 @@ func (c *cells) status(ds Dataset, key string) Status {
 	l := c.byCell[cellKey{ds.Name, key}]
 	switch audit.StateOf(l.Status, l.ErrorKind) {
 	case audit.StatusSuccess:
+		if audit.Outdated(l.Definition, ds.Definition) {
+			return Outdated
+		}
 		if ds.Recheck != nil && ds.Recheck.Holds(key, c.now) {
 			return Provisional
 		}

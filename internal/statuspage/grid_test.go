@@ -17,7 +17,7 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		{Name: "web", Calendar: cal},
 		{Name: "shop", Calendar: cal},
 		{Name: "revenue", Upstreams: []string{"web", "shop"}},
-		{Name: "adhoc"},
+		{Name: "adhoc", Definition: "cur"},
 	}
 	keys := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
 	latest := []audit.Latest{
@@ -27,7 +27,10 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		{Dataset: "web", Partition: "2026-11-04", Status: "started", RunID: "r1"},
 		{Dataset: "shop", Partition: "2026-11-01", Status: "success"},
 		{Dataset: "revenue", Partition: "2026-11-01", Status: "success"},
-		{Dataset: "adhoc", Partition: "2026-11-03", Status: "success"},
+		{Dataset: "adhoc", Partition: "2026-11-03", Status: "success", Definition: ptr("cur")},
+		// Loaded under another definition, and before definitions were recorded.
+		{Dataset: "adhoc", Partition: "2026-11-01", Status: "success", Definition: ptr("old")},
+		{Dataset: "adhoc", Partition: "2026-11-02", Status: "success"}, // before definitions were recorded: not known to be outdated
 		// The checks refused the latest load, dead-lettered or not.
 		{Dataset: "adhoc", Partition: "2026-11-04", Status: "failed", ErrorKind: "check"},
 	}
@@ -42,12 +45,13 @@ func TestBuildColoursEveryStatus(t *testing.T) {
 		"web":     {Success, DeadLettered, Failed, Running}, // 11-04's dead letter is an older run's
 		"shop":    {Success, Late, Late, Missing},
 		"revenue": {Success, Waiting, Waiting, Waiting},
-		"adhoc":   {None, None, Success, Rejected},
+		"adhoc":   {Outdated, Success, Success, Rejected},
 	}, got)
-	require.Equal(t, 4, g.Counts[Success]) // web, shop, revenue, adhoc
+	require.Equal(t, 5, g.Counts[Success]) // web, shop, revenue, adhoc twice
 	require.Equal(t, 2, g.Counts[Late])
 	require.Equal(t, 3, g.Counts[Waiting])
-	require.Equal(t, 2, g.Counts[None])
+	require.Equal(t, 0, g.Counts[None])
+	require.Equal(t, 1, g.Counts[Outdated])
 	require.Equal(t, 1, g.Counts[Rejected])
 }
 

@@ -52,6 +52,8 @@ type world struct {
 	mu       sync.Mutex
 	// recheck, when set, is customers' recheck window.
 	recheck *calendar.Window
+	// definitions are the datasets' current definitions (hash, JSON).
+	definitions map[string][2]string
 }
 
 func (w *world) attempt(t *testing.T, dataset, partition, runID, outcome string) {
@@ -126,6 +128,9 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 	// By the wall clock, as the audit's: a load after it wins.
 	failedAt := time.Now()
 	dss := []statuspage.Dataset{{Name: "orders", Calendar: cal}, {Name: "customers", Calendar: cal, Recheck: w.recheck}, {Name: "revenue", Upstreams: []string{"orders", "customers"}}}
+	for i := range dss {
+		dss[i].Definition = w.definitions[dss[i].Name][0]
+	}
 	p, err := statuspage.New(statuspage.Deps{
 		Pipeline: "shop", DB: w.db, Token: d.Token, Now: func() time.Time { return now }, Log: zerolog.Nop(),
 		Datasets: func() []statuspage.Dataset { return dss },
@@ -152,6 +157,7 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 					if d.Recheck != nil {
 						ds.Recheck = &why.Recheck{Window: *d.Recheck, Every: time.Hour}
 					}
+					ds.Definition, ds.DefinitionJSON = w.definitions[dataset][0], []byte(w.definitions[dataset][1])
 				}
 			}
 			return why.Tell(ctx, why.Sources{Pipeline: "shop", DB: w.db, Audit: w.db, Streams: streams{failedAt}, Now: func() time.Time { return now }}, ds, partition)
@@ -368,4 +374,44 @@ func TestPageShowsProvisionalPartitionsAndWhatARecheckFound(t *testing.T) {
 	prov, err := chromedp.Run(bctx, chromedp.Text("#provisional"))
 	require.NoError(t, err)
 	require.Contains(t, prov, "provisional until 2026-11-09 00:00")
+}
+
+// A partition loaded under an older definition is outdated in the grid,
+// with its own colour and legend entry, and its story says what changed
+// and the command that reloads it; one loaded before definitions were
+// recorded is not known to be, and stays loaded.
+func TestPageShowsOutdated(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.definitions = map[string][2]string{"customers": {"cur", `{"checks":[{"not_null":["id"]}],"source":"SELECT 2","strategy":"merge"}`}}
+	require.NoError(t, audit.RecordDefinition(ctx, w.db, "shop", "customers", "old", []byte(`{"source":"SELECT 1","strategy":"merge"}`)))
+	for part, hash := range map[string]string{"2026-11-02": "old", "2026-11-03": "cur"} {
+		_, err := audittest.Load(ctx, w.db, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "customers", Partition: part, RunID: "r1"},
+			DefinitionHash: hash}, audit.Rows{Inserted: 3})
+		require.NoError(t, err)
+	}
+	srv := w.page(t, "")
+	bctx := browsertest.New(t)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible("#grid")))
+	cells := browsertest.Eval[[]string](t, bctx, `[...document.querySelectorAll('#grid tr[data-d="customers"] td')].map(td => td.className + ' ' + getComputedStyle(td).backgroundColor)`)
+	require.Equal(t, []string{"success rgb(46, 164, 79)", "outdated rgb(163, 230, 53)", "success rgb(46, 164, 79)", "late rgb(124, 45, 146)"}, cells)
+	legend, err := chromedp.Run(bctx, chromedp.Text(".legend"))
+	require.NoError(t, err)
+	require.Regexp(t, `outdated 1\b`, legend)
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="customers"] td[data-i="1"]`),
+		chromedp.WaitVisible(`#partition[data-partition="2026-11-02"]`)))
+	require.Equal(t, "outdated", browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.status`))
+	require.Equal(t, why.StateOutdated, browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.state`))
+	line, err := chromedp.Run(bctx, chromedp.Text("#verdict .line"))
+	require.NoError(t, err)
+	require.Regexp(t, "^loaded under an older definition \\(checks, source changed\\); `idem backfill customers --reprocess outdated` reloads it; loaded by run r1 at ", line)
+	next, err := chromedp.Run(bctx, chromedp.Text("#next"))
+	require.NoError(t, err)
+	require.Equal(t, "idem backfill customers --reprocess outdated", strings.TrimSpace(next))
+
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(`#grid tr[data-d="customers"] td[data-i="0"]`),
+		chromedp.WaitVisible(`#partition[data-partition="2026-11-01"]`)))
+	require.Equal(t, why.StateLoaded, browsertest.Eval[string](t, bctx, `document.querySelector('#partition').dataset.state`))
 }

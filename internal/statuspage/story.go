@@ -89,7 +89,7 @@ func (p *Page) partition(w http.ResponseWriter, r *http.Request) {
 // forced run); a missing one is backfilled with the gap around it.
 func (p *Page) buttons(ctx context.Context, ds Dataset, v *partitionView) error {
 	switch st := v.Story.Verdict.State; st {
-	case why.StateDeadLettered, why.StateLoaded, why.StateRejected, why.StateRetrying:
+	case why.StateDeadLettered, why.StateLoaded, why.StateOutdated, why.StateRejected, why.StateRetrying:
 		v.CanReload = true
 		if st == why.StateDeadLettered && len(v.Story.DeadLetters) > 0 {
 			v.ReplaySeq = v.Story.DeadLetters[0].Seq // the one the verdict names

@@ -15,6 +15,7 @@ import (
 func DatasetOf(cfg *config.Config, name string) Dataset {
 	ds := Dataset{Name: name, Upstreams: cfg.Upstreams(name)}
 	if d, ok := cfg.Datasets[name]; ok {
+		ds.Definition, ds.DefinitionJSON = d.DefinitionHash(), d.Definition()
 		if cal, ok := d.Calendar(); ok {
 			ds.Calendar = &cal
 		}

@@ -28,6 +28,7 @@ import (
 const (
 	StateLoaded       = "loaded"
 	StateProvisional  = "provisional"
+	StateOutdated     = "outdated" // loaded, under an older definition
 	StateLoading      = "loading"
 	StateWaiting      = "waiting"
 	StateRetrying     = "retrying"
@@ -40,7 +41,7 @@ const (
 // Exit is the exit code for a state.
 func Exit(state string) int {
 	switch state {
-	case StateLoaded, StateProvisional:
+	case StateLoaded, StateProvisional, StateOutdated:
 		return 0
 	case StateRejected, StateDeadLettered:
 		return 1
@@ -112,6 +113,9 @@ type Report struct {
 	ProvisionalUntil *time.Time `json:"provisional_until,omitempty"`
 	// RecheckEvery is the dataset's recheck period, for the verdict.
 	RecheckEvery time.Duration `json:"-"`
+	// Outdated, when the latest load ran another definition than the
+	// current one: which, and the fields changed since.
+	Outdated *Outdated `json:"outdated,omitempty"`
 	// Notes say what could not be read; the verdict stands on the rest.
 	Notes   []string `json:"notes,omitempty"`
 	Verdict Verdict  `json:"verdict"`
@@ -143,6 +147,10 @@ type Dataset struct {
 	// Recheck, when set (recheck:), says how long a load stays
 	// provisional.
 	Recheck *Recheck
+	// Definition is the hash of the dataset's current definition, and
+	// DefinitionJSON the definition; a load under another is outdated.
+	Definition     string
+	DefinitionJSON []byte
 }
 
 // Recheck is a dataset's recheck: its window and period.
@@ -187,6 +195,7 @@ func Tell(ctx context.Context, src Sources, ds Dataset, partition string) (Repor
 	}
 	readEvents(ctx, src.Streams, &r)
 	readUpstreams(ctx, src, ds, &r)
+	readOutdated(ctx, src, ds, &r)
 	if ds.Calendar != nil {
 		r.Expected = expect(*ds.Calendar, r.At, partition)
 	}
@@ -339,6 +348,9 @@ func decide(r *Report) Verdict {
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
+	case won != nil && r.Outdated != nil:
+		return verdict(StateOutdated, "loaded under an older definition ("+outdatedChanges(r.Outdated)+"); `idem backfill "+arg(r.Dataset)+
+			" --reprocess outdated` reloads it; "+loadedLine(r, won), "idem backfill "+arg(r.Dataset)+" --reprocess outdated")
 	case won != nil && r.ProvisionalUntil != nil:
 		return verdict(StateProvisional, loadedLine(r, won)+madeChanges(r, won.ID)+"; "+provisional(r)+"; "+pending(r), "")
 	case won != nil:
