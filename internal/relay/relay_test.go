@@ -510,8 +510,11 @@ func TestLegacyRowsArePublishedAfterTheUpgrade(t *testing.T) {
 		db.Exec(t, m.SQL)
 		db.Exec(t, "INSERT INTO idem.schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
 	}
-	id, err := audittest.Start(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "orders", Partition: "2026-11-01", RunID: "r1"}})
-	require.NoError(t, err)
+	// Its `started` row, as that idem wrote it: today's statements name
+	// columns v3 did not have.
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO idem.pipeline_audit (dag_id, task_id, logical_date, partition_key, run_id, status, attempt)
+		VALUES ('p', 'orders', '2026-11-01', '2026-11-01', 'r1', 'started', 1) RETURNING id`).Scan(&id))
 	body, err := json.Marshal(event("daily", "2026-11-01", id).Event)
 	require.NoError(t, err)
 	db.Exec(t, "INSERT INTO idem.outbox (subject, msg_id, body, audit_id) VALUES ('idem.ready.daily', $1, $2, $3)",
