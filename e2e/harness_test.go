@@ -23,6 +23,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/embeddednats"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -115,9 +116,9 @@ func newWorld(t *testing.T, o opts) *world {
 	require.NoError(t, err)
 	var db *pgtest.DB
 	if o.pgAdmin != "" {
-		db = pgtest.NewDBAt(t, o.pgAdmin)
+		db = audittest.NewDBAt(t, o.pgAdmin)
 	} else {
-		db = pgtest.NewDB(t)
+		db = audittest.NewDB(t)
 	}
 	_, err = audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)

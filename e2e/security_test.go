@@ -33,6 +33,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/embeddednats"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -118,7 +119,7 @@ func securedWorld(t *testing.T, ns *embeddednats.Server, adminOpts []nats.Option
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	if db == nil {
-		db = pgtest.NewDB(t)
+		db = audittest.NewDB(t)
 		_, err = audit.Migrate(context.Background(), db.Pool)
 		require.NoError(t, err)
 		db.Exec(t, stagingSQL)

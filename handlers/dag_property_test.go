@@ -18,6 +18,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -74,7 +75,7 @@ type dagRun struct {
 }
 
 func newDAGRun(t *testing.T, seed uint64) *dagRun {
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, dagSQL)

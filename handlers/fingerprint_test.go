@@ -16,6 +16,7 @@ import (
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -74,7 +75,7 @@ func TestPostgresSourceStoresItsFingerprint(t *testing.T) {
 	src.Exec(t, `CREATE SCHEMA app;
 		CREATE TABLE app.orders (id bigint, event_date date, amount numeric(12,2), note text);
 		INSERT INTO app.orders VALUES (1, '2026-11-28', 1.50, 'a'), (2, '2026-11-28', 2, 'b'), (3, '2026-11-27', 9, 'other day');`)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, "CREATE SCHEMA analytics;"+stagedDDL)

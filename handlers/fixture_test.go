@@ -13,6 +13,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -89,7 +90,7 @@ type env struct {
 
 func newEnv(t *testing.T, f fixture, mutate ...func(*strategies.Spec)) *env {
 	t.Helper()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, stagingSQL)

@@ -21,6 +21,7 @@ import (
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/lineagetest"
 	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/testkit/s3test"
@@ -42,7 +43,7 @@ func newStagedEnv(t *testing.T, strategy string, spec strategies.Spec, ddl strin
 // spec.OnSchemaChange takes new file columns).
 func newStagedEnvWith(t *testing.T, strategy string, spec strategies.Spec, ddl string, src files.Spec, store files.Store, waitUpTo time.Duration, evolve bool) *stagedEnv {
 	t.Helper()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, "CREATE SCHEMA analytics;")
@@ -263,7 +264,7 @@ func TestPostgresSourceLoadsThePartition(t *testing.T) {
 	src.Exec(t, `CREATE SCHEMA app;
 		CREATE TABLE app.orders (id bigint, event_date date, amount numeric(12,2), note text);
 		INSERT INTO app.orders VALUES (1, '2026-11-28', 1.50, E'tab\there'), (2, '2026-11-28', NULL, 'é ''q'''), (3, '2026-11-27', 9, 'other day');`)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, "CREATE SCHEMA analytics;"+stagedDDL)

@@ -13,6 +13,7 @@ import (
 	"github.com/idem-data/idem/internal/checks"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -213,7 +214,7 @@ func TestSeveralChecksOneStatementAndABrokenOne(t *testing.T) {
 // of the keys the source holds (not the rest of the table); append_dedupe:
 // the rows this load appended (not an earlier run's).
 func TestScopes(t *testing.T) {
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	ctx := context.Background()
 	_, err := audit.Migrate(ctx, db.Pool) // the strategies call idem's helpers
 	require.NoError(t, err)

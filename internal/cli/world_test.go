@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/service"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
@@ -54,7 +55,7 @@ func newCLIWorld(t *testing.T) *cliWorld {
 	nc := natstest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err = audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, worldTablesSQL)

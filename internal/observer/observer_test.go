@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
 
 func TestRefreshSetsEveryFigure(t *testing.T) {
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	for _, p := range []string{"2026-11-01", "2026-11-03"} {

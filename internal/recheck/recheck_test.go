@@ -17,6 +17,7 @@ import (
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
@@ -41,7 +42,7 @@ const fingerprintSQL = "SELECT count(*) AS count, sum(amount) AS amount FROM sta
 func newRig(t *testing.T, typ schemas.PartitionType, window time.Duration) *rig {
 	t.Helper()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	col := "date"

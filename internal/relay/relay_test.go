@@ -56,7 +56,7 @@ func setup(t *testing.T, subjects ...string) *fixture {
 	js := natstest.JetStream(t, srv)
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: subjects})
 	require.NoError(t, err)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err = audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	return &fixture{db: db, srv: srv, js: js, s: s}

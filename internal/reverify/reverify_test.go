@@ -18,6 +18,7 @@ import (
 	"github.com/idem-data/idem/internal/reverify"
 	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
@@ -75,7 +76,7 @@ func newRig(t *testing.T) *rig {
 	nc := natstest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err = audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, tablesSQL)

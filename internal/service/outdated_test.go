@@ -18,7 +18,6 @@ import (
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
-	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // on_definition_change: reload never starts while the fleet runs two
@@ -30,7 +29,7 @@ func TestMixedFleetNeverReloadsOutdated(t *testing.T) {
 	ctx := context.Background()
 	ns := natstest.RunServer(t)
 	js := natstest.JetStream(t, ns)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	parse := func(source string) *config.Config {

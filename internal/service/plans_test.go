@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
-	"github.com/idem-data/idem/testkit/pgtest"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 func TestPlanAgesBeginWhenATableDoubles(t *testing.T) {
@@ -30,7 +30,7 @@ func TestPlanAgesBeginWhenATableDoubles(t *testing.T) {
 // plan made again takes the index.
 func TestPlansArePreparedAgainAsTablesGrow(t *testing.T) {
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, "ALTER TABLE idem.pipeline_audit SET (autovacuum_enabled = false); ANALYZE idem.pipeline_audit")

@@ -11,13 +11,13 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
-	"github.com/idem-data/idem/testkit/pgtest"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 func TestPruneAuditCountsWhatItDeletes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	// Two partitions, each with two old failures and an old success.

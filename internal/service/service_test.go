@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
@@ -57,7 +58,7 @@ func TestRun(t *testing.T) {
 // left as it was.
 func TestReverifyOffNeitherHoldsNorPasses(t *testing.T) {
 	ns := natstest.RunServer(t)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	ctx := context.Background()
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)

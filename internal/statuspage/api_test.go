@@ -25,7 +25,6 @@ import (
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
 	"github.com/idem-data/idem/testkit/audittest"
-	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 const (
@@ -89,7 +88,7 @@ var apiCal = &calendar.Expect{Every: calendar.Day, From: "2026-11-01", Deadline:
 // a 12h deadline, 11-03 is late and 11-04 still missing.
 func newAPIWorld(t *testing.T) *apiWorld {
 	t.Helper()
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	w := &apiWorld{db: db.Pool, now: time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)}

@@ -16,8 +16,8 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/statuspage"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/browsertest"
-	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // BenchmarkGrid50x400 serves the grid of 50 calendar datasets × 400 days
@@ -50,7 +50,7 @@ func BenchmarkGrid50x400InChromium(b *testing.B) {
 
 // gridServer serves the page over 50 calendar datasets x 400 days.
 func gridServer(b *testing.B) string {
-	db := pgtest.NewDB(b)
+	db := audittest.NewDB(b)
 	ctx := context.Background()
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(b, err)

@@ -85,7 +85,7 @@ func (w *world) schemaChanges(t *testing.T, dataset, partition string, cs ...str
 }
 
 func newWorld(t *testing.T) *world {
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	w := &world{db: db.Pool}

@@ -20,6 +20,7 @@ import (
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 	"github.com/idem-data/idem/testkit/s3test"
@@ -53,7 +54,7 @@ func newRig(t *testing.T, spec files.Spec, store files.Store, ns *server.Server)
 	ctx := context.Background()
 	spec = spec.WithDefaults()
 	require.NoError(t, spec.Validate())
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, ordersDDL)

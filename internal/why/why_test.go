@@ -22,6 +22,7 @@ import (
 	"github.com/idem-data/idem/internal/service"
 	"github.com/idem-data/idem/internal/why"
 	"github.com/idem-data/idem/strategies"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/natstest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
@@ -118,7 +119,7 @@ func newWorld(t *testing.T, serve bool) *world {
 	nc := natstest.Connect(t, ns)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	db := pgtest.NewDB(t)
+	db := audittest.NewDB(t)
 	_, err = audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, storySQL)

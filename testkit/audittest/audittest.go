@@ -8,11 +8,32 @@ package audittest
 import (
 	"context"
 	"fmt"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
+
+// NewDB is pgtest.NewDB with schema idem at its latest version: a copy of
+// a database migrated once per cluster, not migrated again in every test.
+func NewDB(t testing.TB) *pgtest.DB {
+	t.Helper()
+	return pgtest.NewDBFrom(t, "idem-migrated", migrate)
+}
+
+// NewDBAt is NewDB on the cluster adminURL points at.
+func NewDBAt(t testing.TB, adminURL string) *pgtest.DB {
+	t.Helper()
+	return pgtest.NewDBAtFrom(t, adminURL, "idem-migrated", migrate)
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := audit.Migrate(ctx, pool)
+	return err
+}
 
 // DB is what pgx.Tx, *pgx.Conn, *pgxpool.Conn and *pgxpool.Pool have in
 // common: audit's Querier and batches.

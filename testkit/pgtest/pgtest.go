@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,6 +123,78 @@ func NewDB(t testing.TB) *DB {
 // ends if that server still answers.
 func NewDBAt(t testing.TB, adminURL string) *DB {
 	t.Helper()
+	return newDB(t, adminURL, "")
+}
+
+// NewDBFrom is NewDB for a database that starts as a copy of a template
+// setup prepared once per cluster and key (CREATE DATABASE … TEMPLATE
+// copies the catalog instead of replaying the DDL in every test): for
+// example the idem schema at its latest version (audittest.NewDB).
+func NewDBFrom(t testing.TB, key string, setup func(ctx context.Context, pool *pgxpool.Pool) error) *DB {
+	t.Helper()
+	if adminURL == "" {
+		t.Fatal("pgtest: call pgtest.Main from TestMain")
+	}
+	return NewDBAtFrom(t, adminURL, key, setup)
+}
+
+// NewDBAtFrom is NewDBFrom on the cluster adminURL points at.
+func NewDBAtFrom(t testing.TB, adminURL, key string, setup func(ctx context.Context, pool *pgxpool.Pool) error) *DB {
+	t.Helper()
+	tpl, err := template(adminURL, key, setup)
+	if err != nil {
+		t.Fatalf("pgtest: template %s: %v", key, err)
+	}
+	return newDB(t, adminURL, tpl)
+}
+
+// templates are the template databases made so far, by cluster and key.
+var templates struct {
+	sync.Mutex
+	made map[[2]string]string
+	errs map[[2]string]error
+}
+
+// template makes (once) and names the template database of key on the
+// cluster at adminURL: a database setup ran in, with no connection left
+// open to it, which is what CREATE DATABASE … TEMPLATE needs. It is left
+// for the cluster's end, as the cluster is the test binary's.
+func template(adminURL, key string, setup func(ctx context.Context, pool *pgxpool.Pool) error) (string, error) {
+	templates.Lock()
+	defer templates.Unlock()
+	k := [2]string{adminURL, key}
+	if name, ok := templates.made[k]; ok {
+		return name, templates.errs[k]
+	}
+	if templates.made == nil {
+		templates.made, templates.errs = map[[2]string]string{}, map[[2]string]error{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("tpl_%d_%d", os.Getpid(), seq.Add(1))
+	err := func() error {
+		admin, err := pgx.Connect(ctx, adminURL)
+		if err != nil {
+			return err
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return err
+		}
+		pool, err := pgxpool.New(ctx, withDB(adminURL, name))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return setup(ctx, pool)
+	}()
+	templates.made[k], templates.errs[k] = name, err
+	return name, err
+}
+
+// newDB creates t's database, a copy of template tpl ("" for none).
+func newDB(t testing.TB, adminURL, tpl string) *DB {
+	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("t_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, seq.Add(1))
 	admin, err := pgx.Connect(ctx, adminURL)
@@ -129,7 +202,11 @@ func NewDBAt(t testing.TB, adminURL string) *DB {
 		t.Fatalf("pgtest: connect: %v", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if tpl != "" {
+		create += " TEMPLATE " + pgx.Identifier{tpl}.Sanitize()
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
 	url := withStatementMode(withDB(adminURL, name))
