@@ -144,7 +144,9 @@ func (p *proc) alive() bool {
 func TestRollingRestartsUnderABacklogDeadLetterNothing(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, opts{noRetries: true, inFlight: 4, orderFields: "    max_concurrency: 1\n"})
-	w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (250)") // every load takes 250ms
+	// Every load takes a second while the replicas restart, so the restarts
+	// meet a backlog however slow the machine; then 50 ms, to drain it.
+	w.db.Exec(t, "INSERT INTO staging.gate_on VALUES (1000)")
 	w.streams()
 	var parts []string
 	for d := 1; d <= 30; d++ {
@@ -161,6 +163,7 @@ func TestRollingRestartsUnderABacklogDeadLetterNothing(t *testing.T) {
 		procs[i%2] = w.serve()
 	}
 	require.Less(t, w.count("SELECT count(*) FROM idem.run_ledger"), int64(60), "the backlog outlived the restarts")
+	w.db.Exec(t, "UPDATE staging.gate_on SET ms = 50")
 	w.waitCount(60, "SELECT count(*) FROM idem.run_ledger")
 	w.waitSettled()
 	require.Empty(t, w.deadLetters(), "a restart dead-lettered a valid event")
