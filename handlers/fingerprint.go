@@ -28,29 +28,24 @@ type Fingerprint struct {
 const fingerprintTimeout = time.Minute
 
 // Fingerprint takes the fingerprint of a partition's source as a load of
-// dataset would store it: the listing of its files (an error while they
-// are not complete), or the row of its fingerprint query. ok is false
+// dataset would store it, asking the source as a load does first: the
+// listing of its files (an error while they are not complete), or the
+// row of its fingerprint query. ok is false
 // for a dataset without recheck.
 func (h *Handler) Fingerprint(ctx context.Context, dataset string, key schemas.Partition, now time.Time) (fp audit.SourceFingerprint, ok bool, err error) {
 	ds, found := h.dataset(dataset)
 	if !found || ds.Fingerprint == nil {
 		return fp, false, nil
 	}
-	if s := ds.Stage; s != nil && s.Files != nil {
-		prefix, err := files.Resolve(s.Files.Spec, key)
-		if err != nil {
+	var st *staging
+	if s := ds.Stage; s != nil {
+		// Asked as before an attempt: the files' ready rule, the
+		// standby's lag; not ready is an error (no wait is recorded).
+		if st, err = s.ready(ctx, key, now, now); err != nil {
 			return fp, true, err
 		}
-		r, err := files.Ready(ctx, s.Files.Store, s.Files.Spec, prefix, now)
-		if err != nil {
-			return fp, true, err
-		}
-		if err := r.Err(); err != nil {
-			return fp, true, err
-		}
-		return listingFingerprint(&r.Listing), true, nil
 	}
-	fp, err = h.fingerprint(ctx, ds, key, nil)
+	fp, err = h.fingerprint(ctx, ds, key, st)
 	return fp, true, err
 }
 

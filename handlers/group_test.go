@@ -299,3 +299,27 @@ func TestGroupAppendDedupe(t *testing.T) {
 	loadGroup(t, e, evs, ms, 10)
 	require.Equal(t, e.expected(parts...), e.visible())
 }
+
+// TestGroupAsksReadyWhenOfEachEvent: a dataset with ready_when is never
+// loaded as a group past its readiness check: each event asks it before
+// its attempt, so the partition not ready waits (no attempt, no row) while
+// the ready ones load.
+func TestGroupAsksReadyWhenOfEachEvent(t *testing.T) {
+	e := newEnv(t, fixtures[0])
+	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03"}
+	for i, p := range parts {
+		e.stage(p, (i+1)*100, 10, i, 1)
+	}
+	e.ds.Ready = &handlers.ReadyWhen{SQL: "SELECT @partition::date <= '2026-11-02'", WaitUpTo: time.Hour}
+	evs, ms := groupEvents(t, e, "r1", 1, parts...)
+	outs, errs := e.h.HandleGroup(context.Background(), evs, ms)
+	for i := range 2 {
+		require.NoError(t, errs[i], parts[i])
+		require.Equal(t, audit.StatusSuccess, outs[i].Status)
+	}
+	var wait *handlers.WaitError
+	require.True(t, errors.As(errs[2], &wait), "%v", errs[2])
+	require.Contains(t, wait.Reason, "ready_when is not true yet")
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = '2026-11-03'"), "a wait is no attempt")
+	require.Equal(t, e.expected(parts[:2]...), e.visible())
+}

@@ -2,7 +2,8 @@
 // should exist (one per day or per hour from a first one) and by when (a
 // deadline after the partition's period ends). It is pure: the audit says
 // what loaded, the caller passes the clock, and calendar says what is missing
-// and what is late.
+// and what is late. Window is the other question asked of partition keys
+// against the clock: which partitions a recheck window still holds.
 package calendar
 
 import (

@@ -1,7 +1,8 @@
 // Package pgtest gives tests a real PostgreSQL: the server named by
 // IDEM_TEST_DATABASE_URL, or a throwaway cluster started for the test binary.
 // Each test gets a database of its own, so tests run in parallel without seeing
-// each other's tables. StartPgBouncer puts a real pgbouncer (localpg's,
+// each other's tables; NewDBFrom makes it a copy of a template prepared once
+// per cluster (schema idem migrated: audittest.NewDB). StartPgBouncer puts a real pgbouncer (localpg's,
 // stopped with the test) in front of it, and SessionLeftovers reads what
 // clients left on its server connections. It is for tests only and must
 // never be imported by production code.
