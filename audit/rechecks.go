@@ -148,9 +148,8 @@ func RecheckCandidates(ctx context.Context, db Querier, pipeline, dataset string
 // RecordRecheck stamps one check of a partition's source on its
 // fingerprint row. A partition that had none (loaded before recheck:
 // was configured) gets fp as its baseline, describing its latest success
-// id. moved, when set, records the reload published for it: its run, and
-// the values before (the stored fingerprint's) and after (fp's).
-func RecordRecheck(ctx context.Context, db Querier, k RunKey, id int64, fp SourceFingerprint, moved string) error {
+// id.
+func RecordRecheck(ctx context.Context, db Querier, k RunKey, id int64, fp SourceFingerprint) error {
 	vals, err := json.Marshal(fp.Values)
 	if err != nil {
 		return err
@@ -159,12 +158,39 @@ func RecordRecheck(ctx context.Context, db Querier, k RunKey, id int64, fp Sourc
 		INSERT INTO idem.source_fingerprints AS f (dag_id, task_id, partition_key, audit_id, fingerprint, fp_values, checked_at, checks)
 		VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), 1)
 		ON CONFLICT (dag_id, task_id, partition_key) DO UPDATE
+		   SET checked_at = clock_timestamp(), checks = f.checks + 1`,
+		k.Pipeline, k.Dataset, k.Partition, id, fp.Hash, vals)
+	if err != nil {
+		return fmt.Errorf("audit: record the recheck of %s %s: %w", k.Dataset, k.Partition, err)
+	}
+	return nil
+}
+
+// RecordMove records a check that found the source moved from the
+// fingerprint the pass compared with to to, and the reload runID
+// published for it. from is the pass's, never the row's: the reload can
+// commit, and store its own fingerprint on the row, before this runs.
+func RecordMove(ctx context.Context, db Querier, k RunKey, id int64, from, to SourceFingerprint, runID string) error {
+	fromJSON, err := json.Marshal(from)
+	if err != nil {
+		return err
+	}
+	toJSON, err := json.Marshal(to)
+	if err != nil {
+		return err
+	}
+	vals, err := json.Marshal(to.Values)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, `
+		INSERT INTO idem.source_fingerprints AS f (dag_id, task_id, partition_key, audit_id, fingerprint, fp_values, checked_at, checks,
+		                                           moved_run_id, moved_at, moved_from, moved_to)
+		VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), 1, $7, clock_timestamp(), $8, $9)
+		ON CONFLICT (dag_id, task_id, partition_key) DO UPDATE
 		   SET checked_at = clock_timestamp(), checks = f.checks + 1,
-		       moved_run_id = coalesce(nullif($7, ''), f.moved_run_id),
-		       moved_at     = CASE WHEN $7 <> '' THEN clock_timestamp() ELSE f.moved_at END,
-		       moved_from   = CASE WHEN $7 <> '' THEN jsonb_build_object('hash', f.fingerprint, 'values', f.fp_values) ELSE f.moved_from END,
-		       moved_to     = CASE WHEN $7 <> '' THEN jsonb_build_object('hash', EXCLUDED.fingerprint, 'values', EXCLUDED.fp_values) ELSE f.moved_to END`,
-		k.Pipeline, k.Dataset, k.Partition, id, fp.Hash, vals, moved)
+		       moved_run_id = $7, moved_at = clock_timestamp(), moved_from = $8, moved_to = $9`,
+		k.Pipeline, k.Dataset, k.Partition, id, to.Hash, vals, runID, fromJSON, toJSON)
 	if err != nil {
 		return fmt.Errorf("audit: record the recheck of %s %s: %w", k.Dataset, k.Partition, err)
 	}

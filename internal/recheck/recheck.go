@@ -149,11 +149,11 @@ func (r *Rechecker) check(ctx context.Context, ds *Dataset, c audit.RecheckCandi
 		// Loaded before recheck: was set: what it read is unknown; from
 		// now on a move is measured from here.
 		d.Why = "baseline taken (loaded before its source was fingerprinted)"
-		d.Err = audit.RecordRecheck(ctx, r.DB, k, c.LatestID, fp, "")
+		d.Err = audit.RecordRecheck(ctx, r.DB, k, c.LatestID, fp)
 		return
 	case c.Stored.Hash == fp.Hash:
 		d.Why = "unchanged since its last load"
-		d.Err = audit.RecordRecheck(ctx, r.DB, k, c.StoredID, fp, "")
+		d.Err = audit.RecordRecheck(ctx, r.DB, k, c.StoredID, fp)
 		return
 	}
 	runID := RunID(fp.Hash)
@@ -162,7 +162,7 @@ func (r *Rechecker) check(ctx context.Context, ds *Dataset, c audit.RecheckCandi
 		// Published already: its load (or its fate, a dead letter) is the
 		// consumer's; the source moved again only if the run differs.
 		d.Why = "reload " + runID + " already published"
-		d.Err = audit.RecordRecheck(ctx, r.DB, k, c.StoredID, fp, "")
+		d.Err = audit.RecordRecheck(ctx, r.DB, k, c.StoredID, fp)
 		return
 	}
 	if err := r.publish(ctx, ds, c, runID); err != nil {
@@ -170,7 +170,7 @@ func (r *Rechecker) check(ctx context.Context, ds *Dataset, c audit.RecheckCandi
 		return
 	}
 	d.RunID = runID
-	d.Err = audit.RecordRecheck(ctx, r.DB, k, c.StoredID, fp, runID)
+	d.Err = audit.RecordMove(ctx, r.DB, k, c.StoredID, *c.Stored, fp, runID)
 }
 
 // publish sends the forced reload of c under runID. Its message id names

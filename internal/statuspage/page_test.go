@@ -346,7 +346,7 @@ func TestPageShowsProvisionalPartitionsAndWhatARecheckFound(t *testing.T) {
 	w.attempt(t, "customers", "2026-11-02", "sched-2", "success")
 	w.fingerprint(t, "customers", "2026-11-02", fingerprintOf("aaaa", "1204"))
 	k := audit.RunKey{Pipeline: "shop", Dataset: "customers", Partition: "2026-11-02"}
-	require.NoError(t, audit.RecordRecheck(ctx, w.db, k, 0, fingerprintOf("bbbb", "1377"), "recheck__bbbb"))
+	require.NoError(t, audit.RecordMove(ctx, w.db, k, 0, fingerprintOf("aaaa", "1204"), fingerprintOf("bbbb", "1377"), "recheck__bbbb"))
 	w.attempt(t, "customers", "2026-11-02", "recheck__bbbb", "success")
 	w.fingerprint(t, "customers", "2026-11-02", fingerprintOf("bbbb", "1377"))
 	srv := w.page(t, "")
