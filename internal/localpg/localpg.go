@@ -12,6 +12,7 @@ package localpg
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -47,6 +48,13 @@ type Options struct {
 	// local and loopback connection); the first line matching a connection
 	// decides, e.g. "hostssl all app 127.0.0.1/32 scram-sha-256".
 	HBA []string
+	// Copy starts the cluster from a copy of a pristine one that initdb made
+	// once for these binaries and this user (kept in the temporary
+	// directory), instead of running initdb: about a tenth of the CPU. Every
+	// such cluster has the same system identifier, so it is for a cluster
+	// nothing tells apart from another by its identity (a test binary's
+	// shared cluster), never a warehouse, a source or a primary.
+	Copy bool
 }
 
 // TLS holds PEM-encoded server TLS material.
@@ -129,8 +137,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if out, err := s.run(ctx, "initdb", "-D", s.DataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
-		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	if err := s.initdb(ctx, opts.Copy); err != nil {
+		return nil, err
 	}
 	conf := []string{
 		"listen_addresses = '127.0.0.1'",
@@ -173,6 +181,66 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		opts.Log("localpg: PostgreSQL on 127.0.0.1:%d, data %s, log %s", s.Port, s.DataDir, s.LogFile)
 	}
 	return s, nil
+}
+
+// initdb makes s.DataDir a new cluster: with initdb, or as a copy of the
+// pristine cluster when copy is set and one can be had.
+func (s *Server) initdb(ctx context.Context, copy bool) error {
+	if copy {
+		if src, err := s.pristine(ctx); err == nil {
+			if err := exec.CommandContext(ctx, "cp", "-a", src, s.DataDir).Run(); err == nil {
+				return nil
+			}
+			_ = os.RemoveAll(s.DataDir) // and initdb it
+		}
+	}
+	if out, err := s.run(ctx, "initdb", "-D", s.DataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		return fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// pristine returns the data directory of a cluster initdb made once for
+// these binaries and this server user, making it if needed. Concurrent
+// makers each build their own and the first rename wins.
+func (s *Server) pristine(ctx context.Context) (string, error) {
+	fi, err := os.Stat(filepath.Join(s.bin, "postgres"))
+	if err != nil {
+		return "", err
+	}
+	who := strconv.Itoa(os.Geteuid())
+	if s.asUser != nil {
+		who = s.asUser.Username
+	}
+	key := sha256.Sum256([]byte(fmt.Sprint(s.bin, fi.Size(), fi.ModTime().UnixNano(), who)))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("idem-pg-pristine-%x", key[:6]))
+	data := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err == nil {
+		return data, nil
+	}
+	tmp, err := os.MkdirTemp("", "idem-pg-pristine-new-")
+	if err != nil {
+		return "", err
+	}
+	if s.asUser != nil {
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			return "", err
+		}
+		if err := chownTo(tmp, s.asUser); err != nil {
+			return "", err
+		}
+	}
+	if out, err := s.run(ctx, "initdb", "-D", filepath.Join(tmp, "data"), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		_ = os.RemoveAll(tmp)
+		return "", fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		if _, serr := os.Stat(filepath.Join(data, "PG_VERSION")); serr != nil {
+			return "", err
+		}
+	}
+	return data, nil
 }
 
 // URL is a connection string for database db (default "postgres") as the superuser.

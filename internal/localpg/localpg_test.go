@@ -85,3 +85,48 @@ func writable(t *testing.T, s *Server) bool {
 	require.NoError(t, c.QueryRow(ctx, "SHOW transaction_read_only").Scan(&ro))
 	return ro == "off"
 }
+
+// A copied cluster works as one initdb made, keeps its own writes, and
+// shares its system identifier with every other copy: why Copy is for a
+// test binary's shared cluster only.
+func TestCopiedClustersAreIndependentButShareTheirIdentity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx := context.Background()
+	start := func(copy bool) *Server {
+		s, err := Start(ctx, Options{Copy: copy})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b, fresh := start(true), start(true), start(false)
+	sqlExec(t, a, "CREATE TABLE t (n int)")
+	sqlExec(t, a, "INSERT INTO t VALUES (1)")
+	require.Equal(t, 1, count(t, a))
+	require.False(t, hasTable(t, b), "a copy never sees another copy's writes")
+	require.Equal(t, systemID(t, a), systemID(t, b), "copies share the pristine cluster's identity")
+	require.NotEqual(t, systemID(t, a), systemID(t, fresh), "initdb gives a cluster its own")
+}
+
+func systemID(t *testing.T, s *Server) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL(""))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var id string
+	require.NoError(t, c.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&id))
+	return id
+}
+
+func hasTable(t *testing.T, s *Server) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL(""))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	var ok bool
+	require.NoError(t, c.QueryRow(ctx, "SELECT to_regclass('public.t') IS NOT NULL").Scan(&ok))
+	return ok
+}

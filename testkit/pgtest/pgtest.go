@@ -56,7 +56,9 @@ func run(m *testing.M, leaks bool) int {
 	adminURL = os.Getenv(EnvURL)
 	if adminURL == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		s, err := localpg.Start(ctx, localpg.Options{})
+		// The binary's shared cluster is a copy of a pristine one: nothing
+		// tells it apart from another cluster by its identity.
+		s, err := localpg.Start(ctx, localpg.Options{Copy: true})
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: cannot start PostgreSQL:", err)
