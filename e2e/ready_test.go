@@ -28,6 +28,13 @@ func TestReadyWhenWaitsForTheRows(t *testing.T) {
     partition_column: event_date
     source: SELECT id, event_date, amount, note FROM staging.late WHERE event_date = @partition
     ready_when: SELECT count(*) >= 3 FROM staging.late WHERE event_date = @partition
+    wait_up_to: 2m
+  gated_short:
+    strategy: delete_insert
+    target: analytics.gated
+    partition_column: event_date
+    source: SELECT id, event_date, amount, note FROM staging.late WHERE event_date = @partition
+    ready_when: SELECT count(*) >= 3 FROM staging.late WHERE event_date = @partition
     wait_up_to: 6s
 `})
 	w.db.Exec(t, `CREATE TABLE staging.late (id bigint, event_date date, amount numeric(12,2), note text);
@@ -37,13 +44,15 @@ func TestReadyWhenWaitsForTheRows(t *testing.T) {
 		p.signal(syscall.SIGTERM)
 		require.Equal(t, 0, p.exit(t, 30*time.Second))
 	}()
-	publish := func(partition, runID string) {
-		_, err := w.js.Publish(context.Background(), "idem.ready.gated",
-			fmt.Appendf(nil, `{"dataset":"gated","partition":%q,"run_id":%q}`, partition, runID))
+	// gated waits long enough for the steps below on a loaded machine;
+	// gated_short (the same source) shows the give-up.
+	publish := func(dataset, partition, runID string) {
+		_, err := w.js.Publish(context.Background(), "idem.ready."+dataset,
+			fmt.Appendf(nil, `{"dataset":%q,"partition":%q,"run_id":%q}`, dataset, partition, runID))
 		require.NoError(t, err)
 	}
 
-	publish("2026-12-01", "early")
+	publish("gated", "2026-12-01", "early")
 	require.Eventually(t, func() bool {
 		code, out, _ := rbExec(t, w, []string{"audit", "why", "gated", "2026-12-01"})
 		return code == 3 && strings.Contains(out, "WAITING: waiting for its source since") && strings.Contains(out, "ready_when is not true yet") &&
@@ -65,11 +74,11 @@ func TestReadyWhenWaitsForTheRows(t *testing.T) {
 	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'gated' AND status = 'skipped'")
 
 	sent := time.Now()
-	publish("2026-12-02", "never")
+	publish("gated_short", "2026-12-02", "never")
 	dl := w.waitDeadLetters(1)[0]
 	require.GreaterOrEqual(t, time.Since(sent), 6*time.Second)
 	require.Equal(t, "not_ready", dl.Header.Get(deadletter.HeaderErrorReason))
 	time.Sleep(time.Second)
 	require.Len(t, w.deadLetters(), 1, "dead-lettered once")
-	require.Zero(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'gated' AND partition_key = '2026-12-02'"))
+	require.Zero(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'gated_short' AND partition_key = '2026-12-02'"))
 }
