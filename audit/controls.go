@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -286,4 +288,31 @@ func RecordCancelled(ctx context.Context, db Querier, a Attempt, c Cancellation)
 		return 0, fmt.Errorf("audit: record cancelled: %w", err)
 	}
 	return id, nil
+}
+
+// ParseUntil reads a pause's end: RFC 3339, or a duration from now such as
+// 90m, 2h or 1d (a day is 24 h). It must be in the future.
+func ParseUntil(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		if !t.After(now) {
+			return time.Time{}, fmt.Errorf("until %s has passed", s)
+		}
+		return t, nil
+	}
+	d, err := parseDays(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("until %q: want a time (RFC 3339, e.g. 2026-12-24T08:00:00Z) or a positive duration (e.g. 30m, 2h, 1d)", s)
+	}
+	return now.Add(d), nil
+}
+
+func parseDays(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }
