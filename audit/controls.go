@@ -316,3 +316,17 @@ func parseDays(s string) (time.Duration, error) {
 	}
 	return time.ParseDuration(s)
 }
+
+// pauseInForce is dataset's pause in force, or nil.
+func pauseInForce(ctx context.Context, db Querier, pipeline, dataset string) (*Pause, error) {
+	rows, err := db.Query(ctx, `SELECT `+pauseColumns+` FROM idem.dataset_pauses
+		 WHERE dag_id = $1 AND task_id = $2 AND resumed_at IS NULL AND (until IS NULL OR until > clock_timestamp())`, pipeline, dataset)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := scanPauses(rows)
+	if err != nil || len(ps) == 0 {
+		return nil, err
+	}
+	return &ps[0], nil
+}
