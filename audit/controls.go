@@ -22,18 +22,29 @@ const (
 	StatusCancelled = "cancelled"
 )
 
+// inTx runs fn in a transaction of db's, or in db's own when db is one
+// already (it cannot begin).
+func inTx(ctx context.Context, db Querier, fn func(tx Querier) error) error {
+	if b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}); ok {
+		return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return fn(tx) })
+	}
+	return fn(db)
+}
+
 // Pause is one pause of a dataset, open or ended.
 type Pause struct {
-	ID       int64
-	Dataset  string
-	By       string
-	Reason   string
-	Since    time.Time
-	Until    *time.Time // nil: until resumed
-	Resumed  *time.Time
-	ResumeBy string
+	ID       int64      `json:"-"`
+	Dataset  string     `json:"-"`
+	By       string     `json:"paused_by"`
+	Reason   string     `json:"reason"`
+	Since    time.Time  `json:"since"`
+	Until    *time.Time `json:"until"` // nil: until resumed
+	Resumed  *time.Time `json:"-"`
+	ResumeBy string     `json:"-"`
 	// ResumeReason is what the resume said, "" for none.
-	ResumeReason string
+	ResumeReason string `json:"-"`
 }
 
 // InForceAt reports whether p holds its dataset's events at t.
@@ -80,11 +91,9 @@ func scanPauses(rows pgx.Rows) ([]Pause, error) {
 // PauseDataset pauses dataset from now until until (nil: until resumed),
 // in one transaction: a pause still open (in force or expired) is closed
 // first, so a second pause replaces the first. It records the action.
-func PauseDataset(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, pipeline, dataset, by, reason string, until *time.Time, remoteAddr string) (Pause, error) {
+func PauseDataset(ctx context.Context, db Querier, pipeline, dataset, by, reason string, until *time.Time, remoteAddr string) (Pause, error) {
 	var p Pause
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := inTx(ctx, db, func(tx Querier) error {
 		if _, err := tx.Exec(ctx, `
 			UPDATE idem.dataset_pauses
 			   SET resumed_at = least(clock_timestamp(), coalesce(until, 'infinity')), resumed_by = $3, resume_reason = 'replaced by a new pause'
@@ -113,11 +122,9 @@ func PauseDataset(ctx context.Context, db interface {
 
 // ResumeDataset ends dataset's pause in force, or returns ErrNotPaused. It
 // records the action.
-func ResumeDataset(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, pipeline, dataset, by, reason, remoteAddr string) (Pause, error) {
+func ResumeDataset(ctx context.Context, db Querier, pipeline, dataset, by, reason, remoteAddr string) (Pause, error) {
 	var p Pause
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := inTx(ctx, db, func(tx Querier) error {
 		rows, err := tx.Query(ctx, `
 			UPDATE idem.dataset_pauses
 			   SET resumed_at = clock_timestamp(), resumed_by = $3, resume_reason = nullif($4, '')
@@ -196,10 +203,8 @@ func (c Cancellation) String() string {
 
 // Cancel records a cancellation (c's RunID, or its Dataset, From and To)
 // and the operator action, in one transaction, and returns it as stored.
-func Cancel(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, pipeline string, c Cancellation, remoteAddr string) (Cancellation, error) {
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+func Cancel(ctx context.Context, db Querier, pipeline string, c Cancellation, remoteAddr string) (Cancellation, error) {
+	err := inTx(ctx, db, func(tx Querier) error {
 		err := tx.QueryRow(ctx, `
 			INSERT INTO idem.cancellations (dag_id, run_id, task_id, from_key, to_key, cancelled_by, reason)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, cancelled_at`,
@@ -317,8 +322,8 @@ func parseDays(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-// pauseInForce is dataset's pause in force, or nil.
-func pauseInForce(ctx context.Context, db Querier, pipeline, dataset string) (*Pause, error) {
+// PauseOf is dataset's pause in force, or nil.
+func PauseOf(ctx context.Context, db Querier, pipeline, dataset string) (*Pause, error) {
 	rows, err := db.Query(ctx, `SELECT `+pauseColumns+` FROM idem.dataset_pauses
 		 WHERE dag_id = $1 AND task_id = $2 AND resumed_at IS NULL AND (until IS NULL OR until > clock_timestamp())`, pipeline, dataset)
 	if err != nil {

@@ -156,7 +156,7 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 		if s.Recheck, err = RecheckOf(ctx, tx, pipeline, dataset, partition); err != nil {
 			return err
 		}
-		if s.Paused, err = pauseInForce(ctx, tx, pipeline, dataset); err != nil {
+		if s.Paused, err = PauseOf(ctx, tx, pipeline, dataset); err != nil {
 			return err
 		}
 		if err := readWinner(ctx, tx, pipeline, dataset, partition, &s); err != nil {
