@@ -57,5 +57,11 @@ func TestBackfillCancelledHalfway(t *testing.T) {
 	require.Zero(t, w.streamMsgs("IDEM_DLQ"), "a cancel dead-letters nothing")
 	require.Contains(t, res.err, fmt.Sprintf("idem: backfill %s cancelled by alice at ", runID))
 	require.Contains(t, res.err, fmt.Sprintf(": wrong range: %d of 2000 partitions loaded, %d cancelled", final, cancelled))
+	// A new backfill of the range plans the cancelled partitions as missing.
+	plan := w.run("backfill", "orders", "--from", from, "--to", to, "--dry-run", "--json")
+	require.NoError(t, plan.e, plan.err)
+	pub, _ := bfActions(bfDecode(t, plan))
+	require.Len(t, pub, int(cancelled))
+
 	require.EqualValues(t, 1, w.count("SELECT count(*) FROM idem.operator_actions WHERE action = 'cancel' AND requested_by = 'alice'"))
 }
