@@ -40,6 +40,9 @@ type Story struct {
 	// Waiting is the partition's wait for its source, while no attempt
 	// has overtaken it; nil otherwise.
 	Waiting *Wait `json:"waiting,omitempty"`
+	// Paused is the dataset's pause in force (`idem pause`): the
+	// partition's pending events are held; nil when none is.
+	Paused *Pause `json:"paused,omitempty"`
 	// Recheck is what the rechecks know of the partition's source
 	// (recheck:): its fingerprint, its last check, the last change found.
 	Recheck *Recheck `json:"recheck,omitempty"`
@@ -151,6 +154,9 @@ func ReadStory(ctx context.Context, db Beginner, pipeline, dataset, partition st
 			return err
 		}
 		if s.Recheck, err = RecheckOf(ctx, tx, pipeline, dataset, partition); err != nil {
+			return err
+		}
+		if s.Paused, err = PauseOf(ctx, tx, pipeline, dataset); err != nil {
 			return err
 		}
 		if err := readWinner(ctx, tx, pipeline, dataset, partition, &s); err != nil {

@@ -120,6 +120,11 @@ type Config struct {
 	// Fleet.Grace for one (a config rolling out) before it is
 	// dead-lettered as fatal. Without it such an event is fatal at once.
 	Fleet *FleetConfig
+	// Paused, when set, tells whether a dataset is paused now, and until
+	// when (zero: until resumed): its messages are held without a load
+	// slot, or sent back with PauseDelay (pause.go). It is asked often and
+	// must be quick (internal/service answers from memory).
+	Paused func(dataset string) (until time.Time, paused bool)
 	// ProbeDelay is the first delay between probes, doubling up to
 	// MaxProbeDelay. Defaults DefaultProbeDelay and DefaultMaxProbeDelay.
 	ProbeDelay    time.Duration

@@ -53,6 +53,7 @@ type Consumer struct {
 	held    atomic.Int64
 	wg      sync.WaitGroup
 	groups  groupQueue
+	pauses  pauses
 
 	started atomic.Bool
 	// stopCtx is cancelled by the first stop; stopping is its Done channel.

@@ -64,6 +64,7 @@
 //	handler returned nil                      -> Ack: DoubleAck, confirmed by the server
 //	cause is ErrShutdown                      -> Nak after ShutdownNakDelay; not a failure
 //	no turn for the dataset                   -> Nak after TurnDelay; not a failure
+//	dataset paused, beyond what this holds    -> Nak after PauseDelay; not a failure (pause.go)
 //	Unavailable() reports true                -> Hold: the warehouse circuit
 //	Fatal() reports true (invalid body too)   -> DeadLetter "fatal", after one delivery
 //	BudgetSpent(), Crashed()                  -> DeadLetter "crashed", nothing ran

@@ -64,6 +64,7 @@ const (
 	OutcomeInterrupted      Outcome = "interrupted"        // stopped by shutdown, nak'ed, not a failure
 	OutcomeDeferred         Outcome = "deferred"           // its dataset was at max_concurrency with a queue: nak'ed, not a failure
 	OutcomeWaiting          Outcome = "waiting"            // its source was not ready yet: nak'ed for later, not a failure
+	OutcomePaused           Outcome = "paused"             // its dataset is paused and this process holds enough of it: nak'ed for later
 	OutcomeDeadLettered     Outcome = "dead_lettered"      // in the dead-letter stream, terminated
 	OutcomeDeadLetterFailed Outcome = "dead_letter_failed" // the dead letter could not be published: nak'ed
 )
@@ -84,6 +85,9 @@ type Fate struct {
 	// partition without its marker, a replica too far behind): no load
 	// ran, no attempt is spent; the handler decides when waiting ends.
 	Waiting bool
+	// Paused marks a Nak of a paused dataset's message this process did
+	// not hold (PauseDelay): no load ran, no attempt is spent.
+	Paused bool
 }
 
 // Outcome is f's metric label once carried out as decided.
@@ -99,6 +103,8 @@ func (f Fate) Outcome() Outcome {
 		return OutcomeDeferred
 	case f.Waiting:
 		return OutcomeWaiting
+	case f.Paused:
+		return OutcomePaused
 	}
 	return OutcomeRetried
 }
@@ -142,6 +148,7 @@ type Input struct {
 //	Err == nil                                   -> Ack (DoubleAck)
 //	Cause or Err is ErrShutdown                  -> Nak after ShutdownDelay (not a failure)
 //	Err is errNoTurn                             -> Nak after TurnDelay(Delivery) (not a failure)
+//	Err is a *PausedError (dataset paused)       -> Nak after PauseDelay(Delivery, Left) (not a failure)
 //	Err is errElsewhere or errRollout            -> Nak after 1-3s: another replica knows the dataset, or may soon
 //	Err has Unavailable() == true                -> Hold (the warehouse circuit)
 //	Err has WaitFor() > 0 (a source not ready)   -> Nak after WaitFor, no attempt spent
@@ -157,6 +164,7 @@ type Input struct {
 func Decide(in Input) Fate {
 	backoff := in.Retry.Backoff(max(in.Attempt, 1), in.Jitter)
 	var panicked *PanicError
+	p, paused := isPaused(in.Err)
 	switch {
 	case in.Err == nil:
 		return Fate{Action: Ack}
@@ -164,6 +172,8 @@ func Decide(in Input) Fate {
 		return Fate{Action: Nak, Delay: in.ShutdownDelay, Shutdown: true}
 	case errors.Is(in.Err, errNoTurn):
 		return Fate{Action: Nak, Delay: TurnDelay(in.Delivery), Deferred: true}
+	case paused:
+		return Fate{Action: Nak, Delay: PauseDelay(in.Delivery, p.Left), Paused: true}
 	case errors.Is(in.Err, errElsewhere) || errors.Is(in.Err, errRollout):
 		return Fate{Action: Nak, Delay: fleetDelay(in.Jitter), Deferred: true}
 	case has(in.Err, func(e interface{ Unavailable() bool }) bool { return e.Unavailable() }):

@@ -98,6 +98,12 @@ func TestDecide(t *testing.T) {
 			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
 		{name: "no turn defers, whatever the attempt", err: errNoTurn, attempt: 3,
 			want: Fate{Action: Nak, Delay: 2 * time.Second, Deferred: true}},
+		{name: "a paused dataset's message not held goes back, whatever the attempt", err: &PausedError{Dataset: "orders"}, attempt: 3,
+			want: Fate{Action: Nak, Delay: 2 * time.Second, Paused: true}},
+		{name: "a paused message comes back no later than the pause's end", err: &PausedError{Dataset: "orders", Left: 300 * time.Millisecond}, attempt: 1,
+			want: Fate{Action: Nak, Delay: 300 * time.Millisecond, Paused: true}},
+		{name: "shutdown wins over a pause", err: &PausedError{Dataset: "orders"}, cause: ErrShutdown, attempt: 1,
+			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
 		{name: "a dataset another replica knows is left to it", err: errElsewhere, attempt: 1,
 			want: Fate{Action: Nak, Delay: fleetNakDelay / 2, Deferred: true}}, // jitter 0
 		{name: "a dataset still rolling out waits", err: errRollout, attempt: 1,
@@ -118,6 +124,7 @@ func TestFateOutcome(t *testing.T) {
 	require.Equal(t, OutcomeRetried, Fate{Action: Nak}.Outcome())
 	require.Equal(t, OutcomeInterrupted, Fate{Action: Nak, Shutdown: true}.Outcome())
 	require.Equal(t, OutcomeDeferred, Fate{Action: Nak, Deferred: true}.Outcome())
+	require.Equal(t, OutcomePaused, Fate{Action: Nak, Paused: true}.Outcome())
 	require.Equal(t, "hold", Fate{Action: Hold}.String())
 	require.Equal(t, OutcomeDeadLettered, Fate{Action: DeadLetter, Kind: KindFatal}.Outcome())
 	require.Equal(t, "dead_letter(exhausted)", Fate{Action: DeadLetter, Kind: KindExhausted}.String())
@@ -145,6 +152,16 @@ func TestBackoff(t *testing.T) {
 	require.Equal(t, time.Second, TurnDelay(0))
 	require.Equal(t, 5*time.Second, TurnDelay(5))
 	require.Equal(t, 30*time.Second, TurnDelay(1000), "capped")
+	require.Equal(t, time.Second, PauseDelay(0, 0))
+	require.Equal(t, 8*time.Second, PauseDelay(4, 0))
+	require.Equal(t, MaxPauseDelay, PauseDelay(11, 0), "capped")
+	require.Equal(t, MaxPauseDelay, PauseDelay(1000, 0), "no overflow")
+	require.Equal(t, 3*time.Second, PauseDelay(1000, 3*time.Second), "never past the pause's end")
+	var total time.Duration
+	for n := 1; n <= DefaultMaxDeliver; n++ {
+		total += PauseDelay(n, 0)
+	}
+	require.Greater(t, total, 6*24*time.Hour, "MaxDeliver is days of pause away")
 	require.Equal(t, 5*time.Second, Retry{Delay: 5 * time.Second, MaxDelay: time.Second}.Backoff(4, 0.5), "MaxDelay below Delay is Delay")
 }
 

@@ -71,6 +71,10 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		in.Err, in.Attempt = c.unknownDataset(hard, d), d.m.NumDelivered
 		return in, 0, false, false
 	}
+	if err := c.holdWhilePaused(hard, d); err != nil {
+		in.Err, in.Cause = err, context.Cause(hard)
+		return in, 0, false, false
+	}
 	trial, ok := c.circuit.pass()
 	if !ok {
 		in.Err, in.Cause = ErrShutdown, ErrShutdown

@@ -106,6 +106,10 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 			errs[i] = err
 			continue
 		}
+		if out, done, err := h.cancelled(ctx, a, ms[i]); done || err != nil {
+			outs[i], errs[i] = out, err
+			continue
+		}
 		ds = d
 		mems[i] = &member{l: &loading{h: h, ds: d, a: a, key: ev.Key, m: ms[i], log: log, started: time.Now()}}
 	}

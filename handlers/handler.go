@@ -163,7 +163,7 @@ type Meta struct {
 
 // Outcome of a handled event.
 type Outcome struct {
-	Status  string // audit.StatusSuccess or audit.StatusSkipped
+	Status  string // audit.StatusSuccess, audit.StatusSkipped or audit.StatusCancelled
 	Rows    strategies.Result
 	AuditID int64
 	// Checks are the outcomes of the dataset's checks, also when they
@@ -216,6 +216,9 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 	ds, a, log, err := h.attempt(ctx, ev, m)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if out, done, err := h.cancelled(ctx, a, m); done || err != nil {
+		return out, err
 	}
 	// A source is asked whether the partition is there before an attempt
 	// is counted: one that is not waits.

@@ -84,10 +84,14 @@ type Result struct {
 
 // WaitSummary counts the published partitions by outcome.
 type WaitSummary struct {
-	Loaded   int  `json:"loaded"`
-	Failed   int  `json:"failed"`
-	Pending  int  `json:"pending"`
-	TimedOut bool `json:"timed_out"`
+	Loaded  int `json:"loaded"`
+	Failed  int `json:"failed"`
+	Pending int `json:"pending"`
+	// Cancelled counts the partitions recorded cancelled (`idem backfill
+	// cancel`); Cancellation says by whom, when and why.
+	Cancelled    int    `json:"cancelled,omitempty"`
+	Cancellation string `json:"cancellation,omitempty"`
+	TimedOut     bool   `json:"timed_out"`
 	// Interrupted: the wait was stopped (its context ended) before every
 	// outcome.
 	Interrupted bool  `json:"interrupted,omitempty"`

@@ -158,6 +158,10 @@ func (p policy) state(l audit.LatestAttempt) (status, reason string) {
 		return StatusMissing, "never attempted"
 	case audit.StatusSuccess:
 		return StatusSuccess, "loaded by run " + l.RunID
+	case audit.StatusCancelled:
+		// Not a failure, and not loaded by that run: missing, as far as a
+		// new backfill is concerned.
+		return StatusMissing, "run " + l.RunID + " was " + l.Error
 	case audit.StatusStarted:
 		switch {
 		case l.Locked:

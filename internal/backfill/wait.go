@@ -169,7 +169,7 @@ func fromResult(r results.Result) Outcome {
 }
 
 // Counts are the published partitions' outcomes so far, for a progress line.
-type Counts struct{ Loaded, Failed, Retrying int }
+type Counts struct{ Loaded, Failed, Retrying, Cancelled int }
 
 // Wait polls the audit table until every published partition of res has a
 // final outcome, the timeout passes, or ctx ends; dlq (which may be nil)
@@ -229,6 +229,11 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 			switch {
 			case p.Outcome.Status == audit.StatusSuccess:
 				sum.Loaded++
+			case p.Outcome.Status == audit.StatusCancelled:
+				sum.Cancelled++
+				if sum.Cancellation == "" {
+					sum.Cancellation = p.Outcome.Error
+				}
 			case p.Outcome.Final:
 				sum.Failed++
 			default:
@@ -238,7 +243,7 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 				}
 			}
 		}
-		c.Loaded, c.Failed = sum.Loaded, sum.Failed
+		c.Loaded, c.Failed, c.Cancelled = sum.Loaded, sum.Failed, sum.Cancelled
 		progress(c, len(keys) == 0)
 		if len(keys) == 0 {
 			return nil
@@ -263,6 +268,10 @@ func outcome(a audit.RunAttempt, dl deadLetter, dead bool, maxDeliveries int) Ou
 	switch {
 	case a.Succeeded:
 		o.Status, o.Final, o.Error = audit.StatusSuccess, true, ""
+	case a.Status == audit.StatusCancelled:
+		// The run was cancelled before this partition loaded (`idem
+		// backfill cancel`); its error names who cancelled it.
+		o.Status, o.Final = audit.StatusCancelled, true
 	case a.Status == audit.StatusFailed && a.ErrorKind == audit.KindFatal:
 		o.Status, o.Final, o.DLQ = audit.StatusFailed, true, string(consumer.KindFatal)
 	case a.Status == audit.StatusFailed && a.Attempt >= maxDeliveries:

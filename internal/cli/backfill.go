@@ -120,6 +120,7 @@ Exit code: 0 ok; 1 if a partition failed or a publish failed; 2 usage;
 	fl.BoolVar(&f.force, "force", false, "events carry force: rerun even if this run_id already succeeded")
 	fl.StringVar(&f.runID, "run-id", "", "run id of every event (default backfill__<UTC timestamp>)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the plan (--dry-run) or the result as JSON")
+	c.AddCommand(backfillCancelCmd(e))
 	return c
 }
 
@@ -442,7 +443,7 @@ func waitBackfill(ctx context.Context, e *env, db audit.Querier, cfg *config.Con
 	defer prog.end()
 	return backfill.Wait(ctx, db, cfg, res, dlq, rs, timeout, func(c backfill.Counts, final bool) {
 		prog.show(time.Now(), final, func(tty bool) string {
-			return bfProgressLine(tty, "loaded", c.Loaded+c.Failed, res.ToPublish, &c, loadStart, time.Now())
+			return bfProgressLine(tty, "loaded", c.Loaded+c.Failed+c.Cancelled, res.ToPublish, &c, loadStart, time.Now())
 		})
 	})
 }
@@ -458,7 +459,7 @@ func reportBackfill(e *env, res *backfill.Result, asJSON bool) error {
 	} else {
 		tb := &table{headers: []string{"PARTITION", "STATUS", "ATTEMPTS", "DLQ", "ERROR"}}
 		for _, p := range res.Partitions {
-			if o := p.Outcome; o != nil && o.Status != audit.StatusSuccess {
+			if o := p.Outcome; o != nil && o.Status != audit.StatusSuccess && o.Status != audit.StatusCancelled {
 				attempts := "-"
 				if o.Attempts > 0 {
 					attempts = strconv.Itoa(o.Attempts)
@@ -478,10 +479,16 @@ func reportBackfill(e *env, res *backfill.Result, asJSON bool) error {
 			line += ": timed out; the pending partitions are still queued or loading"
 		case sum.Interrupted:
 			line += ": interrupted; the pending partitions are still queued or loading"
+		case sum.Cancelled > 0:
+			line += fmt.Sprintf(", %d cancelled", sum.Cancelled)
 		}
 		fmt.Fprintln(e.out, line)
 	}
 	switch {
+	case sum.Cancelled > 0:
+		fmt.Fprintf(e.errOut, "idem: backfill %s %s: %d of %d partitions loaded, %d cancelled\n",
+			res.RunID, sum.Cancellation, sum.Loaded, res.Published, sum.Cancelled)
+		return ErrReported
 	case sum.Failed > 0:
 		return ErrReported
 	case sum.Pending > 0 && sum.TimedOut:
@@ -544,6 +551,9 @@ func bfProgressLine(tty bool, verb string, done, total int, c *backfill.Counts, 
 		s := fmt.Sprintf("backfill: %d/%d %s", count, total, verb)
 		if c != nil {
 			s += fmt.Sprintf(", %d failed, %d retrying, %d pending", c.Failed, c.Retrying, total-done)
+			if c.Cancelled > 0 {
+				s += fmt.Sprintf(", %d cancelled", c.Cancelled)
+			}
 		}
 		return s + ", ETA " + eta
 	}
@@ -559,6 +569,9 @@ func bfProgressLine(tty bool, verb string, done, total int, c *backfill.Counts, 
 	s := fmt.Sprintf("[%s] %d/%d %s", bar, count, total, verb)
 	if c != nil {
 		s += fmt.Sprintf("  %d failed  %d retrying", c.Failed, c.Retrying)
+		if c.Cancelled > 0 {
+			s += fmt.Sprintf("  %d cancelled", c.Cancelled)
+		}
 	}
 	return s + "  ETA " + eta
 }

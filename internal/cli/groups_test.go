@@ -12,14 +12,16 @@ import (
 )
 
 // groups walks the tree the binary builds and returns every command with
-// subcommands, the root first.
+// subcommands and no Run of its own, the root first. A runnable one
+// (backfill DATASET, beside backfill cancel) takes its own arguments:
+// TestRunnableGroupKeepsItsArguments.
 func groups(t *testing.T) []*cobra.Command {
 	t.Helper()
 	root := newRoot(&env{out: io.Discard, errOut: io.Discard, getenv: func(string) string { return "" }})
 	var found []*cobra.Command
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if c.HasSubCommands() {
+		if c.HasSubCommands() && (!c.Runnable() || isGroup(c)) {
 			found = append(found, c)
 		}
 		for _, sub := range c.Commands() {
@@ -84,6 +86,17 @@ func TestGroupsAlonePrintHelp(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRunnableGroupKeepsItsArguments(t *testing.T) {
+	r := runCLI(t, nil, "backfill")
+	require.Equal(t, 2, ExitCode(r.e), "backfill needs its DATASET: %v", r.e)
+	r = runCLI(t, nil, "backfill", "cancel", "--help")
+	require.NoError(t, r.e)
+	require.Contains(t, r.out, "backfill cancel RUN_ID")
+	r = runCLI(t, nil, "backfill", "cancel", "backfill__x")
+	require.Equal(t, 2, ExitCode(r.e))
+	require.Contains(t, r.err, "--reason is required")
 }
 
 func TestExitCode(t *testing.T) {

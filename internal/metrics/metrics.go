@@ -44,7 +44,10 @@ type Metrics struct {
 	// CircuitOpens counts the openings.
 	WarehouseUp  prometheus.Gauge
 	CircuitOpens prometheus.Counter
-	BuildInfo    *prometheus.GaugeVec // version
+	// DatasetPaused is 1 while an operator's pause holds a dataset's
+	// events, 0 otherwise.
+	DatasetPaused *prometheus.GaugeVec
+	BuildInfo     *prometheus.GaugeVec // version
 	// ConfigInfo is 1 for the config version this process runs.
 	ConfigInfo *prometheus.GaugeVec // version
 	// ConfigReloads counts SIGHUP reloads by result: applied, refused.
@@ -141,6 +144,9 @@ func New(version string) *Metrics {
 		WarehouseUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_warehouse_up", Help: "1 while PostgreSQL takes loads; 0 while the warehouse circuit is open (fetching paused, messages held, probing).",
 		}),
+		DatasetPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idem_dataset_paused", Help: "1 while the dataset is paused (`idem pause`): its events are held, nothing loads; 0 otherwise.",
+		}, []string{"dataset"}),
 		CircuitOpens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_warehouse_circuit_opens_total", Help: "Times the warehouse circuit opened: PostgreSQL could not be used at all.",
 		}),
@@ -155,7 +161,7 @@ func New(version string) *Metrics {
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.DatasetPaused, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}

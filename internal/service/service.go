@@ -189,6 +189,8 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 			}
 		}
 	}
+	var cfgNow atomic.Pointer[config.Config]
+	cfgNow.Store(cfg)
 	ccfg := consumerConfig(cfg, log, hooks)
 	ccfg.ShutdownGrace = o.Grace
 	ccfg.Tracer = tracer
@@ -218,6 +220,9 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	if err := ensureStreamsWaiting(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}
+	ps := &pauses{db: pool, pipeline: cfg.Pipeline, cfg: &cfgNow, m: m, log: log}
+	ps.refresh(ctx)
+	ccfg.Paused = ps.Paused
 	ccfg.GroupHandler = groupFunc(h, m)
 	ccfg.GroupSize = func(msg *consumer.Message) int { return h.GroupSize(msg.Event) }
 	c, err := consumer.New(js, ccfg, loadFunc(h, m))
@@ -233,8 +238,6 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		return err
 	}
 
-	var cfgNow atomic.Pointer[config.Config]
-	cfgNow.Store(cfg)
 	h.SchemaPeer = schemaPeer(c, ccfg.Fleet.Replica, func(dataset string) string {
 		if d, ok := cfgNow.Load().Datasets[dataset]; ok && d != nil {
 			return d.SchemaPolicy()
@@ -278,7 +281,8 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		wg.Add(1)
 		go func() { defer wg.Done(); r.run(bgCtx, hup) }()
 	}
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); ps.run(bgCtx) }()
 	go func() { defer wg.Done(); st.obs.Run(bgCtx) }()
 	go func() {
 		defer wg.Done()

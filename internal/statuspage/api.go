@@ -126,10 +126,12 @@ type attemptsJSON struct {
 // spanJSON is what every answer about a range of one dataset's partitions
 // starts with: the dataset, the range (inclusive) and when it was read.
 type spanJSON struct {
-	Dataset string    `json:"dataset"`
-	From    string    `json:"from"`
-	To      string    `json:"to"`
-	At      time.Time `json:"at"`
+	Dataset string `json:"dataset"`
+	// Paused is the dataset's pause in force (`idem pause`), nil when none.
+	Paused *audit.Pause `json:"paused"`
+	From   string       `json:"from"`
+	To     string       `json:"to"`
+	At     time.Time    `json:"at"`
 }
 
 // rangeJSON is a range of one dataset's partitions, oldest first.
@@ -197,7 +199,12 @@ func (p *Page) apiPartitions(w http.ResponseWriter, r *http.Request) {
 		p.apiFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rangeJSON{spanJSON: spanJSON{Dataset: ds.Name, From: keys[0], To: keys[len(keys)-1], At: p.d.Now().UTC()}, Partitions: ps})
+	paused, err := audit.PauseOf(r.Context(), p.d.DB, p.d.Pipeline, ds.Name)
+	if err != nil {
+		p.apiFail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rangeJSON{spanJSON: spanJSON{Dataset: ds.Name, Paused: paused, From: keys[0], To: keys[len(keys)-1], At: p.d.Now().UTC()}, Partitions: ps})
 }
 
 func (p *Page) apiMissing(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +224,12 @@ func (p *Page) apiMissing(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), p.d.Now()
 	from, to := keys[0], keys[len(keys)-1]
 	ended := ds.Calendar.Ended(now, from, to)
-	out := missingJSON{spanJSON: spanJSON{Dataset: ds.Name, From: from, To: to, At: now.UTC()}, Expected: len(ended), Partitions: []partitionJSON{}}
+	paused, err := audit.PauseOf(ctx, p.d.DB, p.d.Pipeline, ds.Name)
+	if err != nil {
+		p.apiFail(w, err)
+		return
+	}
+	out := missingJSON{spanJSON: spanJSON{Dataset: ds.Name, Paused: paused, From: from, To: to, At: now.UTC()}, Expected: len(ended), Partitions: []partitionJSON{}}
 	if len(ended) > 0 {
 		// What `idem audit missing` and the metrics count: no successful load.
 		loaded, err := audit.LoadedPartitions(ctx, p.d.DB, p.d.Pipeline, ds.Name, ended[0].Key, ended[len(ended)-1].Key)

@@ -124,6 +124,12 @@ func (w *apiWorld) history(t *testing.T) {
 	// Loaded under an older definition, whose source differs.
 	w.attempt(t, "adhoc", "2026-11-01", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 1}, def: "old"})
 	require.NoError(t, audit.RecordDefinition(context.Background(), w.db, "shop", "adhoc", "old", []byte(`{"source":"SELECT 1","strategy":"delete_insert"}`)))
+	// A cancelled backfill's event: not loaded, not a failure.
+	c, err := audit.Cancel(context.Background(), w.db, "shop", audit.Cancellation{RunID: "backfill__c", By: "carol", Reason: "wrong range"}, "")
+	require.NoError(t, err)
+	d := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	_, err = audit.RecordCancelled(context.Background(), w.db, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "adhoc", Partition: "2026-11-02", RunID: "backfill__c"}, LogicalDate: &d}, c)
+	require.NoError(t, err)
 	w.attempt(t, "clicks", "2026-11-05T01:00:00Z", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 4}})
 	w.attempt(t, "notes", "eu/west <b>", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 2}})
 	w.dead = []DeadLetter{{Seq: 7, Dataset: "orders", Partition: "2026-11-02", RunID: apiHostileRun, Kind: "fatal", Reason: apiHostileError}}
@@ -156,7 +162,7 @@ var wantStatuses = map[string][]Status{
 	"orders":    {Success, DeadLettered, Failed, Running},
 	"customers": {Success, Rejected, Late, Missing},
 	"revenue":   {None, Waiting, Waiting, Waiting},
-	"adhoc":     {Outdated, None, Success, None},
+	"adhoc":     {Outdated, Cancelled, Success, None},
 }
 
 var days = []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}

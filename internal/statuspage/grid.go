@@ -23,11 +23,12 @@ const (
 	Missing      Status = "missing"       // expected by the calendar, not loaded, within its deadline
 	Late         Status = "late"          // expected by the calendar, not loaded, past its deadline
 	Waiting      Status = "waiting"       // a join whose upstreams have not all loaded, or a source not ready
+	Cancelled    Status = "cancelled"     // the latest attempt's backfill was cancelled: not loaded, not a failure
 	None         Status = "none"          // nothing known and nothing expected
 )
 
 // Statuses in the legend's order.
-var Statuses = []Status{Success, Provisional, Outdated, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, None}
+var Statuses = []Status{Success, Provisional, Outdated, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, Cancelled, None}
 
 // Dataset is what the page knows of a configured dataset.
 type Dataset struct {
@@ -176,6 +177,8 @@ func (c *cells) status(ds Dataset, key string) Status {
 		return Running
 	case audit.StateRejected:
 		return Rejected
+	case audit.StatusCancelled:
+		return Cancelled
 	case audit.StatusMissing:
 	default:
 		if c.inDLQ[cellKey{ds.Name, key}] {

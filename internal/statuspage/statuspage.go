@@ -129,6 +129,7 @@ func New(d Deps) (*Page, error) {
 		"short":     shortKey,
 		"every":     func(n, i int) bool { return n <= 40 || i%((n+39)/40) == 0 },
 		"actions":   func() bool { return d.Token != "" },
+		"pauseLine": pauseLine,
 		"maxWho":    func() int { return maxWho },
 		"maxReason": func() int { return maxReason },
 	}).ParseFS(assets, "assets/*.html")
@@ -149,6 +150,8 @@ func (p *Page) Handler() http.Handler {
 	mux.HandleFunc("POST /actions/replay", p.replay)
 	mux.HandleFunc("POST /actions/backfill", p.backfill)
 	mux.HandleFunc("POST /actions/reload", p.reload)
+	mux.HandleFunc("POST /actions/pause", p.pause)
+	mux.HandleFunc("POST /actions/resume", p.resume)
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.Handle("/api/v1/", p.api())
@@ -175,6 +178,8 @@ type gridView struct {
 	From, To string
 	N        int
 	Datasets []string
+	// Paused are the pauses in force, by dataset.
+	Paused   map[string]audit.Pause
 	Message  string
 	Rendered time.Duration
 	Now      time.Time
@@ -218,11 +223,16 @@ func (p *Page) grid(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	paused, err := audit.PausesInForce(ctx, p.d.DB, p.d.Pipeline)
+	if err != nil {
+		p.fail(w, err)
+		return
+	}
 	dead, err := p.d.DeadLetters(ctx)
 	if err != nil {
 		p.d.Log.Warn().Err(err).Msg("status page: dead letters not readable")
 	}
-	v := gridView{
+	v := gridView{Paused: paused,
 		Pipeline: p.d.Pipeline, Health: p.d.Health(ctx), Grid: build(now, dss, keys, latest, waits, dead), Legend: Statuses,
 		From: from, To: to, N: n, Datasets: names, Message: q.Get("msg"), Now: now,
 	}

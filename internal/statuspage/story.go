@@ -86,10 +86,11 @@ func (p *Page) partition(w http.ResponseWriter, r *http.Request) {
 
 // buttons chooses the actions the verdict calls for: a dead letter is
 // replayed; a partition that loaded, was refused or failed is reloaded (a
-// forced run); a missing one is backfilled with the gap around it.
+// forced run), and so is a cancelled one; a missing one is backfilled
+// with the gap around it.
 func (p *Page) buttons(ctx context.Context, ds Dataset, v *partitionView) error {
 	switch st := v.Story.Verdict.State; st {
-	case why.StateDeadLettered, why.StateLoaded, why.StateOutdated, why.StateRejected, why.StateRetrying:
+	case why.StateDeadLettered, why.StateLoaded, why.StateOutdated, why.StateRejected, why.StateRetrying, why.StateCancelled:
 		v.CanReload = true
 		if st == why.StateDeadLettered && len(v.Story.DeadLetters) > 0 {
 			v.ReplaySeq = v.Story.DeadLetters[0].Seq // the one the verdict names

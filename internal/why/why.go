@@ -35,7 +35,12 @@ const (
 	StateRejected     = "rejected"
 	StateDeadLettered = "dead_lettered"
 	StateMissing      = "missing"
-	StateUnknown      = "unknown"
+	// StatePaused: not loaded, and its dataset is paused (`idem pause`).
+	StatePaused = "paused"
+	// StateCancelled: its latest run was a cancelled backfill, and no
+	// load came before it.
+	StateCancelled = "cancelled"
+	StateUnknown   = "unknown"
 )
 
 // Exit is the exit code for a state.
@@ -309,8 +314,18 @@ func expect(cal calendar.Expect, now time.Time, partition string) *Expected {
 	return nil
 }
 
-// decide reads the story's newest facts and says what they mean.
+// decide reads the story's newest facts and says what they mean; a
+// partition not loaded whose dataset is paused says so instead.
 func decide(r *Report) Verdict {
+	v := decideAudit(r)
+	if p := r.Paused; p != nil && Exit(v.State) == 3 && v.State != StateLoading {
+		return verdict(StatePaused, p.String()+"; its events are held, no attempt spent ("+v.State+": "+clip(v.Line, 120)+"); to load now:",
+			"idem resume "+arg(r.Dataset))
+	}
+	return v
+}
+
+func decideAudit(r *Report) Verdict {
 	var last *audit.StoryAttempt
 	if len(r.Attempts) > 0 {
 		last = &r.Attempts[0]
@@ -348,6 +363,9 @@ func decide(r *Report) Verdict {
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
+	case last != nil && last.Status == audit.StatusCancelled && won == nil:
+		return verdict(StateCancelled, fmt.Sprintf("not loaded: run %s was %s; to load it now:", last.RunID, clip(last.Error, 160)),
+			fmt.Sprintf("idem backfill %s --from %s --to %s", arg(r.Dataset), arg(r.Partition), arg(r.Partition)))
 	case won != nil && r.Outdated != nil:
 		return verdict(StateOutdated, "loaded under an older definition ("+outdatedChanges(r.Outdated)+"); `idem backfill "+arg(r.Dataset)+
 			" --reprocess outdated` reloads it; "+loadedLine(r, won), "idem backfill "+arg(r.Dataset)+" --reprocess outdated")

@@ -1,0 +1,122 @@
+package audit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/audit"
+)
+
+func TestPauseResumeKeepHistory(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+
+	_, err := audit.ResumeDataset(ctx, db.Pool, "shop", "orders", "bob", "", "")
+	require.ErrorIs(t, err, audit.ErrNotPaused)
+
+	p, err := audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "upstream fix", nil, "")
+	require.NoError(t, err)
+	require.Equal(t, "alice", p.By)
+	in, err := audit.PausesInForce(ctx, db.Pool, "shop")
+	require.NoError(t, err)
+	require.Contains(t, in, "orders")
+	require.NotContains(t, in, "customers")
+
+	// A second pause replaces the first; one stays open.
+	until := time.Now().Add(time.Hour)
+	_, err = audit.PauseDataset(ctx, db.Pool, "shop", "orders", "carol", "longer", &until, "")
+	require.NoError(t, err)
+	in, err = audit.PausesInForce(ctx, db.Pool, "shop")
+	require.NoError(t, err)
+	require.Equal(t, "carol", in["orders"].By)
+
+	r, err := audit.ResumeDataset(ctx, db.Pool, "shop", "orders", "bob", "fixed", "")
+	require.NoError(t, err)
+	require.Equal(t, "bob", r.ResumeBy)
+	require.False(t, r.InForceAt(time.Now()))
+	in, err = audit.PausesInForce(ctx, db.Pool, "shop")
+	require.NoError(t, err)
+	require.Empty(t, in)
+
+	hist, err := audit.DatasetPauses(ctx, db.Pool, "shop", "orders", 10)
+	require.NoError(t, err)
+	require.Len(t, hist, 2)
+	require.Contains(t, hist[0].String(), "resumed by bob")
+
+	acts, err := audit.RecentActions(ctx, db.Pool, "shop", 10)
+	require.NoError(t, err)
+	var kinds []string
+	for _, a := range acts {
+		kinds = append(kinds, a.Action)
+	}
+	require.Equal(t, []string{"resume", "pause", "pause"}, kinds)
+}
+
+func TestPauseWithPassedUntilEndsByItself(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	until := time.Now().Add(300 * time.Millisecond)
+	_, err := audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "short", &until, "")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		in, err := audit.PausesInForce(ctx, db.Pool, "shop")
+		return err == nil && len(in) == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	_, err = audit.ResumeDataset(ctx, db.Pool, "shop", "orders", "bob", "", "")
+	require.ErrorIs(t, err, audit.ErrNotPaused)
+	// A new pause closes the expired one.
+	_, err = audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "again", nil, "")
+	require.NoError(t, err)
+}
+
+func TestCancellationsCoverRunsAndRanges(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	before := time.Now().Add(-time.Minute)
+
+	none, err := audit.CancellationOf(ctx, db.Pool, "shop", "orders", "2026-11-01", "backfill__1", before)
+	require.NoError(t, err)
+	require.Nil(t, none)
+
+	c, err := audit.Cancel(ctx, db.Pool, "shop", audit.Cancellation{RunID: "backfill__1", By: "alice", Reason: "wrong range"}, "")
+	require.NoError(t, err)
+	got, err := audit.CancellationOf(ctx, db.Pool, "shop", "payments", "2026-11-01", "backfill__1", time.Now())
+	require.NoError(t, err)
+	require.NotNil(t, got, "a run's cancellation covers its downstream datasets too")
+	require.Equal(t, c.ID, got.ID)
+
+	_, err = audit.Cancel(ctx, db.Pool, "shop", audit.Cancellation{Dataset: "orders", From: "2026-11-10", To: "2026-11-20", By: "bob", Reason: "r"}, "")
+	require.NoError(t, err)
+	got, err = audit.CancellationOf(ctx, db.Pool, "shop", "orders", "2026-11-15", "live", before)
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	require.Equal(t, "bob", got.By)
+	for _, miss := range []struct{ ds, p string }{{"orders", "2026-11-21"}, {"customers", "2026-11-15"}} {
+		got, err = audit.CancellationOf(ctx, db.Pool, "shop", miss.ds, miss.p, "live", before)
+		require.NoError(t, err)
+		require.Nil(t, got, miss)
+	}
+	got, err = audit.CancellationOf(ctx, db.Pool, "shop", "orders", "2026-11-15", "live", time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Nil(t, got, "an event published after a range's cancellation is not covered")
+
+	d := time.Date(2026, 11, 15, 0, 0, 0, 0, time.UTC)
+	id, err := audit.RecordCancelled(ctx, db.Pool, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: "2026-11-15", RunID: "live"}, LogicalDate: &d}, c)
+	require.NoError(t, err)
+	atts, err := audit.PartitionAttempts(ctx, db.Pool, "shop", "orders", "2026-11-15", 5)
+	require.NoError(t, err)
+	require.Equal(t, id, atts[0].ID)
+	require.Equal(t, audit.StatusCancelled, atts[0].Status)
+	require.Contains(t, atts[0].Error, "cancelled by alice")
+
+	acts, err := audit.RecentActions(ctx, db.Pool, "shop", 10)
+	require.NoError(t, err)
+	require.Len(t, acts, 2)
+	require.Equal(t, "cancel", acts[0].Action)
+}

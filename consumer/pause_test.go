@@ -1,0 +1,111 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pauseSwitch is a Config.Paused answering from memory, as the service's.
+type pauseSwitch struct {
+	mu    sync.Mutex
+	until map[string]time.Time // zero: until resumed
+}
+
+func (p *pauseSwitch) set(dataset string, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.until == nil {
+		p.until = map[string]time.Time{}
+	}
+	p.until[dataset] = until
+}
+
+func (p *pauseSwitch) resume(dataset string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.until, dataset)
+}
+
+func (p *pauseSwitch) paused(dataset string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u, ok := p.until[dataset]
+	return u, ok
+}
+
+func TestPausedDatasetIsHeldWithoutSlotsWhileOthersLoad(t *testing.T) {
+	t.Parallel()
+	sw := &pauseSwitch{}
+	sw.set("orders", time.Time{})
+	e := newEnv(t, func(c *Config) {
+		c.MaxInFlight = 2 // 4 fetch slots: 2 orders held at most
+		c.AckWait = time.Second
+		// One attempt: anything counted against the budget would dead-letter.
+		c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+		c.Paused = sw.paused
+	})
+	var orders, customers calls
+	c, _ := e.start(func(_ context.Context, m *Message) error {
+		if m.Dataset == "orders" {
+			orders.add(m)
+		} else {
+			customers.add(m)
+		}
+		return nil
+	})
+	for i := range 12 {
+		e.publish("idem.ready.orders", event("orders", fmt.Sprintf("2026-11-%02d", i+1), "r1"), nil)
+	}
+	var last uint64
+	for i := range 12 {
+		last = e.publish("idem.ready.customers", event("customers", fmt.Sprintf("2026-11-%02d", i+1), "r1"), nil)
+	}
+	// The customers behind twelve paused orders all load: held orders
+	// take no fetch slot, the others go back to the stream.
+	require.Eventually(t, func() bool { return customers.count() == 12 }, waitFor, tick)
+	require.Eventually(t, func() bool {
+		c.pauses.mu.Lock()
+		defer c.pauses.mu.Unlock()
+		return c.pauses.held["orders"] == c.maxPaused()
+	}, waitFor, tick, "the process holds its bound of paused messages")
+	heartbeats := e.hook.heartbeatCount()
+	require.Eventually(t, func() bool { return e.hook.heartbeatCount() > heartbeats }, waitFor, tick, "held messages are kept owned")
+	require.Positive(t, e.hook.event("orders/paused"), "messages beyond the bound were sent back")
+	require.Zero(t, orders.count(), "nothing of a paused dataset runs")
+	require.Zero(t, e.streamMsgs(testDLQ))
+
+	sw.resume("orders")
+	e.settled(last)
+	msgs, _ := orders.snapshot()
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Event.Key.Key]++
+	}
+	require.Len(t, seen, 12)
+	for p, n := range seen {
+		require.Equal(t, 1, n, "partition %s loaded once", p)
+	}
+	require.Zero(t, e.streamMsgs(testDLQ), "a pause spends no attempt")
+}
+
+func TestPauseEndsByItselfAtItsUntil(t *testing.T) {
+	t.Parallel()
+	sw := &pauseSwitch{}
+	until := time.Now().Add(1500 * time.Millisecond)
+	sw.set("orders", until)
+	e := newEnv(t, func(c *Config) { c.Paused = sw.paused })
+	var ranAt atomic.Int64
+	e.start(func(_ context.Context, m *Message) error {
+		ranAt.CompareAndSwap(0, time.Now().UnixNano())
+		return nil
+	})
+	last := e.publish("idem.ready.orders", event("orders", "2026-11-01", "r1"), nil)
+	e.settled(last)
+	require.GreaterOrEqual(t, ranAt.Load(), until.UnixNano(), "the load waited for the pause's end")
+}
