@@ -45,8 +45,8 @@ type StoredAttempts struct {
 }
 
 // AttemptsInRange reads the newest limit attempts of each partition of
-// dataset from..to, skipped duplicates aside, newest first: the first is the
-// latest, the one LatestInRange reads (limit must be at least 1). It reads
+// dataset from..to, skipped duplicates aside, newest first (cancelled ones
+// after the rest): the first is the latest, the one LatestInRange reads (limit must be at least 1). It reads
 // pipeline_audit_partition_idx for the range, and the counts retention
 // left in idem.pruned_attempts, as `idem audit status` does.
 func AttemptsInRange(ctx context.Context, db Querier, pipeline, dataset, from, to string, limit int) (map[string]StoredAttempts, error) {
@@ -56,13 +56,13 @@ func AttemptsInRange(ctx context.Context, db Querier, pipeline, dataset, from, t
 		       a.n + coalesce(p.attempts, 0)
 		  FROM (SELECT partition_key, id, run_id, attempt, status, force, error, error_kind, triggered_by, stream_seq,
 		               started_at, finished_at, rows_inserted, rows_updated, rows_deleted,
-		               count(*) OVER w AS n, row_number() OVER (w ORDER BY id DESC) AS rn
+		               count(*) OVER w AS n, row_number() OVER (w ORDER BY status = 'cancelled', id DESC) AS rn
 		          FROM idem.pipeline_audit
 		         WHERE dag_id = $1 AND task_id = $2 AND partition_key >= $3 AND partition_key <= $4 AND status <> 'skipped'
 		        WINDOW w AS (PARTITION BY partition_key)) a
 		  LEFT JOIN idem.pruned_attempts p ON p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = a.partition_key
 		 WHERE a.rn <= $5
-		 ORDER BY a.partition_key, a.id DESC`,
+		 ORDER BY a.partition_key, a.rn`,
 		pipeline, dataset, from, to, limit)
 	if err != nil {
 		return nil, fmt.Errorf("audit: attempts of %s: %w", dataset, err)

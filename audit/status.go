@@ -69,7 +69,10 @@ func WaitingFor(upstreams []string, state func(dataset string) string) []Waiting
 	return out
 }
 
-// Latest is the latest attempt (skips aside) of one partition of a dataset.
+// Latest is the latest attempt of one partition of a dataset, skips
+// aside, and cancellations too unless the partition has nothing else: a
+// cancelled backfill event loaded nothing, so a partition loaded before
+// it stays loaded.
 type Latest struct {
 	Dataset   string
 	Partition string
@@ -91,7 +94,7 @@ func LatestInRange(ctx context.Context, db Querier, pipeline string, datasets []
 		SELECT DISTINCT ON (task_id, partition_key) task_id, partition_key, status, coalesce(error_kind, ''), run_id, attempt, definition_hash
 		  FROM idem.pipeline_audit
 		 WHERE dag_id = $1 AND task_id = ANY($2) AND partition_key >= $3 AND partition_key <= $4 AND status <> 'skipped'
-		 ORDER BY task_id, partition_key, id DESC`,
+		 ORDER BY task_id, partition_key, status = 'cancelled', id DESC`,
 		pipeline, datasets, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("audit: latest attempts: %w", err)
