@@ -185,6 +185,10 @@ const (
 	ActionBackfill = "backfill"
 	// ActionReload is a forced run of one partition (schema v16).
 	ActionReload = "reload"
+	// ActionRestore and ActionRetract put an archived version of a
+	// partition back and empty a partition on purpose (schema v24).
+	ActionRestore = "restore"
+	ActionRetract = "retract"
 )
 
 // RecordAction writes what an operator asked for, before it is done, and

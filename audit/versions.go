@@ -348,3 +348,76 @@ func PruneVersions(ctx context.Context, db Querier, retention time.Duration) (in
 	}
 	return n, nil
 }
+
+// Kinds of a successful attempt that was not a load (pipeline_audit.kind,
+// NULL for a load).
+const (
+	KindRestored  = "restored"
+	KindRetracted = "retracted"
+)
+
+// StateRetracted is the state of a partition whose latest success is a
+// retraction: empty on purpose.
+const StateRetracted = "retracted"
+
+// RecordOperatorSuccess writes, in tx, the finished attempt of a restore
+// or a retraction (kind) and its ledger entry, which make it the
+// partition's latest success, and returns the attempt's id.
+func RecordOperatorSuccess(ctx context.Context, tx pgx.Tx, a Attempt, kind string, rows Rows) (int64, error) {
+	var deleted *int64
+	if rows.Deleted >= 0 {
+		deleted = &rows.Deleted
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `
+		WITH ins AS (
+		     INSERT INTO idem.pipeline_audit
+		            (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, row_count,
+		             rows_inserted, rows_updated, rows_deleted, attributes, kind, finished_at)
+		     VALUES ($1, $2, $3, $4, $5, 'success', 1, true, $6, $6, 0, $7, $8, $9, clock_timestamp())
+		     RETURNING id),
+		led AS (
+		     INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
+		     SELECT $1, $2, $4, $5, id FROM ins)
+		SELECT id FROM ins`,
+		a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, rows.Inserted, deleted, nullAttrs(a.Attributes), kind).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("audit: record %s of %s %s: %w", kind, a.Dataset, a.Partition, err)
+	}
+	return id, nil
+}
+
+// retractedSQL: why the partition is retracted, or NULL: its latest
+// success is a retraction. A retention keeps each partition's latest
+// success, so the tombstone outlives the history.
+const retractedSQL = `
+		SELECT (SELECT 'retracted by ' || coalesce(a.attributes ->> 'by', 'an operator') || ' at ' ||
+		               to_char(a.finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ||
+		               coalesce(': ' || (a.attributes ->> 'reason'), '') || '; publish with --force to load it again'
+		          FROM (SELECT kind, attributes, finished_at FROM idem.pipeline_audit
+		                 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND status = 'success'
+		                 ORDER BY id DESC LIMIT 1) a
+		         WHERE a.kind = 'retracted')`
+
+// QueueRetracted queues on b whether the partition of k is retracted:
+// why receives the reason a later run is skipped, "" when it is not.
+func QueueRetracted(b *pgx.Batch, k RunKey, why *string) {
+	b.Queue(retractedSQL, k.Pipeline, k.Dataset, k.Partition).QueryRow(func(r pgx.Row) error {
+		var s *string
+		if err := r.Scan(&s); err != nil {
+			return err
+		}
+		*why = ""
+		if s != nil {
+			*why = *s
+		}
+		return nil
+	})
+}
+
+// QueueSkipWhy queues on b Skip with the reason recorded in the row's
+// error column (a retracted partition).
+func QueueSkipWhy(b *pgx.Batch, id int64, why string) {
+	b.Queue(`UPDATE idem.pipeline_audit SET status = 'skipped', error = $2, finished_at = clock_timestamp()
+		 WHERE id = $1 AND status = 'started'`, id, why)
+}
