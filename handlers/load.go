@@ -53,7 +53,7 @@ type loading struct {
 	// it on purpose): an ordinary event is then skipped, a forced one
 	// loads. "" when it is not.
 	retracted string
-	plan                  *strategies.Plan
+	plan      *strategies.Plan
 	// checked are the outcomes of the dataset's checks on this load;
 	// recorded, that they went out with the load's success.
 	checked  []checks.Outcome
