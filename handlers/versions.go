@@ -142,7 +142,8 @@ func (h *Handler) operate(ctx context.Context, r OperatorRequest, action string,
 	if r.Reason == "" || r.By == "" {
 		return res, fmt.Errorf("%w: say who asks and why (by, reason)", ErrRefused)
 	}
-	key, err := schemas.ParsePartition(ds.PartitionType, r.Partition)
+	pt, _ := h.Lookup(r.Dataset)
+	key, err := schemas.ParsePartition(pt, r.Partition)
 	if err != nil {
 		return res, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
