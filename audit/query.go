@@ -40,10 +40,10 @@ type PartitionStatus struct {
 // range, not the history.
 func UpstreamStates(ctx context.Context, db Querier, pipeline string, upstreams []string, from, to time.Time) (map[string]map[string]string, error) {
 	rows, err := db.Query(ctx, `
-		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id, coalesce(s.status, ''), coalesce(s.error_kind, '')
+		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id, coalesce(s.status, ''), coalesce(s.error_kind, s.kind, '')
 		  FROM `+daysSQL+` CROSS JOIN unnest($2::text[]) AS u(task_id)
 		  LEFT JOIN LATERAL (
-		       SELECT a.status, a.error_kind
+		       SELECT a.status, a.error_kind, a.kind
 		         FROM idem.pipeline_audit a
 		        WHERE a.dag_id = $1 AND a.task_id = u.task_id AND `+dayKeysSQL+`
 		          AND a.logical_date = d::date AND a.status <> 'skipped'

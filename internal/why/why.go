@@ -33,6 +33,7 @@ const (
 	StateWaiting      = "waiting"
 	StateRetrying     = "retrying"
 	StateRejected     = "rejected"
+	StateRetracted    = "retracted" // emptied on purpose by an operator
 	StateDeadLettered = "dead_lettered"
 	StateMissing      = "missing"
 	StateUnknown      = "unknown"
@@ -41,7 +42,7 @@ const (
 // Exit is the exit code for a state.
 func Exit(state string) int {
 	switch state {
-	case StateLoaded, StateProvisional, StateOutdated:
+	case StateLoaded, StateProvisional, StateOutdated, StateRetracted:
 		return 0
 	case StateRejected, StateDeadLettered:
 		return 1
@@ -348,6 +349,10 @@ func decide(r *Report) Verdict {
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
+	case won != nil && won.Kind == audit.KindRetracted:
+		return verdict(StateRetracted, fmt.Sprintf("retracted by %s at %s: %s; %d rows deleted; a later run is skipped unless forced",
+			orWord(won.Attributes["by"], "an operator"), stamp(finished(won)), orWord(won.Attributes["reason"], "no reason given"), deref64(won.Deleted)),
+			"")
 	case won != nil && r.Outdated != nil:
 		return verdict(StateOutdated, "loaded under an older definition ("+outdatedChanges(r.Outdated)+"); `idem backfill "+arg(r.Dataset)+
 			" --reprocess outdated` reloads it; "+loadedLine(r, won), "idem backfill "+arg(r.Dataset)+" --reprocess outdated")
@@ -377,6 +382,10 @@ func verdict(state, line, next string) Verdict {
 // loadedLine: "loaded by run r-7 at 03:12Z, 10 rows, checks passed".
 func loadedLine(r *Report, won *audit.StoryAttempt) string {
 	var b strings.Builder
+	if won.Kind == audit.KindRestored {
+		fmt.Fprintf(&b, "restored by %s at %s to the rows of run %s: %s; ", orWord(won.Attributes["by"], "an operator"), stamp(finished(won)),
+			won.Attributes["to_run"], orWord(won.Attributes["reason"], "no reason given"))
+	}
 	fmt.Fprintf(&b, "loaded by run %s at %s", won.RunID, stamp(finished(won)))
 	if won.Rows != nil {
 		fmt.Fprintf(&b, ", %d rows", *won.Rows)
@@ -659,4 +668,11 @@ func arg(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func deref64(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
 }
