@@ -55,6 +55,8 @@ type OperatorResult struct {
 	Deleted  int64
 	// Downstream names the datasets queued.
 	Downstream []string
+	// ActionID is the action's row in idem.operator_actions.
+	ActionID int64
 }
 
 // ErrRefused wraps why a restore or a retraction changed nothing.
@@ -156,6 +158,7 @@ func (h *Handler) operate(ctx context.Context, r OperatorRequest, action string,
 	if err != nil {
 		return res, err
 	}
+	res.ActionID = actionID
 	err = pgx.BeginFunc(ctx, h.DB, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, audit.LockSQL, audit.PartitionLockKey(h.Pipeline, r.Dataset, r.Partition)); err != nil {
 			return err

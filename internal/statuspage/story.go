@@ -31,7 +31,9 @@ type partitionView struct {
 	// The buttons the verdict calls for, when actions are enabled.
 	ReplaySeq uint64 // the dead letter to replay; 0: none
 	CanReload bool
-	Backfill  *keyRange
+	// CanRestore, CanRetract: the buttons of actions_versions.go.
+	CanRestore, CanRetract bool
+	Backfill               *keyRange
 }
 
 // keyRange is a range of partitions, from..to inclusive.
@@ -88,6 +90,7 @@ func (p *Page) partition(w http.ResponseWriter, r *http.Request) {
 // replayed; a partition that loaded, was refused or failed is reloaded (a
 // forced run); a missing one is backfilled with the gap around it.
 func (p *Page) buttons(ctx context.Context, ds Dataset, v *partitionView) error {
+	p.versionButtons(ctx, v)
 	switch st := v.Story.Verdict.State; st {
 	case why.StateDeadLettered, why.StateLoaded, why.StateOutdated, why.StateRejected, why.StateRetrying:
 		v.CanReload = true
