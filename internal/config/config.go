@@ -370,8 +370,8 @@ type Dataset struct {
 	MaxConcurrency int `yaml:"max_concurrency,omitempty"`
 	// KeepVersions is how many earlier versions of each partition a load
 	// keeps in schema idem_archive (the rows it replaced, in its
-	// transaction), for `idem restore`. Needs partition_column. Default 0:
-	// nothing archived, no statement added.
+	// transaction), for `idem restore`; at most MaxKeepVersions. Needs
+	// partition_column. Default 0: nothing archived, no statement added.
 	KeepVersions int `yaml:"keep_versions,omitempty" json:",omitempty"`
 	// AllowEmpty lets an empty source partition load (and so empty the
 	// partition); by default it is a fatal error, never a silent wipe.
