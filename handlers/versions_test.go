@@ -160,6 +160,10 @@ func TestRetract(t *testing.T) {
 	loaded, err := audit.LoadedPartitions(context.Background(), e.db.Pool, "test", "ds", versionsPartition, versionsPartition)
 	require.NoError(t, err)
 	require.True(t, loaded[versionsPartition], "the calendar counts it: intentionally empty")
+	day, _ := time.Parse(time.DateOnly, versionsPartition)
+	st, err := audit.StatusRange(context.Background(), e.db.Pool, "test", "ds", day, day)
+	require.NoError(t, err)
+	require.Equal(t, audit.StateRetracted, st[0].Status)
 	require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE dataset = 'down' AND run_id = 'retract__1'"))
 	require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM idem.operator_actions WHERE action = 'retract' AND requested_by = 'tester'"))
 
@@ -197,4 +201,23 @@ func TestPruneVersions(t *testing.T) {
 	require.Equal(t, int64(1), n)
 	require.Equal(t, int64(1), e.versions())
 	require.Equal(t, int64(3), e.db.Int(t, "SELECT count(*) FROM idem_archive.analytics__t"), "run b's 3 rows only")
+}
+
+// A group load skips a retracted partition's ordinary event with its
+// reason, as a load alone does.
+func TestRetractedSkippedInAGroup(t *testing.T) {
+	f := fixtures[0]
+	f.grouped = true
+	e := newEnv(t, f)
+	e.keepVersions(0) // no archive: the dataset stays groupable
+	e.stage(versionsPartition, 1, 3, 1, 1)
+	e.mustLoad(versionsPartition, "a", false)
+	_, err := e.operator(false, "")
+	require.NoError(t, err)
+	out := e.mustLoad(versionsPartition, "b", false)
+	require.Equal(t, audit.StatusSkipped, out.Status)
+	require.Empty(t, e.rows())
+	require.Equal(t, int64(1), e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE id = $1 AND error LIKE 'retracted by tester at %'", out.AuditID))
+	require.Equal(t, audit.StatusSuccess, e.mustLoad(versionsPartition, "c", true).Status)
+	require.NotEmpty(t, e.rows())
 }
