@@ -53,7 +53,8 @@ type OperatorResult struct {
 	// deleted.
 	Restored audit.Restored
 	Deleted  int64
-	// Downstream names the datasets queued.
+	// Downstream names the datasets queued (a join waiting for its
+	// other upstreams is not).
 	Downstream []string
 	// ActionID is the action's row in idem.operator_actions.
 	ActionID int64
@@ -192,11 +193,14 @@ func (h *Handler) operate(ctx context.Context, r OperatorRequest, action string,
 			return err
 		}
 		b = &pgx.Batch{}
+		waits := map[string]bool{}
 		for _, j := range joins {
-			if *j.ready {
-				if err := h.enqueue(b, j.down, j.a, j.id); err != nil {
-					return err
-				}
+			if !*j.ready {
+				waits[j.down] = true // a join whose other upstreams are not there yet
+				continue
+			}
+			if err := h.enqueue(b, j.down, j.a, j.id); err != nil {
+				return err
 			}
 		}
 		if b.Len() > 0 {
@@ -204,7 +208,12 @@ func (h *Handler) operate(ctx context.Context, r OperatorRequest, action string,
 				return err
 			}
 		}
-		res.Downstream = ds.Then
+		res.Downstream = nil
+		for _, d := range ds.Then {
+			if !waits[d] {
+				res.Downstream = append(res.Downstream, d)
+			}
+		}
 		return nil
 	})
 	outcome := fmt.Sprintf("%s: run %s", kindWord(action), res.RunID)

@@ -155,6 +155,7 @@ func TestRetract(t *testing.T) {
 	res, err := e.operator(false, "")
 	require.NoError(t, err)
 	require.Equal(t, "retract__1", res.RunID)
+	require.Equal(t, []string{"down"}, res.Downstream)
 	require.Equal(t, int64(3), res.Deleted)
 	require.Empty(t, e.rows())
 	loaded, err := audit.LoadedPartitions(context.Background(), e.db.Pool, "test", "ds", versionsPartition, versionsPartition)
