@@ -58,3 +58,36 @@ func TestRestoreUndoesABadLoad(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "no archived version of run nope")
 }
+
+// A retracted partition stays empty against a running serve: counted as
+// loaded, an ordinary event of a new run acked and skipped with the
+// reason, a forced one loaded.
+func TestRetractHoldsAPartition(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, opts{})
+	w.streams()
+	w.serve()
+	const day = "2026-11-16"
+	w.publish(day, "r1", nil)
+	w.waitCount(1, "SELECT count(*) FROM idem.run_ledger WHERE task_id = 'orders' AND run_id = 'r1'")
+
+	code, out := runIdem(t, nil, "retract", "orders", day, "--reason", "test data", "--by", "bob", "--config", w.cfg)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "retracted orders "+day+": 10 rows deleted; now run retract__1")
+	require.Equal(t, "", w.partitionText(day))
+
+	w.publish(day, "r2", nil)
+	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE run_id = 'r2' AND status = 'skipped' AND error LIKE 'retracted by bob at %: test data; publish with --force to load it again'")
+	w.waitSettled()
+	require.Equal(t, "", w.partitionText(day))
+	for _, args := range [][]string{{"audit", "missing", "orders", "--from", day, "--to", day}, {"audit", "status", "orders", "--from", day, "--to", day}} {
+		code, out = runIdem(t, nil, append(args, "--config", w.cfg)...)
+		require.Equal(t, 0, code, "%v: %s", args, out)
+	}
+	require.Contains(t, out, "retracted")
+
+	code, out = runIdem(t, nil, "publish", "orders", day, "--force", "--run-id", "r3", "--config", w.cfg)
+	require.Equal(t, 0, code, out)
+	w.waitCount(1, "SELECT count(*) FROM idem.run_ledger WHERE task_id = 'orders' AND run_id = 'r3'")
+	require.Equal(t, int64(10), w.count("SELECT count(*) FROM analytics.t WHERE event_date = $1", day))
+}
