@@ -86,8 +86,9 @@ func (h *Handler) Restore(ctx context.Context, r OperatorRequest) (OperatorResul
 			return "", err
 		}
 		res.Restored = rs
-		n, err := runsLike(ctx, tx, h.Pipeline, r.Dataset, r.Partition, "restore__"+rs.Version.RunID+"__%")
-		return fmt.Sprintf("restore__%s__%d", short(rs.Version.RunID), n+1), err
+		prefix := "restore__" + short(rs.Version.RunID) + "__"
+		n, err := runsFrom(ctx, tx, h.Pipeline, r.Dataset, r.Partition, prefix)
+		return fmt.Sprintf("%s%d", prefix, n+1), err
 	})
 }
 
@@ -109,7 +110,7 @@ func (h *Handler) Retract(ctx context.Context, r OperatorRequest) (OperatorResul
 			return "", err
 		}
 		res.Deleted = n
-		k, err := runsLike(ctx, tx, h.Pipeline, r.Dataset, r.Partition, "retract\\_\\_%")
+		k, err := runsFrom(ctx, tx, h.Pipeline, r.Dataset, r.Partition, "retract__")
 		return fmt.Sprintf("retract__%d", k+1), err
 	})
 }
@@ -122,10 +123,12 @@ func short(run string) string {
 	return run
 }
 
-func runsLike(ctx context.Context, tx pgx.Tx, pipeline, dataset, partition, like string) (int, error) {
+// runsFrom counts the partition's runs whose id starts with prefix, under
+// its lock: the next restore or retraction is numbered after them.
+func runsFrom(ctx context.Context, tx pgx.Tx, pipeline, dataset, partition, prefix string) (int, error) {
 	var n int
 	err := tx.QueryRow(ctx, `SELECT count(*) FROM idem.run_ledger
-		WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND run_id LIKE $4`, pipeline, dataset, partition, like).Scan(&n)
+		WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND starts_with(run_id, $4)`, pipeline, dataset, partition, prefix).Scan(&n)
 	return n, err
 }
 
