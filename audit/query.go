@@ -40,10 +40,10 @@ type PartitionStatus struct {
 // range, not the history.
 func UpstreamStates(ctx context.Context, db Querier, pipeline string, upstreams []string, from, to time.Time) (map[string]map[string]string, error) {
 	rows, err := db.Query(ctx, `
-		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id, coalesce(s.status, ''), coalesce(s.error_kind, '')
+		SELECT to_char(d, 'YYYY-MM-DD'), u.task_id, coalesce(s.status, ''), coalesce(s.error_kind, s.kind, '')
 		  FROM `+daysSQL+` CROSS JOIN unnest($2::text[]) AS u(task_id)
 		  LEFT JOIN LATERAL (
-		       SELECT a.status, a.error_kind
+		       SELECT a.status, a.error_kind, a.kind
 		         FROM idem.pipeline_audit a
 		        WHERE a.dag_id = $1 AND a.task_id = u.task_id AND `+dayKeysSQL+`
 		          AND a.logical_date = d::date AND a.status <> 'skipped'
@@ -81,21 +81,23 @@ const dayKeysSQL = `a.partition_key >= to_char(d, 'YYYY-MM-DD') AND a.partition_
 const daysSQL = `(SELECT $3::date + i AS d FROM generate_series(0, $4::date - $3::date) AS i) AS days`
 
 // StatusRange returns one entry per day from..to (inclusive), in order;
-// partitions never attempted have status "missing". Each day is one range
+// partitions never attempted have status "missing", retracted ones
+// "retracted". Each day is one range
 // seek on pipeline_audit_partition_idx (the latest attempt and the count in
 // one pass), so the cost follows the range and the day's own attempts, not
 // the history. Attempts counts the pruned ones too (idem.pruned_attempts).
 func StatusRange(ctx context.Context, db Querier, pipeline, dataset string, from, to time.Time) ([]PartitionStatus, error) {
 	rows, err := db.Query(ctx, `
 		SELECT to_char(d, 'YYYY-MM-DD'),
-		       coalesce(s.status, 'missing'), coalesce(s.run_id, ''), coalesce(s.attempt, 0),
+		       CASE WHEN s.kind = 'retracted' THEN 'retracted' ELSE coalesce(s.status, 'missing') END,
+		       coalesce(s.run_id, ''), coalesce(s.attempt, 0),
 		       coalesce(s.n, 0) + coalesce((SELECT sum(p.attempts) FROM idem.pruned_attempts p
 		                WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key >= to_char(d, 'YYYY-MM-DD')
 		                  AND p.partition_key < to_char(d + 1, 'YYYY-MM-DD') AND p.logical_date = d), 0),
 		       s.row_count, coalesce(s.error, ''), s.started_at, s.finished_at, coalesce(s.triggered_by, ''), s.definition_hash
 		  FROM `+daysSQL+`
 		  LEFT JOIN LATERAL (
-		       SELECT a.status, a.run_id, a.attempt, a.row_count, a.error, a.started_at, a.finished_at, a.triggered_by, a.definition_hash,
+		       SELECT a.status, a.kind, a.run_id, a.attempt, a.row_count, a.error, a.started_at, a.finished_at, a.triggered_by, a.definition_hash,
 		              count(*) OVER () AS n
 		         FROM idem.pipeline_audit a
 		        WHERE a.dag_id = $1 AND a.task_id = $2 AND `+dayKeysSQL+`

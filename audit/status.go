@@ -33,16 +33,18 @@ func Outdated(loaded *string, current string) bool {
 
 // StateOf is the one rule that says what the audit knows of a partition
 // from its latest attempt, skipped duplicates aside (they say nothing
-// new), whose status and error kind are given (status "": it has none):
-// StatusMissing, StateRejected, or the attempt's status (started,
-// success, failed). `idem audit status` and the status page both decide
-// by it.
+// new), whose status and error kind are given (status "": it has none;
+// for a success, its kind, schema v24): StatusMissing, StateRejected,
+// StateRetracted, or the attempt's status (started, success, failed).
+// `idem audit status` and the status page both decide by it.
 func StateOf(status, errorKind string) string {
 	switch {
 	case status == "":
 		return StatusMissing
 	case status == StatusFailed && errorKind == KindCheck:
 		return StateRejected
+	case status == StatusSuccess && errorKind == KindRetracted:
+		return StateRetracted
 	}
 	return status
 }
@@ -56,13 +58,13 @@ type Waiting struct {
 func (w Waiting) String() string { return w.Dataset + ": " + w.State }
 
 // WaitingFor lists, in order, the upstreams of a join whose state at a
-// partition (state of each, as StateOf says it) is not success: until
-// there are none, a join has nothing new to load. A join that loaded
-// keeps its last load meanwhile.
+// partition (state of each, as StateOf says it) is not success or
+// retracted (empty on purpose, settled): until there are none, a join has
+// nothing new to load. A join that loaded keeps its last load meanwhile.
 func WaitingFor(upstreams []string, state func(dataset string) string) []Waiting {
 	var out []Waiting
 	for _, up := range upstreams {
-		if s := state(up); s != StatusSuccess {
+		if s := state(up); s != StatusSuccess && s != StateRetracted {
 			out = append(out, Waiting{Dataset: up, State: s})
 		}
 	}
@@ -91,7 +93,7 @@ type Latest struct {
 // the range, not the history.
 func LatestInRange(ctx context.Context, db Querier, pipeline string, datasets []string, from, to string) ([]Latest, error) {
 	rows, err := db.Query(ctx, `
-		SELECT DISTINCT ON (task_id, partition_key) task_id, partition_key, status, coalesce(error_kind, ''), run_id, attempt, definition_hash
+		SELECT DISTINCT ON (task_id, partition_key) task_id, partition_key, status, coalesce(error_kind, kind, ''), run_id, attempt, definition_hash
 		  FROM idem.pipeline_audit
 		 WHERE dag_id = $1 AND task_id = ANY($2) AND partition_key >= $3 AND partition_key <= $4 AND status <> 'skipped'
 		 ORDER BY task_id, partition_key, status = 'cancelled', id DESC`,
@@ -188,6 +190,10 @@ const (
 	ActionBackfill = "backfill"
 	// ActionReload is a forced run of one partition (schema v16).
 	ActionReload = "reload"
+	// ActionRestore and ActionRetract put an archived version of a
+	// partition back and empty a partition on purpose (schema v24).
+	ActionRestore = "restore"
+	ActionRetract = "retract"
 )
 
 // RecordAction writes what an operator asked for, before it is done, and

@@ -50,17 +50,20 @@ type Story struct {
 
 // StoryAttempt is one attempt of the partition.
 type StoryAttempt struct {
-	ID          int64             `json:"id"`
-	RunID       string            `json:"run_id"`
-	Attempt     int               `json:"attempt"`
-	Status      string            `json:"status"`
-	Force       bool              `json:"force"`
-	Rows        *int64            `json:"rows"`
-	Inserted    *int64            `json:"rows_inserted"`
-	Updated     *int64            `json:"rows_updated"`
-	Deleted     *int64            `json:"rows_deleted"`
-	Error       string            `json:"error,omitempty"`
-	ErrorKind   string            `json:"error_kind,omitempty"`
+	ID        int64  `json:"id"`
+	RunID     string `json:"run_id"`
+	Attempt   int    `json:"attempt"`
+	Status    string `json:"status"`
+	Force     bool   `json:"force"`
+	Rows      *int64 `json:"rows"`
+	Inserted  *int64 `json:"rows_inserted"`
+	Updated   *int64 `json:"rows_updated"`
+	Deleted   *int64 `json:"rows_deleted"`
+	Error     string `json:"error,omitempty"`
+	ErrorKind string `json:"error_kind,omitempty"`
+	// Kind is what a success did besides a load: restored, retracted
+	// (schema v24); "" for a load.
+	Kind        string            `json:"kind,omitempty"`
 	StreamSeq   *int64            `json:"stream_seq"`
 	TriggeredBy string            `json:"triggered_by,omitempty"`
 	Attributes  map[string]string `json:"attributes,omitempty"`
@@ -182,7 +185,7 @@ func readStoryAttempts(ctx context.Context, tx pgx.Tx, pipeline, dataset, partit
 	rows, err := tx.Query(ctx, `
 		SELECT id, run_id, attempt, status, force, row_count, rows_inserted, rows_updated, rows_deleted,
 		       coalesce(error, ''), coalesce(error_kind, ''), stream_seq, coalesce(triggered_by, ''),
-		       coalesce(attributes::text, ''), started_at, finished_at, definition_hash
+		       coalesce(attributes::text, ''), started_at, finished_at, definition_hash, coalesce(kind, '')
 		  FROM idem.pipeline_audit
 		 WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3
 		 ORDER BY id DESC LIMIT $4`, pipeline, dataset, partition, limit+1)
@@ -193,7 +196,7 @@ func readStoryAttempts(ctx context.Context, tx pgx.Tx, pipeline, dataset, partit
 		var a StoryAttempt
 		var attrs string
 		err := r.Scan(&a.ID, &a.RunID, &a.Attempt, &a.Status, &a.Force, &a.Rows, &a.Inserted, &a.Updated, &a.Deleted,
-			&a.Error, &a.ErrorKind, &a.StreamSeq, &a.TriggeredBy, &attrs, &a.StartedAt, &a.FinishedAt, &a.Definition)
+			&a.Error, &a.ErrorKind, &a.StreamSeq, &a.TriggeredBy, &attrs, &a.StartedAt, &a.FinishedAt, &a.Definition, &a.Kind)
 		if err == nil && attrs != "" {
 			// Attributes are strings when idem wrote them; anything else
 			// is shown as its JSON rather than failing the story.

@@ -43,7 +43,11 @@ func (h *Handler) finish(ctx context.Context, c *pgx.Conn, es []ending) error {
 	for _, e := range es {
 		l := e.l
 		if e.res == nil {
-			audit.QueueSkip(b, e.id)
+			if l.retracted != "" && !l.alreadyLoaded {
+				audit.QueueSkipWhy(b, e.id, l.retracted)
+			} else {
+				audit.QueueSkip(b, e.id)
+			}
 			l.queueResult(b, results.StatusSkipped, e.id, nil)
 			continue
 		}

@@ -45,6 +45,13 @@ func (h *Handler) groupable(ds *Dataset) bool {
 	if !ok || !gl.Groupable() || !ds.prepared.Load() || ds.Stage != nil || ds.Ready != nil || ds.Fingerprint != nil {
 		return false
 	}
+	// A dataset that keeps versions archives each partition's rows before
+	// its load, reading the archive's columns first (and changing them
+	// when the target's did): a round trip of its own per event, which a
+	// group's pipelined trips have no room for.
+	if ds.Archive != nil && ds.Archive.Keep > 0 {
+		return false
+	}
 	if produced, _ := ds.Strategy.Counts(); ds.Checks != nil && (!ds.Checks.CountsOnly() || !produced) {
 		return false
 	}
@@ -278,6 +285,11 @@ func (g *group) load(ctx context.Context) bool {
 		return g.failUnstarted(err)
 	}
 	for _, m := range g.mems {
+		if m != nil && !m.l.a.Force {
+			audit.QueueRetracted(b, m.l.a.RunKey, &m.l.retracted)
+		}
+	}
+	for _, m := range g.mems {
 		if m == nil {
 			continue
 		}
@@ -323,7 +335,7 @@ func (g *group) load(ctx context.Context) bool {
 			case !m.l.locked:
 				// Another load holds its partition: never wait inside a group.
 				m.state = memberLoadsAlone
-			case m.l.alreadyLoaded:
+			case m.l.alreadyLoaded || m.l.retracted != "":
 				m.state = memberAlreadyLoaded
 			default:
 				m.state = memberLoading

@@ -64,6 +64,10 @@ type Dataset struct {
 	// Fingerprint, when set (recheck:), fingerprints the partition's
 	// source before each attempt; the success stores it.
 	Fingerprint *Fingerprint
+	// Archive, when set, says where the partition's rows are (its
+	// partition column) and where its versions are kept: with Keep > 0,
+	// each load archives the rows it replaces; restore and retract use it.
+	Archive *audit.Archive
 	// DefinitionHash names the definition the dataset's loads run
 	// (config.Dataset.DefinitionHash), recorded in each attempt's row.
 	DefinitionHash string
@@ -329,9 +333,12 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 	l.recordChecks(ctx, b.ID, nil)
 	out.Checks = l.checked
 	out.SchemaChanges = l.plan.SchemaChanges()
-	if out.Status == audit.StatusSkipped {
+	switch {
+	case out.Status == audit.StatusSkipped && l.retracted != "" && !l.alreadyLoaded:
+		log.Info().Str("reason", l.retracted).Msg("partition retracted: skipped")
+	case out.Status == audit.StatusSkipped:
 		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
-	} else {
+	default:
 		log.Info().Int64("rows_inserted", out.Rows.Inserted).Int64("rows_updated", out.Rows.Updated).
 			Int64("rows_deleted", out.Rows.Deleted).Str("route", out.Rows.Route).Msg("loaded")
 	}

@@ -49,7 +49,11 @@ type loading struct {
 	// ledger's lookup under it: the run (or, forced, this message) has
 	// already loaded, so this attempt is skipped.
 	locked, alreadyLoaded bool
-	plan                  *strategies.Plan
+	// retracted says why the partition is retracted (an operator emptied
+	// it on purpose): an ordinary event is then skipped, a forced one
+	// loads. "" when it is not.
+	retracted string
+	plan      *strategies.Plan
 	// checked are the outcomes of the dataset's checks on this load;
 	// recorded, that they went out with the load's success.
 	checked  []checks.Outcome
@@ -197,13 +201,14 @@ func (l *loading) queueCheck(b *pgx.Batch) {
 		audit.QueueLookupMessage(b, l.a.RunKey, l.a.StreamSeq, &l.alreadyLoaded)
 	} else {
 		audit.QueueLookupRun(b, l.a.RunKey, &l.alreadyLoaded)
+		audit.QueueRetracted(b, l.a.RunKey, &l.retracted)
 	}
 }
 
 // load runs round trip 2 in the transaction begin opened, then finish.
 func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	if l.alreadyLoaded {
+	if l.alreadyLoaded || l.retracted != "" {
 		out.Status = audit.StatusSkipped
 		err := l.h.finish(ctx, l.c, []ending{{l: l, id: id}})
 		if err == nil && l.h.Results && l.h.Enqueued != nil {
@@ -222,6 +227,9 @@ func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 			return out, err
 		}
 		baseline = n
+	}
+	if err := l.archive(ctx, tx); err != nil {
+		return out, err
 	}
 	sctx, end := l.span(ctx, "load")
 	res, err := l.execute(sctx, tx)

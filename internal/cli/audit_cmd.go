@@ -106,7 +106,7 @@ Exit code 1 when any partition in the range is not success or outdated.`,
 			}
 			notOK, cur := 0, cfg.Datasets[args[0]].DefinitionHash()
 			for i, s := range st {
-				if s.Status != audit.StatusSuccess {
+				if s.Status != audit.StatusSuccess && s.Status != audit.StateRetracted {
 					notOK++
 				} else if audit.Outdated(s.Definition, cur) {
 					st[i].Status, st[i].Outdated = audit.StateOutdated, true // loaded: not counted

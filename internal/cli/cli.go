@@ -155,7 +155,7 @@ append_dedupe), recording every attempt in the idem.pipeline_audit table.`,
 		return &UsageError{err}
 	})
 	root.AddCommand(versionCmd(e), migrateCmd(e), checkCmd(e), loadCmd(e), validateCmd(e), devCmd(e), serveCmd(e), streamsCmd(e),
-		publishCmd(e), backfillCmd(e), dlqCmd(e), auditCmd(e), pauseCmd(e), resumeCmd(e))
+		publishCmd(e), backfillCmd(e), dlqCmd(e), auditCmd(e), pauseCmd(e), resumeCmd(e), restoreCmd(e), retractCmd(e))
 	// cobra adds its completion group when the command runs; added now,
 	// guard covers it too (the help command stays cobra's, added later).
 	root.InitDefaultCompletionCmd()

@@ -368,6 +368,11 @@ type Dataset struct {
 	// MaxConcurrency bounds this dataset's loads running at once in one
 	// process; 0 means only NATS.MaxInFlight applies.
 	MaxConcurrency int `yaml:"max_concurrency,omitempty"`
+	// KeepVersions is how many earlier versions of each partition a load
+	// keeps in schema idem_archive (the rows it replaced, in its
+	// transaction), for `idem restore`; at most MaxKeepVersions. Needs
+	// partition_column. Default 0: nothing archived, no statement added.
+	KeepVersions int `yaml:"keep_versions,omitempty" json:",omitempty"`
 	// AllowEmpty lets an empty source partition load (and so empty the
 	// partition); by default it is a fatal error, never a silent wipe.
 	AllowEmpty bool `yaml:"allow_empty,omitempty"`
@@ -406,6 +411,10 @@ type Dataset struct {
 	// every live replica runs this one. Default none.
 	OnDefinitionChange string `yaml:"on_definition_change,omitempty" json:",omitempty"`
 }
+
+// MaxKeepVersions bounds keep_versions: each version is a copy of the
+// partition's rows.
+const MaxKeepVersions = 100
 
 // DatasetDefaults are the values a dataset takes when it leaves a field out.
 type DatasetDefaults struct {

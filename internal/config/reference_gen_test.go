@@ -92,6 +92,7 @@ var referenceIdents = map[string]any{
 	"DefaultReverifyWindow":          Duration(DefaultReverifyWindow),
 	"DefaultHTTPAddr":                DefaultHTTPAddr,
 	"MinHTTPTokenChars":              MinHTTPTokenChars,
+	"MaxKeepVersions":                MaxKeepVersions,
 	"DefaultRetries":                 DefaultRetries,
 	"DefaultRetryDelay":              Duration(DefaultRetryDelay),
 	"DefaultMaxRetryDelay":           Duration(DefaultMaxRetryDelay),

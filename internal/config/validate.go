@@ -318,7 +318,7 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	switch {
 	case s == DeleteInsert && d.PartitionColumn == "":
 		v.add("partition_column", "required for strategy delete_insert; name the target column that holds the partition key")
-	case notApplicable("partition_column", s == Merge && d.PartitionColumn != "", " (merge filters the source with @partition, not the target)"):
+	case notApplicable("partition_column", s == Merge && d.PartitionColumn != "" && d.KeepVersions == 0, " (merge filters the source with @partition, not the target; with keep_versions it names the partition's rows)"):
 	case d.PartitionColumn != "":
 		ident(v, "partition_column", d.PartitionColumn)
 	}
@@ -370,6 +370,12 @@ func (c *Config) validateDataset(v *validator, names []string, name string, d *D
 	case "", DefinitionChangeNone, DefinitionChangeReload:
 	default:
 		v.add("on_definition_change", "%q; use %s or %s", d.OnDefinitionChange, DefinitionChangeNone, DefinitionChangeReload)
+	}
+	switch {
+	case d.KeepVersions < 0 || d.KeepVersions > MaxKeepVersions:
+		v.add("keep_versions", "%d; use 0 (keep none, the default) up to %d", d.KeepVersions, MaxKeepVersions)
+	case d.KeepVersions > 0 && d.PartitionColumn == "":
+		v.add("keep_versions", "needs partition_column: a version is the target's rows whose partition_column holds the partition")
 	}
 	validateExpect(v, d)
 	c.validateWatch(v, d)

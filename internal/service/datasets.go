@@ -53,6 +53,10 @@ func Datasets(cfg *config.Config) (map[string]*handlers.Dataset, error) {
 		}
 		out[name] = &handlers.Dataset{Name: name, PartitionType: d.PartitionType, Strategy: st, Timeout: d.Timeout.Std(), Then: d.Then,
 			Checks: checks.New(config.Specs(d.Checks), st), Target: ts + "." + tn, Stage: stg, DefinitionHash: d.DefinitionHash()}
+		if d.PartitionColumn != "" {
+			out[name].Archive = &audit.Archive{Pipeline: cfg.Pipeline, Dataset: name, TargetSchema: ts, TargetTable: tn,
+				PartitionColumn: d.PartitionColumn, Keep: d.KeepVersions}
+		}
 		if d.ReadyWhen != "" {
 			upTo := d.WaitUpTo.Std()
 			if upTo == 0 {

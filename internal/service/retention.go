@@ -48,6 +48,17 @@ func pruneAudit(ctx context.Context, pool *pgxpool.Pool, r config.Retention, m *
 		log.Info().Int64("pruned", res.Deleted).Int("batches", res.Batches).Str("retention", r.String()).
 			Dur("took", time.Since(start)).Msg("audit retention: pruned old attempts")
 	}
+	if err != nil || res.Busy {
+		return
+	}
+	// Archived versions (keep_versions) follow the audit's retention.
+	n, err := audit.PruneVersions(ctx, pool, r.Std())
+	switch {
+	case err != nil && ctx.Err() == nil:
+		log.Warn().Err(err).Msg("audit retention: archived versions not pruned; the next pass tries again")
+	case n > 0:
+		log.Info().Int64("pruned_versions", n).Str("retention", r.String()).Msg("audit retention: pruned old archived versions")
+	}
 }
 
 // sleep waits d, or until ctx is done; it reports whether d passed.

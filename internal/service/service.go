@@ -247,6 +247,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, log)
 	st.route = route
 	st.rv = rv
+	st.h = h
 	page, err := st.page()
 	if err != nil {
 		return err

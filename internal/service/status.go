@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-data/idem/consumer"
+	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/backfill"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
@@ -54,6 +55,7 @@ type status struct {
 	log     zerolog.Logger
 	obs     *observer.Observer
 	rv      *reverify.Reverifier // nil when off
+	h       *handlers.Handler    // restores and retracts a partition
 	route   Route
 
 	mu       sync.Mutex
@@ -111,6 +113,7 @@ func (s *status) page() (*statuspage.Page, error) {
 		Replay:      s.replay,
 		Backfill:    s.backfill,
 		Reload:      s.reload,
+		Versions:    s.versions,
 		Why:         s.why,
 	})
 }
@@ -319,4 +322,24 @@ func (s *status) reload(ctx context.Context, dataset, partition, who, reason str
 		return "", fmt.Errorf("publish %s: %w", m.Subject, err)
 	}
 	return fmt.Sprintf("%s %s published with run_id %s (forced) as %s seq %d", dataset, m.Event.Partition, ev.RunID, ack.Stream, ack.Sequence), nil
+}
+
+// versions restores (restore) or retracts a partition for the status
+// page, as `idem restore` and `idem retract` do; the handler records the
+// action.
+func (s *status) versions(ctx context.Context, restore bool, r statuspage.VersionRequest) (int64, string, error) {
+	req := handlers.OperatorRequest{Dataset: r.Dataset, Partition: r.Partition, ToRun: r.ToRun, Reason: r.Reason, By: r.Who, RemoteAddr: r.RemoteAddr}
+	do := s.h.Retract
+	if restore {
+		do = s.h.Restore
+	}
+	res, err := do(ctx, req)
+	if err != nil {
+		return res.ActionID, "", err
+	}
+	if v := res.Restored.Version; v.ID != 0 {
+		return res.ActionID, fmt.Sprintf("restored to the rows of run %s: %d rows deleted, %d inserted; now run %s",
+			v.RunID, res.Restored.Deleted, res.Restored.Inserted, res.RunID), nil
+	}
+	return res.ActionID, fmt.Sprintf("retracted: %d rows deleted; run %s", res.Deleted, res.RunID), nil
 }

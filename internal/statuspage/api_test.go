@@ -124,11 +124,17 @@ func (w *apiWorld) history(t *testing.T) {
 	// Loaded under an older definition, whose source differs.
 	w.attempt(t, "adhoc", "2026-11-01", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 1}, def: "old"})
 	require.NoError(t, audit.RecordDefinition(context.Background(), w.db, "shop", "adhoc", "old", []byte(`{"source":"SELECT 1","strategy":"delete_insert"}`)))
+	// Emptied on purpose by an operator (idem retract).
+	require.NoError(t, pgx.BeginFunc(context.Background(), w.db, func(tx pgx.Tx) error {
+		_, err := audit.RecordOperatorSuccess(context.Background(), tx, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "adhoc",
+			Partition: "2026-11-02", RunID: "retract__1"}, Attributes: map[string]string{"by": "alice", "reason": "test data"}}, audit.KindRetracted, audit.Rows{Deleted: 3})
+		return err
+	}))
 	// A cancelled backfill's event: not loaded, not a failure.
 	c, err := audit.Cancel(context.Background(), w.db, "shop", audit.Cancellation{RunID: "backfill__c", By: "carol", Reason: "wrong range"}, "")
 	require.NoError(t, err)
-	d := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
-	_, err = audit.RecordCancelled(context.Background(), w.db, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "adhoc", Partition: "2026-11-02", RunID: "backfill__c"}, LogicalDate: &d}, c)
+	d := time.Date(2026, 11, 4, 0, 0, 0, 0, time.UTC)
+	_, err = audit.RecordCancelled(context.Background(), w.db, audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "adhoc", Partition: "2026-11-04", RunID: "backfill__c"}, LogicalDate: &d}, c)
 	require.NoError(t, err)
 	w.attempt(t, "clicks", "2026-11-05T01:00:00Z", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 4}})
 	w.attempt(t, "notes", "eu/west <b>", "r1", "success", attemptOpts{rows: audit.Rows{Inserted: 2}})
@@ -162,7 +168,7 @@ var wantStatuses = map[string][]Status{
 	"orders":    {Success, DeadLettered, Failed, Running},
 	"customers": {Success, Rejected, Late, Missing},
 	"revenue":   {None, Waiting, Waiting, Waiting},
-	"adhoc":     {Outdated, Cancelled, Success, None},
+	"adhoc":     {Outdated, Retracted, Success, Cancelled},
 }
 
 var days = []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}

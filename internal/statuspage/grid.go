@@ -20,6 +20,7 @@ const (
 	Failed       Status = "failed"        // the latest attempt failed; it may be retried
 	DeadLettered Status = "dead_lettered" // failed and in the dead-letter stream
 	Rejected     Status = "rejected"      // the checks refused the latest load: the previous rows stay
+	Retracted    Status = "retracted"     // an operator emptied it on purpose (idem retract)
 	Missing      Status = "missing"       // expected by the calendar, not loaded, within its deadline
 	Late         Status = "late"          // expected by the calendar, not loaded, past its deadline
 	Waiting      Status = "waiting"       // a join whose upstreams have not all loaded, or a source not ready
@@ -28,7 +29,7 @@ const (
 )
 
 // Statuses in the legend's order.
-var Statuses = []Status{Success, Provisional, Outdated, Running, Failed, DeadLettered, Rejected, Late, Missing, Waiting, Cancelled, None}
+var Statuses = []Status{Success, Provisional, Outdated, Running, Failed, DeadLettered, Rejected, Retracted, Late, Missing, Waiting, Cancelled, None}
 
 // Dataset is what the page knows of a configured dataset.
 type Dataset struct {
@@ -179,6 +180,8 @@ func (c *cells) status(ds Dataset, key string) Status {
 		return Rejected
 	case audit.StatusCancelled:
 		return Cancelled
+	case audit.StateRetracted:
+		return Retracted
 	case audit.StatusMissing:
 	default:
 		if c.inDLQ[cellKey{ds.Name, key}] {

@@ -149,6 +149,7 @@ func (w *world) pageWith(t *testing.T, d statuspage.Deps) *httptest.Server {
 		},
 		Backfill: func(_ context.Context, ds, from, to string) (string, error) { return "2 partitions published", nil },
 		Reload:   d.Reload,
+		Versions: d.Versions,
 		Why: func(ctx context.Context, dataset, partition string) (why.Report, error) {
 			ds := why.Dataset{Name: dataset}
 			for _, d := range dss {

@@ -82,6 +82,10 @@ type Deps struct {
 	Replay   func(ctx context.Context, seq uint64) (string, error)
 	Backfill func(ctx context.Context, dataset, from, to string) (string, error)
 	Reload   func(ctx context.Context, dataset, partition, who, reason string) (string, error)
+	// Versions restores (restore true) or retracts a partition, records
+	// the action itself and returns its id and what it did; nil: the
+	// page offers neither.
+	Versions func(ctx context.Context, restore bool, r VersionRequest) (int64, string, error)
 	// Why tells a partition's story (internal/why).
 	Why func(ctx context.Context, dataset, partition string) (why.Report, error)
 	// Token enables the actions; empty means read-only.
@@ -152,6 +156,8 @@ func (p *Page) Handler() http.Handler {
 	mux.HandleFunc("POST /actions/reload", p.reload)
 	mux.HandleFunc("POST /actions/pause", p.pause)
 	mux.HandleFunc("POST /actions/resume", p.resume)
+	mux.HandleFunc("POST /actions/restore", p.restore)
+	mux.HandleFunc("POST /actions/retract", p.retract)
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.Handle("/api/v1/", p.api())

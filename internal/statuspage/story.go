@@ -31,7 +31,9 @@ type partitionView struct {
 	// The buttons the verdict calls for, when actions are enabled.
 	ReplaySeq uint64 // the dead letter to replay; 0: none
 	CanReload bool
-	Backfill  *keyRange
+	// CanRestore, CanRetract: the buttons of actions_versions.go.
+	CanRestore, CanRetract bool
+	Backfill               *keyRange
 }
 
 // keyRange is a range of partitions, from..to inclusive.
@@ -89,6 +91,7 @@ func (p *Page) partition(w http.ResponseWriter, r *http.Request) {
 // forced run), and so is a cancelled one; a missing one is backfilled
 // with the gap around it.
 func (p *Page) buttons(ctx context.Context, ds Dataset, v *partitionView) error {
+	p.versionButtons(ctx, v)
 	switch st := v.Story.Verdict.State; st {
 	case why.StateDeadLettered, why.StateLoaded, why.StateOutdated, why.StateRejected, why.StateRetrying, why.StateCancelled:
 		v.CanReload = true

@@ -33,6 +33,7 @@ const (
 	StateWaiting      = "waiting"
 	StateRetrying     = "retrying"
 	StateRejected     = "rejected"
+	StateRetracted    = "retracted" // emptied on purpose by an operator
 	StateDeadLettered = "dead_lettered"
 	StateMissing      = "missing"
 	// StatePaused: not loaded, and its dataset is paused (`idem pause`).
@@ -46,7 +47,7 @@ const (
 // Exit is the exit code for a state.
 func Exit(state string) int {
 	switch state {
-	case StateLoaded, StateProvisional, StateOutdated:
+	case StateLoaded, StateProvisional, StateOutdated, StateRetracted:
 		return 0
 	case StateRejected, StateDeadLettered:
 		return 1
@@ -363,6 +364,10 @@ func decideAudit(r *Report) Verdict {
 	case last != nil && last.Status == audit.StatusFailed && (won == nil || won.ID < last.ID):
 		return verdict(StateRetrying, fmt.Sprintf("attempt %d of run %s failed %s (%s): %s; JetStream delivers it again%s", last.Attempt, last.RunID,
 			stamp(finished(last)), orWord(last.ErrorKind, "error"), clip(last.Error, 160), wasLoaded(won)), "idem audit why "+arg(r.Dataset)+" "+arg(r.Partition))
+	case won != nil && won.Kind == audit.KindRetracted:
+		return verdict(StateRetracted, fmt.Sprintf("retracted by %s at %s: %s; %d rows deleted; a later run is skipped unless forced",
+			orWord(won.Attributes["by"], "an operator"), stamp(finished(won)), orWord(won.Attributes["reason"], "no reason given"), deref64(won.Deleted)),
+			"")
 	case last != nil && last.Status == audit.StatusCancelled && won == nil:
 		return verdict(StateCancelled, fmt.Sprintf("not loaded: run %s was %s; to load it now:", last.RunID, clip(last.Error, 160)),
 			fmt.Sprintf("idem backfill %s --from %s --to %s", arg(r.Dataset), arg(r.Partition), arg(r.Partition)))
@@ -395,6 +400,10 @@ func verdict(state, line, next string) Verdict {
 // loadedLine: "loaded by run r-7 at 03:12Z, 10 rows, checks passed".
 func loadedLine(r *Report, won *audit.StoryAttempt) string {
 	var b strings.Builder
+	if won.Kind == audit.KindRestored {
+		fmt.Fprintf(&b, "restored by %s at %s to the rows of run %s: %s; ", orWord(won.Attributes["by"], "an operator"), stamp(finished(won)),
+			won.Attributes["to_run"], orWord(won.Attributes["reason"], "no reason given"))
+	}
 	fmt.Fprintf(&b, "loaded by run %s at %s", won.RunID, stamp(finished(won)))
 	if won.Rows != nil {
 		fmt.Fprintf(&b, ", %d rows", *won.Rows)
@@ -677,4 +686,11 @@ func arg(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func deref64(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
 }
