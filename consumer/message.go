@@ -68,6 +68,9 @@ type delivery struct {
 	// trace holds the span the delivery's process and settle spans are
 	// children of: the publisher's, or the receive span's (tracing.go).
 	trace context.Context
+	// lane is the lane of the message's subject: its loads are counted
+	// and granted there.
+	lane lane
 }
 
 // newDelivery reads a fetched message: metadata, routing and body. It never
@@ -92,6 +95,11 @@ func (c *Consumer) newDelivery(msg jetstream.Msg) (*delivery, error) {
 		},
 	}
 	d.token = subjectDataset(c.cfg.SubjectPrefix, msg.Subject())
+	if d.token == "" {
+		if d.token = subjectDataset(schemas.BackfillPrefix(c.cfg.SubjectPrefix), msg.Subject()); d.token != "" {
+			d.lane = laneBackfill
+		}
+	}
 	d.retry = invalidRetry
 	d.set = c.sets.Load()
 	if ds, ok := d.set.byName[d.token]; ok {

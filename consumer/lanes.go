@@ -1,0 +1,222 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+)
+
+// Lane names: the lane label of the in-flight gauge.
+const (
+	LaneLive     = "live"
+	LaneBackfill = "backfill"
+)
+
+// DefaultBackfillShare is Config.BackfillShare's default, in percent.
+const DefaultBackfillShare = 50
+
+// lane is the way a message came: the ready subjects (live) or the
+// backfill subjects, each read by its own durable consumer and fetch loop.
+// Both lanes share one process's slots and loads; the live lane has
+// priority.
+type lane int
+
+const (
+	laneLive lane = iota
+	laneBackfill
+)
+
+func (l lane) String() string {
+	if l == laneBackfill {
+		return LaneBackfill
+	}
+	return LaneLive
+}
+
+// lanes shares the slots (messages held: running plus fetched ahead) and
+// the loads (max_in_flight) between the lanes. The rule:
+//
+//   - a lane holding no message fetches one at a time (a probe), so that a
+//     pull of the other lane is always open or about to be;
+//   - the live lane may hold every slot and run every load;
+//   - the backfill lane may too, but one slot (kept for the live probe),
+//     as long as no live message is held; while one is, the backfill
+//     holds at most its share of the slots and starts a load only while
+//     fewer than its share of the loads run, and a live message waiting
+//     for a load gets the next one free.
+//
+// A live event therefore starts within one load and one pull, however long
+// the backfill's backlog; and when no live work is held, the backfill uses
+// every load.
+type lanes struct {
+	slots, loads           int
+	shareSlots, shareLoads int
+
+	mu sync.Mutex
+	// held counts slots reserved for a pull or held by a message; busy the
+	// messages fetched and not settled; running the loads.
+	held, busy, running [2]int
+	// waiting are the messages waiting for a load, oldest first.
+	waiting [2][]chan struct{}
+	// changed is closed and replaced whenever a slot frees or the limits
+	// change: a fetch loop waiting for room looks again.
+	changed chan struct{}
+	// pulls cancel each lane's open pull: one that holds more slots than
+	// its lane may now gives them back at once, not after its wait.
+	pulls [2]context.CancelFunc
+}
+
+func newLanes(slots, loads, sharePercent int) *lanes {
+	return &lanes{
+		slots: slots, loads: loads,
+		shareSlots: max(1, (slots*sharePercent+99)/100),
+		shareLoads: max(1, (loads*sharePercent+99)/100),
+		changed:    make(chan struct{}),
+	}
+}
+
+// limit is the most slots ln may hold now.
+func (l *lanes) limit(ln lane) int {
+	switch {
+	case l.busy[ln] == 0:
+		return 1
+	case ln == laneLive:
+		return l.slots
+	case l.busy[laneLive] > 0:
+		return l.shareSlots
+	case l.slots > l.loads:
+		return l.slots - 1
+	}
+	return l.slots
+}
+
+// broadcast wakes the fetch loops waiting for room and cancels a pull that
+// holds more than its lane may now. Called with mu held.
+func (l *lanes) broadcast() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+	for ln := range l.pulls {
+		if l.pulls[ln] != nil && l.held[ln] > l.limit(lane(ln)) {
+			l.pulls[ln]()
+			l.pulls[ln] = nil
+		}
+	}
+}
+
+// reserve waits for at least one slot ln may take, and takes as many as
+// it may; 0 means stopping.
+func (l *lanes) reserve(ln lane, stopping <-chan struct{}) int {
+	for {
+		l.mu.Lock()
+		n := min(l.slots-l.held[laneLive]-l.held[laneBackfill], l.limit(ln)-l.held[ln])
+		if n > 0 {
+			l.held[ln] += n
+			l.mu.Unlock()
+			return n
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		select {
+		case <-changed:
+		case <-stopping:
+			return 0
+		}
+	}
+}
+
+// pulling registers the cancellation of ln's pull; nil when it is over.
+func (l *lanes) pulling(ln lane, cancel context.CancelFunc) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pulls[ln] = cancel
+}
+
+// release frees n slots of ln reserved for a pull and left unused.
+func (l *lanes) release(ln lane, n int) {
+	if n == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held[ln] -= n
+	l.broadcast()
+}
+
+// fetched counts a message of ln, holding one of its reserved slots.
+func (l *lanes) fetched(ln lane) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busy[ln]++
+	if ln == laneLive && l.busy[ln] == 1 {
+		l.broadcast()
+	}
+}
+
+// settled frees the slot of a message of ln.
+func (l *lanes) settled(ln lane) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busy[ln]--
+	l.held[ln]--
+	if ln == laneLive && l.busy[ln] == 0 {
+		l.grant()
+	}
+	l.broadcast()
+}
+
+// canStart reports whether a load of ln may start now. Called with mu held.
+func (l *lanes) canStart(ln lane) bool {
+	if l.running[laneLive]+l.running[laneBackfill] >= l.loads {
+		return false
+	}
+	if ln == laneLive {
+		return true
+	}
+	return len(l.waiting[laneLive]) == 0 && (l.busy[laneLive] == 0 || l.running[laneBackfill] < l.shareLoads)
+}
+
+// queueLoad asks for a load of ln: the channel receives once it is
+// granted. withdraw takes the request back; it reports false when the load
+// was granted meanwhile, which the caller then owns (and ends with
+// endLoad).
+func (l *lanes) queueLoad(ln lane) (granted <-chan struct{}, withdraw func() bool) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.waiting[ln]) == 0 && l.canStart(ln) {
+		l.running[ln]++
+		ch <- struct{}{}
+	} else {
+		l.waiting[ln] = append(l.waiting[ln], ch)
+	}
+	return ch, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, w := range l.waiting[ln] {
+			if w == ch {
+				l.waiting[ln] = append(l.waiting[ln][:i:i], l.waiting[ln][i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// endLoad ends a load of ln and grants the next ones.
+func (l *lanes) endLoad(ln lane) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running[ln]--
+	l.grant()
+}
+
+// grant starts the waiting loads that may start, live first. Called with
+// mu held.
+func (l *lanes) grant() {
+	for _, ln := range []lane{laneLive, laneBackfill} {
+		for len(l.waiting[ln]) > 0 && l.canStart(ln) {
+			l.running[ln]++
+			l.waiting[ln][0] <- struct{}{}
+			l.waiting[ln] = l.waiting[ln][1:]
+		}
+	}
+}
