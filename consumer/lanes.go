@@ -37,12 +37,13 @@ func (l lane) String() string {
 //
 //   - a lane holding no message fetches one at a time (a probe), so that a
 //     pull of the other lane is always open or about to be;
-//   - the live lane may hold every slot and run every load;
-//   - the backfill lane may too, but one slot (kept for the live probe),
-//     as long as no live message is held; while one is, the backfill
-//     holds at most its share of the slots and starts a load only while
-//     fewer than its share of the loads run, and a live message waiting
-//     for a load gets the next one free.
+//   - a lane alone holds every slot (the backfill all but one, kept for
+//     the live probe) and runs every load;
+//   - while both hold messages, the backfill holds at most its share of
+//     the slots and starts a load only while fewer than its share of the
+//     loads run; the live lane holds the other slots, and a live message
+//     waiting for a load gets the next one free, so live work may run on
+//     every load the backfill does not.
 //
 // A live event therefore starts within one load and one pull, however long
 // the backfill's backlog; and when no live work is held, the backfill uses
@@ -68,7 +69,7 @@ type lanes struct {
 func newLanes(slots, loads, sharePercent int) *lanes {
 	return &lanes{
 		slots: slots, loads: loads,
-		shareSlots: max(1, (slots*sharePercent+99)/100),
+		shareSlots: max(1, min(slots-1, (slots*sharePercent+99)/100)),
 		shareLoads: max(1, (loads*sharePercent+99)/100),
 		changed:    make(chan struct{}),
 	}
@@ -79,6 +80,8 @@ func (l *lanes) limit(ln lane) int {
 	switch {
 	case l.busy[ln] == 0:
 		return 1
+	case ln == laneLive && l.busy[laneBackfill] > 0:
+		return l.slots - l.shareSlots
 	case ln == laneLive:
 		return l.slots
 	case l.busy[laneLive] > 0:
