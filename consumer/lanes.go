@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"sync"
+
+	"github.com/idem-data/idem/internal/defaults"
 )
 
 // Lane names: the lane label of the in-flight gauge.
@@ -12,7 +14,7 @@ const (
 )
 
 // DefaultBackfillShare is Config.BackfillShare's default, in percent.
-const DefaultBackfillShare = 50
+const DefaultBackfillShare = defaults.BackfillShare
 
 // lane is the way a message came: the ready subjects (live) or the
 // backfill subjects, each read by its own durable consumer and fetch loop.

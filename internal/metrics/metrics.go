@@ -28,6 +28,7 @@ type Metrics struct {
 	Redeliveries *prometheus.CounterVec   // dataset
 	Heartbeats   *prometheus.CounterVec   // dataset
 	InFlight     prometheus.Gauge
+	LaneInFlight *prometheus.GaugeVec // lane: live, backfill
 	// OutboxPublished counts downstream events the relay published.
 	OutboxPublished prometheus.Counter
 	// OutboxPublishFailures counts relay publishes that failed (the row
@@ -123,6 +124,9 @@ func New(version string) *Metrics {
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_loads_in_flight", Help: "Messages this process holds: loading or waiting for their dataset's turn.",
 		}),
+		LaneInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idem_lane_loads_in_flight", Help: "Loads running in this process per lane: live (idem.ready) or backfill (idem.backfill).",
+		}, []string{"lane"}),
 		OutboxPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_outbox_published_total", Help: "Downstream events (then:) and results published from the outbox.",
 		}),
@@ -155,9 +159,12 @@ func New(version string) *Metrics {
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.LaneInFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
+	}
+	for _, lane := range []string{consumer.LaneLive, consumer.LaneBackfill} {
+		m.LaneInFlight.WithLabelValues(lane).Set(0)
 	}
 	m.Ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idem_ready", Help: "1 while this process answers /readyz with 200 (NATS connected, warehouse usable), else 0.",
@@ -288,7 +295,10 @@ func (m *Metrics) Hooks() consumer.Hooks {
 		DeadLetter: func(dataset string, k consumer.Kind) { m.DeadLetters.WithLabelValues(dataset, string(k)).Inc() },
 		Redelivery: func(dataset string) { m.Redeliveries.WithLabelValues(dataset).Inc() },
 		InFlight:   func(n int) { m.InFlight.Set(float64(n)) },
-		Heartbeat:  func(dataset string) { m.Heartbeats.WithLabelValues(dataset).Inc() },
+		LaneInFlight: func(lane string, n int) {
+			m.LaneInFlight.WithLabelValues(lane).Set(float64(n))
+		},
+		Heartbeat: func(dataset string) { m.Heartbeats.WithLabelValues(dataset).Inc() },
 		Circuit: func(up bool) {
 			if up {
 				m.WarehouseUp.Set(1)
