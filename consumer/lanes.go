@@ -43,9 +43,10 @@ func (l lane) String() string {
 //     the live probe) and runs every load;
 //   - while both hold messages, the backfill holds at most its share of
 //     the slots and starts a load only while fewer than its share of the
-//     loads run; the live lane holds the other slots, and a live message
-//     waiting for a load gets the next one free, so live work may run on
-//     every load the backfill does not.
+//     loads run; the live lane holds the other slots (and those the
+//     backfill fetched beyond its share, until they drain), and a live
+//     message waiting for a load gets the next one free, so live work may
+//     run on every load the backfill does not.
 //
 // A live event therefore starts within one load and one pull, however long
 // the backfill's backlog; and when no live work is held, the backfill uses
@@ -112,7 +113,17 @@ func (l *lanes) broadcast() {
 func (l *lanes) reserve(ln lane, stopping <-chan struct{}) int {
 	for {
 		l.mu.Lock()
-		n := min(l.slots-l.held[laneLive]-l.held[laneBackfill], l.limit(ln)-l.held[ln])
+		other := l.held[laneBackfill]
+		if ln == laneLive {
+			// What the backfill holds beyond its share (fetched before live
+			// work came) waits for loads the live lane goes first to; left
+			// to count, it would leave live work too few slots to fetch
+			// ahead or group. It only drains, so the excess is brief.
+			other = min(other, l.shareSlots)
+		} else {
+			other = l.held[laneLive]
+		}
+		n := min(l.slots-l.held[ln]-other, l.limit(ln)-l.held[ln])
 		if n > 0 {
 			l.held[ln] += n
 			l.mu.Unlock()

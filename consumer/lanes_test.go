@@ -160,3 +160,59 @@ func TestLanesLimits(t *testing.T) {
 	l.busy[laneBackfill] = 1
 	require.Equal(t, 4, l.limit(laneBackfill), "nothing fetched ahead: the backfill takes every slot")
 }
+
+// Group loads form on both lanes, never across them: a live load does not
+// carry a backfill's partitions.
+func TestGroupsFormWithinALane(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		groups [][]lane
+		loaded = map[string]int{}
+	)
+	record := func(ms []*Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		g := make([]lane, len(ms))
+		for i, m := range ms {
+			g[i] = laneOf(m)
+			loaded[m.Subject+" "+m.Event.Key.Key]++
+		}
+		groups = append(groups, g)
+	}
+	e := newEnv(t, func(c *Config) {
+		c.MaxInFlight, c.MaxGroup = 1, 4
+		c.GroupSize = func(*Message) int { return 4 }
+		c.GroupHandler = func(ctx context.Context, ms []*Message) []error {
+			record(ms)
+			time.Sleep(5 * time.Millisecond) // a load long enough for others to queue behind it
+			return make([]error, len(ms))
+		}
+	})
+	e.publishBackfill(40)
+	day := time.Date(2021, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 8 {
+		e.publish("idem.ready.orders", event("orders", day.AddDate(0, 0, i).Format(time.DateOnly), "live_1"), nil)
+	}
+	e.start(func(ctx context.Context, m *Message) error {
+		record([]*Message{m})
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(loaded) == 48 }, waitFor, tick)
+	mu.Lock()
+	defer mu.Unlock()
+	grouped := [2]bool{}
+	for _, g := range groups {
+		for _, ln := range g {
+			require.Equal(t, g[0], ln, "a group of one lane: %v", g)
+		}
+		if len(g) > 1 {
+			grouped[g[0]] = true
+		}
+	}
+	require.True(t, grouped[laneBackfill], "backfill events load in groups: %v", groups)
+	require.True(t, grouped[laneLive], "live events load in groups: %v", groups)
+	for k, n := range loaded {
+		require.Equal(t, 1, n, k)
+	}
+}
