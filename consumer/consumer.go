@@ -298,9 +298,8 @@ func (c *Consumer) fetchLoop(hard context.Context, ln lane) error {
 			c.lanes.release(ln, n)
 			return nil
 		}
-		// The lanes cancel a pull that holds more slots than its lane may
-		// now. A message the server sent just then comes back after the
-		// ack wait.
+		// The lanes cancel a backfill pull that holds more slots than the
+		// backfill may now (see broadcast).
 		fctx, cancel := context.WithTimeout(c.stopCtx, pullWait(c.cfg.FetchWait, c.cfg.Rand()))
 		c.lanes.pulling(ln, cancel)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))

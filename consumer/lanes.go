@@ -64,8 +64,9 @@ type lanes struct {
 	// changed is closed and replaced whenever a slot frees or the limits
 	// change: a fetch loop waiting for room looks again.
 	changed chan struct{}
-	// pulls cancel each lane's open pull: one that holds more slots than
-	// its lane may now gives them back at once, not after its wait.
+	// pulls cancel each lane's open pull: a backfill pull that holds more
+	// slots than the backfill may now gives them back at once, not after
+	// its wait.
 	pulls [2]context.CancelFunc
 }
 
@@ -95,16 +96,18 @@ func (l *lanes) limit(ln lane) int {
 	return l.slots
 }
 
-// broadcast wakes the fetch loops waiting for room and cancels a pull that
-// holds more than its lane may now. Called with mu held.
+// broadcast wakes the fetch loops waiting for room and cancels a backfill
+// pull that holds more than the backfill may now (live work came). A
+// message the server sent just then comes back after the ack wait: a
+// cost only a backfill pays, so a live pull is never cancelled (one that
+// holds many slots after its burst gives them back when its wait ends).
+// Called with mu held.
 func (l *lanes) broadcast() {
 	close(l.changed)
 	l.changed = make(chan struct{})
-	for ln := range l.pulls {
-		if l.pulls[ln] != nil && l.held[ln] > l.limit(lane(ln)) {
-			l.pulls[ln]()
-			l.pulls[ln] = nil
-		}
+	if l.pulls[laneBackfill] != nil && l.held[laneBackfill] > l.limit(laneBackfill) {
+		l.pulls[laneBackfill]()
+		l.pulls[laneBackfill] = nil
 	}
 }
 
