@@ -292,7 +292,9 @@ func reloadRunID(now time.Time) string {
 // reload publishes a forced event of one partition, as `idem publish
 // DATASET PARTITION --force` does: the same subject, body and Nats-Msg-Id
 // (schemas.NewMessage), a run id of its own, so that neither the ledger's
-// earlier success nor JetStream's duplicate window drops it.
+// earlier success nor JetStream's duplicate window drops it. It stays on
+// the live lane: one partition someone is waiting for at the page, not a
+// backfill to queue behind.
 func (s *status) reload(ctx context.Context, dataset, partition, who, reason string) (string, error) {
 	cfg := s.cfg.Load()
 	if _, ok := cfg.Datasets[dataset]; !ok {
