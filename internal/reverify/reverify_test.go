@@ -90,9 +90,8 @@ func newRig(t *testing.T) *rig {
 		require.NoError(t, err, name)
 	}
 	rv := reverify.New(reverify.Config{JS: js, Stream: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer, SubjectPrefix: cfg.NATS.SubjectPrefix,
-		BackfillConsumer: service.StreamsConfig(cfg).BackfillName(),
-		DLQStream:        cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix, DB: db.Pool, Pipeline: cfg.Pipeline,
-		Loader: h, Log: zerolog.Nop()})
+		DLQStream: cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix, DB: db.Pool, Pipeline: cfg.Pipeline,
+		Loader: h, Log: zerolog.Nop(), BackfillConsumer: service.StreamsConfig(cfg).BackfillName()})
 	return &rig{t: t, js: js, db: db, h: h, cfg: cfg, rv: rv}
 }
 
