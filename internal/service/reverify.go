@@ -26,9 +26,9 @@ func newReverifier(cfg *config.Config, js jetstream.JetStream, pool *pgxpool.Poo
 	}
 	return reverify.New(reverify.Config{
 		JS: js, Stream: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer, SubjectPrefix: cfg.NATS.SubjectPrefix,
-		BackfillConsumer: consumer.StreamsConfig{Consumer: cfg.NATS.Consumer}.BackfillName(),
-		DLQStream:        cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
+		DLQStream: cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
 		DB: pool, Pipeline: cfg.Pipeline, Loader: h, Window: cfg.Postgres.ReverifyWindow.Std(), Log: log,
+		BackfillConsumer: consumer.StreamsConfig{Consumer: cfg.NATS.Consumer}.BackfillName(),
 		Passed: func(r reverify.Result) {
 			result := "ok"
 			if r.Err != nil {
