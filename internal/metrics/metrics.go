@@ -58,6 +58,8 @@ type Metrics struct {
 	// reports the same values (aggregate with max).
 	ConsumerPending    prometheus.Gauge
 	ConsumerAckPending prometheus.Gauge
+	// BackfillPending is the backfill durable's events not yet delivered.
+	BackfillPending prometheus.Gauge
 	// DeadLettersPending is the number of messages in the dead-letter
 	// stream, by dataset.
 	DeadLettersPending *prometheus.GaugeVec
@@ -175,6 +177,9 @@ func New(version string) *Metrics {
 	m.ConsumerAckPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idem_consumer_ack_pending", Help: "Events delivered to some replica and not yet acknowledged; the same for every replica.",
 	})
+	m.BackfillPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_backfill_pending", Help: "Backfill events (idem.backfill) not yet delivered to the backfill durable consumer; the same for every replica.",
+	})
 	m.DeadLettersPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idem_dead_letters_pending", Help: "Messages in the dead-letter stream, by dataset: not yet replayed or purged.",
 	}, []string{"dataset"})
@@ -221,7 +226,7 @@ func New(version string) *Metrics {
 		Name: "idem_schema_changes_total", Help: "Schema changes the loads met (on_schema_change), by dataset, change (new_column, retyped, missing_column) and action: added, widened, ignored, kept, refused, found.",
 	}, []string{"dataset", "change", "action"})
 	for _, c := range []prometheus.Collector{m.Checks, m.SchemaChanges, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
-		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
+		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.BackfillPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
 		m.AuditPruned, m.WatchPublished, m.WatchFailures, m.RecheckAsked, m.RecheckReloads, m.RecheckFailures, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)
 	}

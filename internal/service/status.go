@@ -69,6 +69,7 @@ func newStatus(cfg *atomic.Pointer[config.Config], pool *pgxpool.Pool, nc *nats.
 	cur := cfg.Load()
 	s.obs = observer.New(observer.Config{
 		JS: js, Stream: cur.NATS.Stream, Consumer: cur.NATS.Consumer, DLQStream: cur.NATS.DLQStream,
+		BackfillConsumer: StreamsConfig(cur).BackfillName(),
 		DLQSubjectPrefix: cur.NATS.DLQSubjectPrefix, DB: pool, Pipeline: cur.Pipeline,
 		Calendars: s.calendars, Datasets: func() []string { return s.cfg.Load().DatasetNames() }, Replicas: s.replicas, Ready: func(ctx context.Context) bool { return len(readiness(ctx, nc, c, pool)) == 0 },
 		Metrics: m, Log: log,
