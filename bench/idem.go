@@ -140,6 +140,19 @@ func (w *ackWatcher) wait(ctx context.Context, seqs []uint64, within time.Durati
 	}
 }
 
+// count is how many of seqs were acked.
+func (w *ackWatcher) count(seqs []uint64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range seqs {
+		if _, ok := w.at[s]; ok {
+			n++
+		}
+	}
+	return n
+}
+
 func (w *ackWatcher) stop() { _ = w.sub.Unsubscribe() }
 
 func lastOf(ts []time.Time) time.Time {

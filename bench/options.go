@@ -52,6 +52,9 @@ type Sizes struct {
 	StatementsInFlight []int `json:"statements_in_flight,omitempty"`
 	StatementsBig      []int `json:"statements_big,omitempty"`
 	StatementsReps     int   `json:"statements_reps,omitempty"`
+	// LanesBackfill is the backfill (k) runs live events during; 0 (the
+	// smoke test) skips (k).
+	LanesBackfill int `json:"lanes_backfill,omitempty"`
 }
 
 // SizesFor returns the sizes of mode m.
@@ -61,12 +64,14 @@ func SizesFor(m Mode) (Sizes, error) {
 		return Sizes{Events: 2000, Partitions: 20000, InFlight: []int{1, 4, 8}, Reps: 3, PacedEvents: 1000,
 			Big: []int{100_000, 1_000_000}, Reruns: 5, BackfillDays: 365, BackfillRows: 10_000, BackfillInFlight: []int{1, 2, 4},
 			ChecksRows: 1_000_000, ChecksReps: 5,
-			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000, 1_000_000}, StatementsReps: 7}, nil
+			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000, 1_000_000}, StatementsReps: 7,
+			LanesBackfill: 5000}, nil
 	case ModeQuick:
 		return Sizes{Events: 300, Partitions: 2000, InFlight: []int{1, 4, 8}, Reps: 1, PacedEvents: 100,
 			Big: []int{100_000}, Reruns: 5, BackfillDays: 30, BackfillRows: 10_000, BackfillInFlight: []int{1, 4},
 			ChecksRows: 100_000, ChecksReps: 3,
-			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000}, StatementsReps: 2}, nil
+			StatementsInFlight: []int{4, 1}, StatementsBig: []int{100_000}, StatementsReps: 2,
+			LanesBackfill: 5000}, nil
 	case ModeTiny:
 		return Sizes{Events: 12, Partitions: 40, InFlight: []int{2}, Reps: 1, PacedEvents: 6,
 			Big: []int{2000}, Reruns: 2, BackfillDays: 4, BackfillRows: 100, BackfillInFlight: []int{2},
@@ -110,7 +115,7 @@ type Options struct {
 }
 
 // Phases are the names Options.Only takes, in the order a run takes them.
-var Phases = []string{"small", "big", "backfill", "checks", "tracing", "lone", "statements"}
+var Phases = []string{"small", "big", "backfill", "checks", "tracing", "lone", "statements", "lanes"}
 
 func labelRows(n int) string {
 	switch {

@@ -298,6 +298,7 @@ func (r *Results) Markdown() string {
 	b.WriteString(r.tracingMarkdown())
 	b.WriteString(r.loneMarkdown())
 	b.WriteString(r.statementModesMarkdown())
+	b.WriteString(r.lanesMarkdown())
 	return b.String()
 }
 

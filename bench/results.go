@@ -34,6 +34,8 @@ type Results struct {
 	// and off.
 	Tracing *TracingResult `json:"tracing,omitempty"`
 	Lone    *LoneResult    `json:"lone,omitempty"`
+	// Lanes is (k): live events during a backfill.
+	Lanes *LanesResult `json:"lanes,omitempty"`
 	// StatementModes is (j): idem with each postgres.statement_mode, and
 	// through PgBouncer.
 	StatementModes *StatementModesResult `json:"statement_modes,omitempty"`

@@ -42,6 +42,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{"tracing", "tracing: on with the collector down, and off", e.runTracing},
 		{"lone", "a lone event's latency", e.runLone},
 		{"statements", "statement modes: prepare, describe, exec, and through PgBouncer", e.runStatements},
+		{"lanes", "live events during a backfill", e.runLanes},
 	}
 	for _, p := range phases {
 		if len(opts.Only) > 0 && !slices.Contains(opts.Only, p.key) {

@@ -105,6 +105,10 @@ type Config struct {
 	// to twice as many messages: the others were fetched ahead, or wait for
 	// their dataset's turn, with their heartbeats going. Required.
 	MaxInFlight int
+	// BackfillShare is the percent of MaxInFlight the backfill lane keeps
+	// while live work is held: 1 to 100. Without live work the backfill
+	// uses every load. Default DefaultBackfillShare.
+	BackfillShare int
 	// Replicas of the streams EnsureStreams creates; default 1.
 	Replicas int
 	// MaxDeliver is the durable consumer's MaxDeliver, a backstop above
@@ -192,6 +196,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = DefaultMaxDeliver
 	}
+	if c.BackfillShare == 0 {
+		c.BackfillShare = DefaultBackfillShare
+	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
@@ -261,6 +268,9 @@ func (c Config) Validate() error {
 	if c.MaxInFlight < 1 {
 		add("MaxInFlight %d must be at least 1", c.MaxInFlight)
 	}
+	if c.BackfillShare < 1 || c.BackfillShare > 100 {
+		add("BackfillShare %d must be a percent from 1 to 100, e.g. %d", c.BackfillShare, DefaultBackfillShare)
+	}
 	for _, d := range []struct {
 		name  string
 		value time.Duration
@@ -308,6 +318,9 @@ func (c Config) Streams() StreamsConfig {
 		Replicas:         c.Replicas,
 	}
 }
+
+// backfillConsumer is the durable consumer of the backfill lane.
+func (c Config) backfillConsumer() string { return backfillName(c.Consumer) }
 
 // lookup tells schemas.Decode the configured datasets' partition types.
 func (c *Config) lookup(dataset string) (schemas.PartitionType, bool) {

@@ -35,16 +35,17 @@ type Consumer struct {
 	log    zerolog.Logger
 	dl     *deadLetterer
 
-	// slots holds one token per message fetched and not yet settled:
-	// max_in_flight messages running plus as many fetched ahead, so the
+	// lanes holds the slots, one per message fetched and not yet settled
+	// (max_in_flight messages running plus as many fetched ahead, so the
 	// next loads find their message already delivered while the previous
-	// ones commit and are acked. A message fetched ahead waits with its
-	// heartbeats going, like one waiting for its dataset's turn.
-	slots chan struct{}
-	// loads holds one token per handler running: never more than
-	// max_in_flight loads at once.
-	loads   chan struct{}
+	// ones commit and are acked; a message fetched ahead waits with its
+	// heartbeats going, like one waiting for its dataset's turn), and the
+	// loads, one per handler running (never more than max_in_flight), and
+	// shares both between the live and the backfill lane.
+	lanes   *lanes
 	running atomic.Int64
+	// laneRunning counts the loads running per lane, for the gauge.
+	laneRunning [2]atomic.Int64
 	// sets is the current generation of the configured datasets; a
 	// delivery keeps the one it was read with until its fate (Reload).
 	sets    atomic.Pointer[datasets]
@@ -85,8 +86,7 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		handle: h,
 		log:    cfg.Log,
 		dl:     newDeadLetterer(js, cfg),
-		slots:  make(chan struct{}, cfg.MaxInFlight+prefetch(cfg.MaxInFlight, cfg.MaxGroup)),
-		loads:  make(chan struct{}, cfg.MaxInFlight),
+		lanes:  newLanes(cfg.MaxInFlight+prefetch(cfg.MaxInFlight, cfg.MaxGroup), cfg.MaxInFlight, cfg.BackfillShare),
 	}
 	c.sets.Store(newDatasets(cfg.Datasets, nil))
 	c.stopCtx, c.stopNow = context.WithCancel(context.Background())
@@ -204,10 +204,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 			defer func() { stopFleet(); <-fleetDone }()
 		}
 	}
-	c.log.Info().Str("stream", c.cfg.Stream).Str("consumer", c.cfg.Consumer).Int("max_in_flight", c.cfg.MaxInFlight).Msg("consuming")
-	err := c.fetchLoop(hard)
-	if err != nil {
-		c.stop(c.cfg.ShutdownGrace, err)
+	c.log.Info().Str("stream", c.cfg.Stream).Str("consumer", c.cfg.Consumer).Str("backfill_consumer", c.cfg.backfillConsumer()).
+		Int("max_in_flight", c.cfg.MaxInFlight).Int("backfill_share", c.cfg.BackfillShare).Msg("consuming")
+	// One fetch loop per lane. A replica of a version before the lanes
+	// runs only the live one: backfill events wait in the stream until a
+	// replica of this version runs.
+	loops := make(chan error, 2)
+	for _, ln := range []lane{laneLive, laneBackfill} {
+		go func() { loops <- c.fetchLoop(hard, ln) }()
+	}
+	var err error
+	for range 2 {
+		if e := <-loops; e != nil && err == nil {
+			err = e
+			c.stop(c.cfg.ShutdownGrace, err)
+		}
 	}
 	c.wg.Wait()
 	close(settled)
@@ -249,11 +260,11 @@ func (c *Consumer) isStopping() bool {
 	}
 }
 
-// fetchLoop pulls as many messages as there are free slots, hands each to
-// its own goroutine, and ends when stopping. A stop cancels the pull in
+// fetchLoop pulls ln's messages, as many as there are slots ln may take
+// (lanes), hands each to its own goroutine, and ends when stopping. A stop cancels the pull in
 // progress at once: left open, it would take back the very messages the
 // stop naks and burn their deliveries. What it already brought is nak'ed.
-func (c *Consumer) fetchLoop(hard context.Context) error {
+func (c *Consumer) fetchLoop(hard context.Context, ln lane) error {
 	var cons jetstream.Consumer
 	pause := time.Duration(0)
 	failed := func(err error, msg string) bool {
@@ -264,7 +275,7 @@ func (c *Consumer) fetchLoop(hard context.Context) error {
 	for !c.isStopping() {
 		if cons == nil {
 			var err error
-			cons, err = c.lookup(hard)
+			cons, err = c.lookup(hard, ln)
 			if errors.Is(err, nats.ErrConnectionClosed) {
 				return fmt.Errorf("consumer: %w", err)
 			}
@@ -280,23 +291,31 @@ func (c *Consumer) fetchLoop(hard context.Context) error {
 		if !c.circuit.waitClosed() {
 			return nil
 		}
-		n := c.reserve()
+		n := c.lanes.reserve(ln, c.stopping)
 		if n == 0 {
 			return nil
 		}
+		if c.isStopping() {
+			c.lanes.release(ln, n)
+			return nil
+		}
+		// The lanes cancel a backfill pull that holds more slots than the
+		// backfill may now (see broadcast).
 		fctx, cancel := context.WithTimeout(c.stopCtx, pullWait(c.cfg.FetchWait, c.cfg.Rand()))
+		c.lanes.pulling(ln, cancel)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 		if err != nil {
-			c.release(n)
+			c.lanes.release(ln, n)
 		} else {
 			got := 0
 			for msg := range batch.Messages() {
 				got++
-				c.dispatch(hard, msg)
+				c.dispatch(hard, msg, ln)
 			}
-			c.release(n - got)
+			c.lanes.release(ln, n-got)
 			err = batch.Error()
 		}
+		c.lanes.pulling(ln, nil)
 		cancel()
 		switch {
 		case err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) ||
@@ -329,10 +348,14 @@ func pullWait(wait time.Duration, jitter float64) time.Duration {
 	return wait/2 + time.Duration(jitter*float64(wait))
 }
 
-func (c *Consumer) lookup(ctx context.Context) (jetstream.Consumer, error) {
+func (c *Consumer) lookup(ctx context.Context, ln lane) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
 	defer cancel()
-	return c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	name := c.cfg.Consumer
+	if ln == laneBackfill {
+		name = c.cfg.backfillConsumer()
+	}
+	return c.js.Consumer(ctx, c.cfg.Stream, name)
 }
 
 // sleep waits d or until stopping; it reports whether to go on.
@@ -347,44 +370,16 @@ func (c *Consumer) sleep(d time.Duration) bool {
 	}
 }
 
-// reserve takes at least one free slot (waiting for it) and then every other
-// free one; 0 means stopping.
-func (c *Consumer) reserve() int {
-	select {
-	case c.slots <- struct{}{}:
-	case <-c.stopping:
-		return 0
-	}
-	if c.isStopping() {
-		c.release(1)
-		return 0
-	}
-	n := 1
-	for n < cap(c.slots) {
-		select {
-		case c.slots <- struct{}{}:
-			n++
-		default:
-			return n
-		}
-	}
-	return n
-}
-
-func (c *Consumer) release(n int) {
-	for range n {
-		<-c.slots
-	}
-}
-
-// dispatch hands msg, which holds one reserved slot, to its own goroutine.
-func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg) {
+// dispatch hands msg, which holds one slot reserved for ln, to its own
+// goroutine.
+func (c *Consumer) dispatch(hard context.Context, msg jetstream.Msg, ln lane) {
 	c.wg.Add(1)
 	c.held.Add(1)
+	c.lanes.fetched(ln)
 	go func() {
 		defer func() {
 			c.held.Add(-1)
-			c.release(1)
+			c.lanes.settled(ln)
 			c.wg.Done()
 		}()
 		c.process(hard, msg)
@@ -406,25 +401,36 @@ func prefetch(maxInFlight, maxGroup int) int {
 	return max(0, min(n, DefaultMaxAckPending-maxInFlight))
 }
 
-// startLoad waits for a free load slot; false means stopping. Every
+// startLoad waits for a load of ln; false means stopping. Every
 // successful call is followed by endLoad.
-func (c *Consumer) startLoad() bool {
+func (c *Consumer) startLoad(ln lane) bool {
+	granted, withdraw := c.lanes.queueLoad(ln)
 	select {
-	case c.loads <- struct{}{}:
+	case <-granted:
 	case <-c.stopping:
+		if !withdraw() {
+			c.lanes.endLoad(ln)
+		}
 		return false
 	}
 	if c.isStopping() {
-		<-c.loads
+		c.lanes.endLoad(ln)
 		return false
 	}
-	c.cfg.Hooks.inFlight(int(c.running.Add(1)))
+	c.loadStarted(ln)
 	return true
 }
 
-// endLoad frees the load slot; counted out first, so the gauge never shows
+// loadStarted counts a granted load in.
+func (c *Consumer) loadStarted(ln lane) {
+	c.cfg.Hooks.inFlight(int(c.running.Add(1)))
+	c.cfg.Hooks.laneInFlight(ln.String(), int(c.laneRunning[ln].Add(1)))
+}
+
+// endLoad frees the load; counted out first, so the gauge never shows
 // more than max_in_flight.
-func (c *Consumer) endLoad() {
+func (c *Consumer) endLoad(ln lane) {
 	c.cfg.Hooks.inFlight(int(c.running.Add(-1)))
-	<-c.loads
+	c.cfg.Hooks.laneInFlight(ln.String(), int(c.laneRunning[ln].Add(-1)))
+	c.lanes.endLoad(ln)
 }

@@ -191,6 +191,20 @@
 // order: per-dataset limits protect Postgres; they make datasets fair only
 // within these bounds.
 //
+// # Lanes: live partitions before a backfill
+//
+// Backfills travel on their own subjects (schemas.BackfillPrefix,
+// idem.backfill.<dataset>), read by a second durable (Consumer +
+// "_backfill") through a second fetch loop; live events stay on
+// <SubjectPrefix>.<dataset>. Both lanes' messages take the same way
+// (process, Decide, the dead-letter stream, which keeps their subject) and
+// share the slots and MaxInFlight (lanes.go): alone, a lane uses all of
+// them; while live messages are held, the backfill keeps to BackfillShare
+// percent and a live message takes the next free load, so it starts within
+// one load and one pull however long the backfill's backlog. Groups form
+// within a lane. A replica of a version before the lanes reads only the
+// live durable: backfill events wait until a replica of this version runs.
+//
 // # Stopping
 //
 // Stop(grace), or the cancellation of Run's context (with

@@ -43,29 +43,33 @@ func (q *groupQueue) add(w *waiter) {
 	if q.waiting == nil {
 		q.waiting = map[string][]*waiter{}
 	}
-	q.waiting[w.d.dataset] = append(q.waiting[w.d.dataset], w)
+	q.waiting[groupKey(w.d)] = append(q.waiting[groupKey(w.d)], w)
 }
+
+// groupKey is where d waits: a group takes the messages of one dataset and
+// one lane, so a live load never carries a backfill's partitions.
+func groupKey(d *delivery) string { return d.lane.String() + "/" + d.dataset }
 
 // remove takes w out of the queue; false when a group already took it.
 func (q *groupQueue) remove(w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.waiting[w.d.dataset]
+	ws := q.waiting[groupKey(w.d)]
 	for i, x := range ws {
 		if x == w {
-			q.waiting[w.d.dataset] = append(ws[:i:i], ws[i+1:]...)
+			q.waiting[groupKey(w.d)] = append(ws[:i:i], ws[i+1:]...)
 			return true
 		}
 	}
 	return false
 }
 
-// take takes up to n waiting messages of lead's dataset, oldest first,
-// each for a partition no other member has.
+// take takes up to n waiting messages of lead's dataset and lane, oldest
+// first, each for a partition no other member has.
 func (q *groupQueue) take(lead *delivery, n int) []*waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.waiting[lead.dataset]
+	ws := q.waiting[groupKey(lead)]
 	seen := map[string]bool{lead.m.Event.Key.Key: true}
 	var taken, left []*waiter
 	for _, w := range ws {
@@ -77,7 +81,7 @@ func (q *groupQueue) take(lead *delivery, n int) []*waiter {
 		}
 		left = append(left, w)
 	}
-	q.waiting[lead.dataset] = left
+	q.waiting[groupKey(lead)] = left
 	return taken
 }
 
@@ -96,20 +100,27 @@ func (c *Consumer) groupSize(d *delivery) int {
 func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (error, time.Duration, bool) {
 	w := &waiter{d: d, done: make(chan groupResult, 1)}
 	c.groups.add(w)
+	granted, withdraw := c.lanes.queueLoad(d.lane)
+	// let go gives back a load granted meanwhile.
+	letGo := func() {
+		if !withdraw() {
+			c.lanes.endLoad(d.lane)
+		}
+	}
 	select {
-	case c.loads <- struct{}{}:
+	case <-granted:
 		if !c.groups.remove(w) {
 			// A group took it while the slot came free: the slot is not ours.
-			<-c.loads
+			c.lanes.endLoad(d.lane)
 			r := <-w.done
 			return r.err, r.handled, true
 		}
 		if c.isStopping() {
-			<-c.loads
+			c.lanes.endLoad(d.lane)
 			return ErrShutdown, 0, false
 		}
-		c.cfg.Hooks.inFlight(int(c.running.Add(1)))
-		defer c.endLoad()
+		c.loadStarted(d.lane)
+		defer c.endLoad(d.lane)
 		members := c.groups.take(d, size-1)
 		ds := []*delivery{d}
 		for _, m := range members {
@@ -125,8 +136,10 @@ func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (erro
 		}
 		return errs[0], took, true
 	case r := <-w.done:
+		letGo()
 		return r.err, r.handled, true
 	case <-c.stopping:
+		letGo()
 		if c.groups.remove(w) {
 			return ErrShutdown, 0, false
 		}

@@ -20,6 +20,9 @@ type Hooks struct {
 	Redelivery func(dataset string)
 	// InFlight is called with the number of loads running, on every change.
 	InFlight func(n int)
+	// LaneInFlight is called with the number of loads of a lane (LaneLive,
+	// LaneBackfill) running, on every change.
+	LaneInFlight func(lane string, n int)
 	// Heartbeat is called for every InProgress sent.
 	Heartbeat func(dataset string)
 	// Circuit is called when the warehouse circuit opens (up false) and
@@ -48,6 +51,12 @@ func (h *Hooks) redelivery(dataset string) {
 func (h *Hooks) inFlight(n int) {
 	if h.InFlight != nil {
 		h.InFlight(n)
+	}
+}
+
+func (h *Hooks) laneInFlight(lane string, n int) {
+	if h.LaneInFlight != nil {
+		h.LaneInFlight(lane, n)
 	}
 }
 

@@ -68,6 +68,9 @@ type delivery struct {
 	// trace holds the span the delivery's process and settle spans are
 	// children of: the publisher's, or the receive span's (tracing.go).
 	trace context.Context
+	// lane is the lane of the message's subject: its loads are counted
+	// and granted there.
+	lane lane
 }
 
 // newDelivery reads a fetched message: metadata, routing and body. It never
@@ -91,7 +94,7 @@ func (c *Consumer) newDelivery(msg jetstream.Msg) (*delivery, error) {
 			Published:    meta.Timestamp,
 		},
 	}
-	d.token = subjectDataset(c.cfg.SubjectPrefix, msg.Subject())
+	d.token, d.lane = laneDataset(c.cfg.SubjectPrefix, msg.Subject())
 	d.retry = invalidRetry
 	d.set = c.sets.Load()
 	if ds, ok := d.set.byName[d.token]; ok {
@@ -126,6 +129,15 @@ func messageLogger(base zerolog.Logger, dataset string, ev schemas.Event, delive
 		lc = lc.Str("subject", subject)
 	}
 	return lc.Int("delivery", delivery).Uint64("stream_seq", seq).Logger()
+}
+
+// laneDataset is the dataset token of an event subject of either lane
+// (subjectDataset), and the lane.
+func laneDataset(prefix, subject string) (string, lane) {
+	if ds := subjectDataset(schemas.BackfillPrefix(prefix), subject); ds != "" {
+		return ds, laneBackfill
+	}
+	return subjectDataset(prefix, subject), laneLive
 }
 
 // subjectDataset is the subject's token after prefix when it is a valid

@@ -95,7 +95,7 @@ func (p *pauses) leave(dataset string) {
 
 // maxPaused is how many messages of one paused dataset this process holds:
 // half the fetch slots, as many as may queue for a dataset's turn.
-func (c *Consumer) maxPaused() int { return max(1, cap(c.slots)/2) }
+func (c *Consumer) maxPaused() int { return max(1, c.lanes.slots/2) }
 
 // paused asks Config.Paused about dataset now: the time left (0: until
 // resumed) and whether it is paused.
@@ -130,8 +130,8 @@ func (c *Consumer) holdWhilePaused(hard context.Context, d *delivery) error {
 	d.log.Debug().Msg("dataset paused: the message is held")
 	// The slot goes back while the message waits, and is taken again
 	// before it runs: dispatch releases it after the fate.
-	c.release(1)
-	defer func() { c.slots <- struct{}{} }()
+	c.lanes.lend(d.lane)
+	defer c.lanes.reclaim(d.lane, c.stopping)
 	t := time.NewTicker(pausePoll)
 	defer t.Stop()
 	for {

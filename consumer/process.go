@@ -109,11 +109,11 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		}
 		return in, took, trial, true
 	}
-	if !c.startLoad() {
+	if !c.startLoad(d.lane) {
 		in.Err, in.Cause = ErrShutdown, ErrShutdown
 		return in, 0, trial, false
 	}
-	defer c.endLoad()
+	defer c.endLoad(d.lane)
 	ctx := d.log.WithContext(pctx)
 	start := time.Now()
 	in.Err = c.call(ctx, d)
@@ -130,7 +130,7 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 // (half the slots, those fetched ahead included), never so many that other
 // datasets find none free.
 func (c *Consumer) maxQueued(limit int) int {
-	return max(limit, cap(c.slots)/2)
+	return max(limit, c.lanes.slots/2)
 }
 
 // unknownDataset decides what to do with an event this replica cannot read:

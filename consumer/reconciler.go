@@ -128,7 +128,7 @@ func (r *Reconciler) reconcile(ctx context.Context, events jetstream.Stream, m j
 		_ = m.Term()
 		return
 	}
-	if adv.Stream != r.cfg.Stream || adv.Consumer != r.cfg.Consumer {
+	if adv.Stream != r.cfg.Stream || (adv.Consumer != r.cfg.Consumer && adv.Consumer != r.cfg.backfillConsumer()) {
 		_ = m.Ack()
 		return
 	}
@@ -147,7 +147,7 @@ func (r *Reconciler) reconcile(ctx context.Context, events jetstream.Stream, m j
 		return
 	}
 
-	token := subjectDataset(r.cfg.SubjectPrefix, raw.Subject)
+	token, _ := laneDataset(r.cfg.SubjectPrefix, raw.Subject)
 	dataset := ""
 	if _, ok := r.cfg.Datasets[token]; ok {
 		dataset = token

@@ -14,9 +14,12 @@ import (
 
 // crash takes the next message like a process that dies before acking it:
 // fetched, never acked, so JetStream redelivers it after AckWait.
-func (e *env) crash(wantDelivery uint64) {
+func (e *env) crash(wantDelivery uint64) { e.crashOn(e.cfg.Consumer, wantDelivery) }
+
+// crashOn is crash on the durable named.
+func (e *env) crashOn(durable string, wantDelivery uint64) {
 	e.t.Helper()
-	cons, err := e.js.Consumer(context.Background(), testStream, e.cfg.Consumer)
+	cons, err := e.js.Consumer(context.Background(), testStream, durable)
 	require.NoError(e.t, err)
 	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(3*e.cfg.AckWait))
 	require.NoError(e.t, err)
@@ -28,6 +31,28 @@ func (e *env) crash(wantDelivery uint64) {
 	meta, err := got.Metadata()
 	require.NoError(e.t, err)
 	require.Equal(e.t, wantDelivery, meta.NumDelivered)
+}
+
+// The backfill durable's max-deliveries advisory reaches the reconciler
+// too, and the dead letter keeps the backfill subject, where a replay
+// republishes it.
+func TestCrashedBackfillIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) {
+		c.AckWait = time.Second
+		c.MaxDeliver = 2
+		c.Datasets = map[string]Dataset{"orders": {Retry: Retry{MaxAttempts: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond}}}
+	})
+	e.reconciler()
+	seq := e.publish("idem.backfill.orders", event("orders", "2026-11-28", "backfill__1"), nil)
+	e.crashOn("idem_backfill", 1)
+	e.crashOn("idem_backfill", 2)
+	e.start(func(context.Context, *Message) error { return nil })
+	dl := e.deadLetters(1)[0]
+	require.Equal(t, "idem.dlq.orders", dl.Subject)
+	require.Equal(t, "crashed", dl.Header.Get(deadletter.HeaderErrorKind))
+	require.Equal(t, "idem.backfill.orders", dl.Header.Get(deadletter.HeaderOriginalSubject))
+	require.Equal(t, fmt.Sprint(seq), dl.Header.Get(deadletter.HeaderOriginalSeq))
 }
 
 func TestCrashedProcessIsDeadLetteredOnceByTwoReconcilers(t *testing.T) {

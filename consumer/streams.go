@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-data/idem/internal/defaults"
+	"github.com/idem-data/idem/schemas"
 )
 
 const (
@@ -78,6 +79,7 @@ func (s StreamsConfig) Validate() error {
 	c := Config{
 		Stream: s.Stream, DLQStream: s.DLQStream, AdvisoryStream: s.AdvisoryStream, Consumer: s.Consumer,
 		SubjectPrefix: s.SubjectPrefix, DLQSubjectPrefix: s.DLQSubjectPrefix, AckWait: s.AckWait, MaxInFlight: 1,
+		BackfillShare: DefaultBackfillShare,
 	}
 	errs := []error{c.Validate()}
 	if s.MaxDeliver < 1 {
@@ -97,6 +99,17 @@ func (s StreamsConfig) Validate() error {
 
 // ReconcilerName is the durable consumer on the advisory stream.
 func (s StreamsConfig) ReconcilerName() string { return s.Consumer + "_reconciler" }
+
+// BackfillName is the durable consumer of the backfill lane: Consumer's
+// name and "_backfill". It reads <BackfillSubjectPrefix>.>; Consumer reads
+// <SubjectPrefix>.>.
+func (s StreamsConfig) BackfillName() string { return backfillName(s.Consumer) }
+
+// BackfillSubjectPrefix is the prefix of the backfill lane's subjects
+// (schemas.BackfillPrefix): idem.backfill for idem.ready.
+func (s StreamsConfig) BackfillSubjectPrefix() string { return schemas.BackfillPrefix(s.SubjectPrefix) }
+
+func backfillName(consumer string) string { return consumer + "_backfill" }
 
 // MaxDeliveriesSubject is the advisory JetStream publishes when a message of
 // consumer on stream reaches MaxDeliver.
@@ -121,12 +134,13 @@ func (d Drift) String() string {
 }
 
 // EnsureStreams creates what is missing: the events stream, the dead-letter
-// stream, the advisory stream, the results stream, the durable consumer and the reconciler's
-// consumer. An existing stream only ever gains subjects: a retention or
+// stream, the advisory stream, the results stream, the live and the backfill
+// durable consumers and the reconciler's consumer. An existing stream only ever gains subjects: a retention or
 // storage other than idem's is an error naming the stream and the difference,
 // never a silent change. An existing consumer is left as it is, so replicas
 // of two versions do not overwrite each other's settings during a rolling
-// deploy: ConsumerDrift says how it differs, ApplyStreams changes it.
+// deploy: ConsumerDrift says how it differs, ApplyStreams changes it. The
+// one exception is a filter missing or narrower than idem's (widenFilter).
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfig) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -139,8 +153,14 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 	}
 	for _, c := range cfg.consumers() {
 		have, err := lookupConsumer(ctx, js, c)
-		if err != nil || have != nil {
+		if err != nil {
 			return err
+		}
+		if have != nil {
+			if err := widenFilter(ctx, js, c, *have); err != nil {
+				return err
+			}
+			continue
 		}
 		// Another replica may create it meanwhile, with its own version's
 		// settings: ErrConsumerExists then, and ConsumerDrift tells.
@@ -149,6 +169,35 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		}
 	}
 	return nil
+}
+
+// widenFilter is the one change EnsureStreams makes to an existing
+// consumer, the upgrade to the lanes: a filter that is missing, or that
+// lacks some of the subjects idem now filters on, becomes idem's. A live
+// durable without a filter would otherwise read the backfill subjects as
+// well, and a reconciler of the live durable alone would miss the backfill
+// durable's advisories. A filter an operator set otherwise stays, and
+// ConsumerDrift reports it.
+func widenFilter(ctx context.Context, js jetstream.JetStream, c consumerSpec, have jetstream.ConsumerConfig) error {
+	want := strings.Split(filterSubjects(c.config), ",")
+	got := strings.Split(filterSubjects(have), ",")
+	if slices.Equal(got, want) || (got[0] != "(none)" && !isSubset(got, want)) {
+		return nil
+	}
+	have.FilterSubject, have.FilterSubjects = c.config.FilterSubject, c.config.FilterSubjects
+	if _, err := js.UpdateConsumer(ctx, c.stream, have); err != nil {
+		return fmt.Errorf("consumer: set the filter of consumer %s on stream %s to %s: %w", c.config.Durable, c.stream, strings.Join(want, ","), err)
+	}
+	return nil
+}
+
+func isSubset(sub, of []string) bool {
+	for _, s := range sub {
+		if !slices.Contains(of, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // ConsumerDrift compares the durable consumer and the reconciler's consumer
@@ -216,7 +265,7 @@ func (cfg StreamsConfig) streams() []jetstream.StreamConfig {
 	ss := []jetstream.StreamConfig{{
 		Name:        cfg.Stream,
 		Description: "idem: partition-ready events",
-		Subjects:    []string{cfg.SubjectPrefix + ".>"},
+		Subjects:    []string{cfg.SubjectPrefix + ".>", cfg.BackfillSubjectPrefix() + ".>"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Duplicates:  cfg.Duplicates,
@@ -232,7 +281,7 @@ func (cfg StreamsConfig) streams() []jetstream.StreamConfig {
 	}, {
 		Name:        cfg.AdvisoryStream,
 		Description: "idem: max-deliveries advisories awaiting the reconciler",
-		Subjects:    []string{MaxDeliveriesSubject(cfg.Stream, cfg.Consumer)},
+		Subjects:    cfg.advisorySubjects(),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -260,7 +309,14 @@ type consumerSpec struct {
 	config jetstream.ConsumerConfig
 }
 
-// consumers are the durable consumer and the reconciler's consumer.
+// advisorySubjects are the max-deliveries advisories of both lanes'
+// durables.
+func (cfg StreamsConfig) advisorySubjects() []string {
+	return []string{MaxDeliveriesSubject(cfg.Stream, cfg.Consumer), MaxDeliveriesSubject(cfg.Stream, cfg.BackfillName())}
+}
+
+// consumers are the live and the backfill lane's durables and the
+// reconciler's consumer.
 func (cfg StreamsConfig) consumers() []consumerSpec {
 	return []consumerSpec{{cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
@@ -271,14 +327,23 @@ func (cfg StreamsConfig) consumers() []consumerSpec {
 		MaxDeliver:    cfg.MaxDeliver,
 		MaxAckPending: cfg.MaxAckPending,
 		FilterSubject: cfg.SubjectPrefix + ".>",
-	}}, {cfg.AdvisoryStream, jetstream.ConsumerConfig{
-		Durable:       cfg.ReconcilerName(),
-		Description:   "idem: dead-letters messages that exhausted their deliveries without a verdict",
+	}}, {cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.BackfillName(),
+		Description:   "idem: loads partitions of backfills, after live ones",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       reconcilerAckWait,
-		MaxDeliver:    -1, // a failed dead letter is retried until it succeeds
-		FilterSubject: MaxDeliveriesSubject(cfg.Stream, cfg.Consumer),
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		FilterSubject: cfg.BackfillSubjectPrefix() + ".>",
+	}}, {cfg.AdvisoryStream, jetstream.ConsumerConfig{
+		Durable:        cfg.ReconcilerName(),
+		Description:    "idem: dead-letters messages that exhausted their deliveries without a verdict",
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        reconcilerAckWait,
+		MaxDeliver:     -1, // a failed dead letter is retried until it succeeds
+		FilterSubjects: cfg.advisorySubjects(),
 	}}}
 }
 
@@ -326,7 +391,7 @@ func (c consumerSpec) applyTo(have jetstream.ConsumerConfig) jetstream.ConsumerC
 	if want.MaxAckPending != 0 {
 		have.MaxAckPending = want.MaxAckPending
 	}
-	have.FilterSubject, have.FilterSubjects = want.FilterSubject, nil
+	have.FilterSubject, have.FilterSubjects = want.FilterSubject, want.FilterSubjects
 	return have
 }
 

@@ -38,9 +38,10 @@ func TestEnsureStreamsCreates(t *testing.T) {
 		subjects  []string
 		retention jetstream.RetentionPolicy
 	}{
-		"IDEM_EVENTS":            {[]string{"idem.ready.>"}, jetstream.LimitsPolicy},
-		"IDEM_DLQ":               {[]string{"idem.dlq.>"}, jetstream.LimitsPolicy},
-		"IDEM_EVENTS_ADVISORIES": {[]string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.IDEM_EVENTS.idem"}, jetstream.WorkQueuePolicy},
+		"IDEM_EVENTS": {[]string{"idem.ready.>", "idem.backfill.>"}, jetstream.LimitsPolicy},
+		"IDEM_DLQ":    {[]string{"idem.dlq.>"}, jetstream.LimitsPolicy},
+		"IDEM_EVENTS_ADVISORIES": {[]string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.IDEM_EVENTS.idem",
+			"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.IDEM_EVENTS.idem_backfill"}, jetstream.WorkQueuePolicy},
 	} {
 		s, err := js.Stream(ctx, name)
 		require.NoError(t, err, name)
@@ -62,6 +63,11 @@ func TestEnsureStreamsCreates(t *testing.T) {
 	require.Equal(t, DefaultMaxDeliver, cc.MaxDeliver)
 	require.Equal(t, 2000, cc.MaxAckPending)
 	require.Equal(t, "idem.ready.>", cc.FilterSubject)
+	bc := consumerConfig(t, js, "IDEM_EVENTS", "idem_backfill")
+	require.Equal(t, "idem.backfill.>", bc.FilterSubject, "the backfill lane's durable")
+	require.Equal(t, cc.AckWait, bc.AckWait)
+	require.Equal(t, cc.MaxDeliver, bc.MaxDeliver)
+	require.Equal(t, cc.MaxAckPending, bc.MaxAckPending)
 	_, err = js.Consumer(ctx, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
 	require.NoError(t, err)
 
@@ -95,7 +101,7 @@ func TestEnsureStreamsAddsMissingSubjectsOnly(t *testing.T) {
 
 	s, err := js.Stream(ctx, "IDEM_EVENTS")
 	require.NoError(t, err)
-	require.Equal(t, []string{"legacy.>", "idem.ready.>"}, s.CachedInfo().Config.Subjects)
+	require.Equal(t, []string{"legacy.>", "idem.ready.>", "idem.backfill.>"}, s.CachedInfo().Config.Subjects)
 	require.Equal(t, time.Hour, s.CachedInfo().Config.MaxAge, "the operator's limits stay")
 	s, err = js.Stream(ctx, "IDEM_DLQ")
 	require.NoError(t, err)
@@ -138,6 +144,8 @@ func TestEnsureStreamsLeavesConsumersAlone(t *testing.T) {
 	require.Equal(t, []Drift{
 		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "ack_wait", Server: "30s", Config: "45s"},
 		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "max_deliver", Server: "4", Config: "20"},
+		{Stream: "IDEM_EVENTS", Consumer: "idem_backfill", Field: "ack_wait", Server: "30s", Config: "45s"},
+		{Stream: "IDEM_EVENTS", Consumer: "idem_backfill", Field: "max_deliver", Server: "4", Config: "20"},
 	}, drifts)
 	require.Equal(t, "consumer idem: max_deliver 4 -> 20", drifts[1].String())
 	require.Equal(t, cc, consumerConfig(t, js, "IDEM_EVENTS", "idem"), "ConsumerDrift changes nothing")
@@ -177,6 +185,8 @@ func TestApplyStreamsUpdatesConsumers(t *testing.T) {
 		{Stream: "IDEM_EVENTS", Consumer: "idem", Field: "filter_subject", Server: "idem.ready.orders,idem.ready.customers", Config: "idem.ready.>"},
 		{Stream: "IDEM_EVENTS_ADVISORIES", Consumer: "idem_reconciler", Field: "ack_wait", Server: "2m0s", Config: "30s"},
 		{Stream: "IDEM_EVENTS_ADVISORIES", Consumer: "idem_reconciler", Field: "max_deliver", Server: "5", Config: "-1"},
+		{Stream: "IDEM_EVENTS_ADVISORIES", Consumer: "idem_reconciler", Field: "filter_subject",
+			Server: MaxDeliveriesSubject("IDEM_EVENTS", "idem"), Config: MaxDeliveriesSubject("IDEM_EVENTS", "idem") + "," + MaxDeliveriesSubject("IDEM_EVENTS", "idem_backfill")},
 	}
 	drifts, err := ConsumerDrift(ctx, js, sc)
 	require.NoError(t, err)
@@ -184,7 +194,7 @@ func TestApplyStreamsUpdatesConsumers(t *testing.T) {
 
 	changed, err := ApplyStreams(ctx, js, sc)
 	require.NoError(t, err)
-	require.Equal(t, want, changed)
+	require.Equal(t, want[:len(want)-1], changed, "the reconciler's narrower filter was widened as EnsureStreams does")
 	cc := consumerConfig(t, js, "IDEM_EVENTS", "idem")
 	require.Equal(t, 30*time.Second, cc.AckWait)
 	require.Equal(t, 4, cc.MaxDeliver)
@@ -225,7 +235,56 @@ func TestEnsureStreamsCreatesMissingConsumers(t *testing.T) {
 	rc := consumerConfig(t, js, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
 	require.Equal(t, 30*time.Second, rc.AckWait)
 	require.Equal(t, -1, rc.MaxDeliver)
-	require.Equal(t, MaxDeliveriesSubject("IDEM_EVENTS", "idem"), rc.FilterSubject)
+	require.Equal(t, []string{MaxDeliveriesSubject("IDEM_EVENTS", "idem"), MaxDeliveriesSubject("IDEM_EVENTS", "idem_backfill")}, rc.FilterSubjects)
+}
+
+// TestEnsureStreamsUpgradesToLanes: what a version before the lanes
+// created (one subject, a durable without a filter, a reconciler of the
+// live durable alone) is updated in place, and the backfill durable is
+// created; the messages already stored stay where they are.
+func TestEnsureStreamsUpgradesToLanes(t *testing.T) {
+	t.Parallel()
+	js := natstest.JetStream(t, natstest.RunServer(t))
+	ctx := context.Background()
+	sc := driftStreams().WithDefaults()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"idem.ready.>"}, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS_ADVISORIES", Retention: jetstream.WorkQueuePolicy,
+		Subjects: []string{MaxDeliveriesSubject("IDEM_EVENTS", "idem")}})
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "IDEM_EVENTS", jetstream.ConsumerConfig{
+		Durable: "idem", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 4, MaxAckPending: 1000,
+	})
+	require.NoError(t, err)
+	_, err = js.CreateConsumer(ctx, "IDEM_EVENTS_ADVISORIES", jetstream.ConsumerConfig{
+		Durable: "idem_reconciler", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		FilterSubject: MaxDeliveriesSubject("IDEM_EVENTS", "idem"),
+	})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "idem.ready.orders", event("orders", "2026-11-28", "backfill__old"))
+	require.NoError(t, err)
+
+	require.NoError(t, EnsureStreams(ctx, js, sc))
+	s, err := js.Stream(ctx, "IDEM_EVENTS")
+	require.NoError(t, err)
+	require.Equal(t, []string{"idem.ready.>", "idem.backfill.>"}, s.CachedInfo().Config.Subjects, "the stream gains the backfill subjects in place")
+	require.Equal(t, uint64(1), s.CachedInfo().State.Msgs, "what it held stays")
+	cc := consumerConfig(t, js, "IDEM_EVENTS", "idem")
+	require.Equal(t, "idem.ready.>", cc.FilterSubject, "the live durable no longer reads the backfill subjects")
+	c, err := js.Consumer(ctx, "IDEM_EVENTS", "idem")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), c.CachedInfo().NumPending, "a backfill event published before the upgrade loads on the live lane")
+	bc := consumerConfig(t, js, "IDEM_EVENTS", "idem_backfill")
+	require.Equal(t, "idem.backfill.>", bc.FilterSubject)
+	rc := consumerConfig(t, js, "IDEM_EVENTS_ADVISORIES", "idem_reconciler")
+	require.Equal(t, sc.advisorySubjects(), rc.FilterSubjects)
+	a, err := js.Stream(ctx, "IDEM_EVENTS_ADVISORIES")
+	require.NoError(t, err)
+	require.Equal(t, sc.advisorySubjects(), a.CachedInfo().Config.Subjects)
+
+	drifts, err := ConsumerDrift(ctx, js, sc)
+	require.NoError(t, err)
+	require.Empty(t, drifts)
 }
 
 // TestApplyStreamsRefusesPolicyChange: JetStream cannot change an ack

@@ -124,7 +124,7 @@ func TestDeployStreamsAreWhatIdemCreates(t *testing.T) {
 		require.Equal(t, jetstream.FileStorage, want.Storage, "%s: acknowledged messages must survive a restart", name)
 		require.Equal(t, 3, want.Replicas, "%s: production runs three replicas", name)
 	}
-	require.Len(t, consumers, 2)
+	require.Len(t, consumers, 3)
 	for file, want := range consumers {
 		stream, durable, _ := strings.Cut(file, ".")
 		require.Equal(t, durable, want.Durable, file)

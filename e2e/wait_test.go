@@ -179,6 +179,32 @@ func TestPublishWait(t *testing.T) {
 			require.True(t, p.Outcome.Final)
 			require.Contains(t, p.Outcome.Error, "check_failed: row_count")
 		}
+		// Both backfills travelled on the backfill lane, through the serve's
+		// backfill durable, and their dead letters keep that subject.
+		ctx := context.Background()
+		w.waitCount(0, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL")
+		ev, err := w.js.Stream(ctx, "IDEM_EVENTS")
+		require.NoError(t, err)
+		lanes := map[string]int{}
+		for _, r := range resultsOf(t, w) {
+			if !strings.HasPrefix(r.RunID, "backfill__") {
+				continue
+			}
+			m, err := ev.GetMsg(ctx, r.StreamSeq)
+			require.NoError(t, err)
+			lanes[m.Subject]++
+		}
+		require.Equal(t, map[string]int{"idem.backfill.orders": 2, "idem.backfill.strict": 2}, lanes)
+		dlq, err := w.js.Stream(ctx, "IDEM_DLQ")
+		require.NoError(t, err)
+		m, err := dlq.GetLastMsgForSubject(ctx, "idem.dlq.strict")
+		require.NoError(t, err)
+		require.Equal(t, "idem.backfill.strict", m.Header.Get("Idem-Original-Subject"))
+		c, err := w.js.Consumer(ctx, "IDEM_EVENTS", "idem_backfill")
+		require.NoError(t, err)
+		info, err := c.Info(ctx)
+		require.NoError(t, err)
+		require.Zero(t, info.NumPending+uint64(info.NumAckPending), "the backfill durable delivered them all")
 	})
 
 	t.Run("bad timeout is usage", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -57,6 +58,20 @@ func (e PartitionReady) MsgID() string {
 // Subject is the subject of an event of dataset under prefix (e.g.
 // "idem.ready"): "<prefix>.<dataset>".
 func Subject(prefix, dataset string) string { return prefix + "." + dataset }
+
+// BackfillPrefix is the prefix of the backfill lane's subjects for the
+// events prefix: its last token replaced by "backfill" (idem.ready ->
+// idem.backfill), or "_backfill" appended to a one-token prefix. The lane
+// carries the same bodies as the ready subjects; only the consumer that
+// reads them differs, so a backfill never queues a live partition behind
+// it.
+func BackfillPrefix(prefix string) string {
+	i := strings.LastIndexByte(prefix, '.')
+	if i < 0 {
+		return prefix + "_backfill"
+	}
+	return prefix[:i+1] + "backfill"
+}
 
 // TriggeredMsgID is the Nats-Msg-Id of an event that upstream attempt
 // auditID triggered (the outbox of `then:`), with the token of the outbox

@@ -50,3 +50,13 @@ func TestNewTriggeredMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, m.Body)
 }
+
+func TestBackfillPrefix(t *testing.T) {
+	require.Equal(t, "idem.backfill", BackfillPrefix("idem.ready"))
+	require.Equal(t, "acme.idem.backfill", BackfillPrefix("acme.idem.ready"))
+	require.Equal(t, "events_backfill", BackfillPrefix("events"))
+	m, err := NewMessage(BackfillPrefix("idem.ready"), PartitionReady{Dataset: "orders", Partition: "2026-11-28", RunID: "r1"}, testLookup, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, "idem.backfill.orders", m.Subject)
+	require.Equal(t, "orders:2026-11-28:r1", m.MsgID, "the lane changes the subject only")
+}

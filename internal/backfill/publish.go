@@ -31,9 +31,11 @@ func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 
 // Message is the message of one event of the backfill, as schemas derives
 // it for every publisher: validated as the consumer will validate it, so a
-// bad run_id is refused before anything is planned or sent.
+// bad run_id is refused before anything is planned or sent. It goes to the
+// backfill lane (schemas.BackfillPrefix), read after live events; the body
+// and message id are a live event's.
 func Message(cfg *config.Config, ev schemas.PartitionReady) (schemas.Message, error) {
-	return schemas.NewMessage(cfg.NATS.SubjectPrefix, ev, cfg.Lookup, time.Now())
+	return schemas.NewMessage(schemas.BackfillPrefix(cfg.NATS.SubjectPrefix), ev, cfg.Lookup, time.Now())
 }
 
 // Publish publishes the plan's events in plan order (at most perSecond a

@@ -49,7 +49,7 @@ func (w *cliWorld) bfEvents(after uint64) []*jetstream.RawStreamMsg {
 }
 
 // partitionsOf decodes the events' partitions, checking each carries runID
-// and the Nats-Msg-Id idem publish would give it.
+// and the Nats-Msg-Id idem publish would give it, on the backfill lane.
 func bfPartitionsOf(t *testing.T, msgs []*jetstream.RawStreamMsg, runID string, force bool) []string {
 	t.Helper()
 	var out []string
@@ -58,7 +58,7 @@ func bfPartitionsOf(t *testing.T, msgs []*jetstream.RawStreamMsg, runID string, 
 		require.NoError(t, json.Unmarshal(m.Data, &ev))
 		require.Equal(t, runID, ev.RunID)
 		require.Equal(t, force, ev.Force)
-		require.Equal(t, "idem.ready.orders", m.Subject)
+		require.Equal(t, "idem.backfill.orders", m.Subject, "the backfill lane")
 		if force { // a forced event's id is its own: the duplicate window must not swallow it
 			require.True(t, strings.HasPrefix(m.Header.Get(jetstream.MsgIDHeader), ev.MsgID()+":force:"), m.Header.Get(jetstream.MsgIDHeader))
 		} else {

@@ -45,8 +45,8 @@ deploy. Run this command to apply it.`,
 			if len(changed) > 0 {
 				status = "updated"
 			}
-			fmt.Fprintf(e.out, "stream %s (%s.>), dead letters %s (%s.>), consumer %s, fleet bucket %s: %s\n",
-				sc.Stream, sc.SubjectPrefix, sc.DLQStream, sc.DLQSubjectPrefix, sc.Consumer, cfg.NATS.FleetBucketName(), status)
+			fmt.Fprintf(e.out, "stream %s (%s.>, %s.>), dead letters %s (%s.>), consumers %s and %s (backfill), fleet bucket %s: %s\n",
+				sc.Stream, sc.SubjectPrefix, sc.BackfillSubjectPrefix(), sc.DLQStream, sc.DLQSubjectPrefix, sc.Consumer, sc.BackfillName(), cfg.NATS.FleetBucketName(), status)
 			return nil
 		},
 	}

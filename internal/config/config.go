@@ -53,6 +53,8 @@ const (
 	DefaultMaxGroup = handlers.DefaultMaxGroup
 	// DefaultMaxInFlight is how many loads one process runs at once.
 	DefaultMaxInFlight = 16
+	// DefaultBackfillShare is nats.backfill_share's default, in percent.
+	DefaultBackfillShare = defaults.BackfillShare
 	// DefaultRetries is how many times a transient failure is retried, so a
 	// message gets DefaultRetries+1 loads that run (attempts counted in the
 	// audit table, not JetStream deliveries).
@@ -151,6 +153,11 @@ type NATS struct {
 	// MaxInFlight bounds the loads one process runs at once. Default
 	// DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// BackfillShare is the percent of MaxInFlight that backfill events
+	// (idem.backfill.<dataset>) may use while live events are held; without
+	// live work they use every load. 1 to 100. Default
+	// DefaultBackfillShare.
+	BackfillShare int `yaml:"backfill_share,omitempty"`
 	// MaxGroup is the most events of one dataset a group load takes (one
 	// transaction for them all, when they are already fetched and waiting
 	// for a load slot; see docs/RUNNING.md). 1 turns group loads off. Default
@@ -495,6 +502,9 @@ func (c *Config) WithDefaults() {
 	}
 	if c.NATS.MaxGroup == 0 {
 		c.NATS.MaxGroup = DefaultMaxGroup
+	}
+	if c.NATS.BackfillShare == 0 {
+		c.NATS.BackfillShare = DefaultBackfillShare
 	}
 	setDefault(&c.HTTP.Addr, DefaultHTTPAddr)
 	if c.Postgres.ReverifyWindow == 0 {

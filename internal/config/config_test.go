@@ -98,7 +98,7 @@ func TestParseFullConfig(t *testing.T) {
 	require.Equal(t, NATS{
 		URL: "nats://127.0.0.1:4222", Stream: "IDEM_EVENTS", DLQStream: "IDEM_DLQ", Consumer: "idem",
 		SubjectPrefix: "idem.ready", DLQSubjectPrefix: "idem.dlq",
-		AckWait: Duration(30 * time.Second), MaxInFlight: 16,
+		AckWait: Duration(30 * time.Second), MaxInFlight: 16, BackfillShare: DefaultBackfillShare,
 		User: "loader", Password: "n4ts-pa55",
 		TLS:      TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
 		MaxGroup: DefaultMaxGroup,
@@ -245,7 +245,7 @@ func TestEnvOverrides(t *testing.T) {
 	require.Equal(t, NATS{
 		URL: env["IDEM_NATS_URL"], Stream: "EV", DLQStream: "DL", Consumer: "worker",
 		SubjectPrefix: "idem.ready", DLQSubjectPrefix: "idem.dlq",
-		AckWait: Duration(30 * time.Second), MaxInFlight: 16,
+		AckWait: Duration(30 * time.Second), MaxInFlight: 16, BackfillShare: DefaultBackfillShare,
 		Creds: "/run/idem.creds", NKey: "/run/idem.nk", User: "u", Password: "env-pass", Token: "env-token",
 		TLS:      TLS{CA: "/etc/idem/ca.pem", Cert: "/etc/idem/client.pem", Key: "/etc/idem/client-key.pem"},
 		MaxGroup: 32,

@@ -63,7 +63,7 @@
 //	stream               IDEM_EVENTS             events stream
 //	dlq_stream           IDEM_DLQ                dead-letter stream; not the events stream
 //	consumer             idem                    durable pull consumer, shared by replicas
-//	subject_prefix       idem.ready              events go to <prefix>.<dataset>
+//	subject_prefix       idem.ready              events go to <prefix>.<dataset>; backfills to idem.backfill.<dataset> (last token replaced)
 //	dlq_subject_prefix   idem.dlq                dead letters go to <prefix>.<dataset>
 //	ack_wait             30s                     at least 1s, under duplicates; longer loads send heartbeats
 //	duplicates           2m                      duplicate window of the streams idem creates; over 30s
@@ -71,6 +71,7 @@
 //	unknown_dataset_grace 5m                     how long an event for a dataset no live replica knows waits
 //	max_in_flight        16                      load transactions running at once in one process
 //	max_group            8                       events of one dataset a group load takes (1: off)
+//	backfill_share       50                      percent of max_in_flight backfill events keep while live ones wait (1-100)
 //	replicas             1                       replicas of the streams idem creates (1-5; 3 in production)
 //	creds                                        path of a .creds file
 //	nkey                                         path of an nkey seed file

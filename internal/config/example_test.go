@@ -69,6 +69,7 @@ postgres:
 	//   dlq_subject_prefix: idem.dlq
 	//   ack_wait: 30s
 	//   max_in_flight: 16
+	//   backfill_share: 50
 	//   max_group: 8
 	//   token: REDACTED
 	//   results:

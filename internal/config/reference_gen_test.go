@@ -89,6 +89,7 @@ var referenceIdents = map[string]any{
 	"DefaultUnknownDatasetGrace":     Duration(DefaultUnknownDatasetGrace),
 	"DefaultMaxGroup":                DefaultMaxGroup,
 	"DefaultMaxInFlight":             DefaultMaxInFlight,
+	"DefaultBackfillShare":           DefaultBackfillShare,
 	"DefaultReverifyWindow":          Duration(DefaultReverifyWindow),
 	"DefaultHTTPAddr":                DefaultHTTPAddr,
 	"MinHTTPTokenChars":              MinHTTPTokenChars,

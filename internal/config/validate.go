@@ -109,6 +109,14 @@ func (c *Config) validateTop(v *validator) {
 		v.add("nats.dlq_subject_prefix", "%q overlaps nats.subject_prefix %q, so one stream would capture the other's messages; use prefixes where neither starts with the other, e.g. %s and %s",
 			n.DLQSubjectPrefix, n.SubjectPrefix, DefaultSubjectPrefix, DefaultDLQSubjectPrefix)
 	}
+	if bp := schemas.BackfillPrefix(n.SubjectPrefix); okEvents {
+		for _, other := range []string{n.SubjectPrefix, n.DLQSubjectPrefix, n.Results.SubjectPrefix} {
+			if other != "" && subjectsOverlap(bp, other) {
+				v.add("nats.subject_prefix", "%q puts backfills on %s.<dataset>, which overlaps %q; end it in another token than backfill, e.g. %s",
+					n.SubjectPrefix, bp, other, DefaultSubjectPrefix)
+			}
+		}
+	}
 	r := &n.Results
 	natsName(v, "nats.results.stream", r.Stream, DefaultResultsStream)
 	for _, other := range []string{n.Stream, n.DLQStream} {
@@ -143,6 +151,9 @@ func (c *Config) validateTop(v *validator) {
 	}
 	if n.MaxGroup < 1 || n.MaxGroup > 256 {
 		v.add("nats.max_group", "%d; use 1 (group loads off) to 256 (default %d)", n.MaxGroup, DefaultMaxGroup)
+	}
+	if n.BackfillShare < 1 || n.BackfillShare > 100 {
+		v.add("nats.backfill_share", "%d; use a percent of max_in_flight from 1 to 100 (default %d)", n.BackfillShare, DefaultBackfillShare)
 	}
 	if n.MaxInFlight < 1 {
 		v.add("nats.max_in_flight", "%d; use at least 1 (default %d)", n.MaxInFlight, DefaultMaxInFlight)

@@ -80,7 +80,7 @@ func (c *Config) validateWatch(v *validator, d *Dataset) {
 		v.add("watch.notifications.subject", "%q is not a NATS subject; write tokens separated by \".\" (\"*\" and \">\" as whole tokens), e.g. s3.events.landing", n.Subject)
 		return
 	}
-	for _, own := range []string{c.NATS.SubjectPrefix, c.NATS.DLQSubjectPrefix, c.NATS.Results.SubjectPrefix} {
+	for _, own := range []string{c.NATS.SubjectPrefix, schemas.BackfillPrefix(c.NATS.SubjectPrefix), c.NATS.DLQSubjectPrefix, c.NATS.Results.SubjectPrefix} {
 		if own != "" && subjectsMeet(n.Subject, own+".>") {
 			v.add("watch.notifications.subject", "%q shares subjects with %s.>, where idem's own streams capture them; use a subject of the store's own, e.g. s3.events.landing", n.Subject, own)
 		}

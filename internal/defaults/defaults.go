@@ -24,4 +24,7 @@ const (
 	// replica knows waits (a config still rolling out) before it is
 	// dead-lettered as fatal.
 	UnknownDatasetGrace = 5 * time.Minute
+	// BackfillShare is the percent of max_in_flight the backfill lane
+	// keeps while live work is held.
+	BackfillShare = 50
 )

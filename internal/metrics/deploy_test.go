@@ -20,9 +20,9 @@ func registered(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	fq := regexp.MustCompile(`fqName: "([a-z_:]+)"`)
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.OutboxPublishFailures, m.OutboxBacklog,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.LaneInFlight, m.OutboxPublished, m.OutboxPublishFailures, m.OutboxBacklog,
 		m.OutboxOldestPending, m.WarehouseUp, m.CircuitOpens, m.BuildInfo, m.ConfigInfo, m.ConfigReloads,
-		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate,
+		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.BackfillPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate,
 		m.NewestPartitionAge, m.AuditPruned, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast, m.Checks, m.SchemaChanges} {
 		ch := make(chan *prometheus.Desc, 4)
 		go func() { c.Describe(ch); close(ch) }()

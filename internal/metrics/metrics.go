@@ -28,6 +28,7 @@ type Metrics struct {
 	Redeliveries *prometheus.CounterVec   // dataset
 	Heartbeats   *prometheus.CounterVec   // dataset
 	InFlight     prometheus.Gauge
+	LaneInFlight *prometheus.GaugeVec // lane: live, backfill
 	// OutboxPublished counts downstream events the relay published.
 	OutboxPublished prometheus.Counter
 	// OutboxPublishFailures counts relay publishes that failed (the row
@@ -60,6 +61,8 @@ type Metrics struct {
 	// reports the same values (aggregate with max).
 	ConsumerPending    prometheus.Gauge
 	ConsumerAckPending prometheus.Gauge
+	// BackfillPending is the backfill durable's events not yet delivered.
+	BackfillPending prometheus.Gauge
 	// DeadLettersPending is the number of messages in the dead-letter
 	// stream, by dataset.
 	DeadLettersPending *prometheus.GaugeVec
@@ -126,6 +129,9 @@ func New(version string) *Metrics {
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "idem_loads_in_flight", Help: "Messages this process holds: loading or waiting for their dataset's turn.",
 		}),
+		LaneInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "idem_lane_loads_in_flight", Help: "Loads running in this process per lane: live (idem.ready) or backfill (idem.backfill).",
+		}, []string{"lane"}),
 		OutboxPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_outbox_published_total", Help: "Downstream events (then:) and results published from the outbox.",
 		}),
@@ -161,9 +167,12 @@ func New(version string) *Metrics {
 		}, []string{"version"}),
 	}
 	for _, c := range []prometheus.Collector{m.Events, m.LoadDuration, m.RowsWritten, m.DeadLetters, m.Duplicates,
-		m.Redeliveries, m.Heartbeats, m.InFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.DatasetPaused, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
+		m.Redeliveries, m.Heartbeats, m.InFlight, m.LaneInFlight, m.OutboxPublished, m.WarehouseUp, m.CircuitOpens, m.DatasetPaused, m.ConfigInfo, m.ConfigReloads, m.BuildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
+	}
+	for _, lane := range []string{consumer.LaneLive, consumer.LaneBackfill} {
+		m.LaneInFlight.WithLabelValues(lane).Set(0)
 	}
 	m.Ready = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idem_ready", Help: "1 while this process answers /readyz with 200 (NATS connected, warehouse usable), else 0.",
@@ -173,6 +182,9 @@ func New(version string) *Metrics {
 	})
 	m.ConsumerAckPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "idem_consumer_ack_pending", Help: "Events delivered to some replica and not yet acknowledged; the same for every replica.",
+	})
+	m.BackfillPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "idem_backfill_pending", Help: "Backfill events (idem.backfill) not yet delivered to the backfill durable consumer; the same for every replica.",
 	})
 	m.DeadLettersPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idem_dead_letters_pending", Help: "Messages in the dead-letter stream, by dataset: not yet replayed or purged.",
@@ -220,7 +232,7 @@ func New(version string) *Metrics {
 		Name: "idem_schema_changes_total", Help: "Schema changes the loads met (on_schema_change), by dataset, change (new_column, retyped, missing_column) and action: added, widened, ignored, kept, refused, found.",
 	}, []string{"dataset", "change", "action"})
 	for _, c := range []prometheus.Collector{m.Checks, m.SchemaChanges, m.DeadLetterResults, m.OutboxPublishFailures, m.OutboxBacklog, m.OutboxOldestPending,
-		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
+		m.Ready, m.ConsumerPending, m.ConsumerAckPending, m.BackfillPending, m.DeadLettersPending, m.PartitionsMissing, m.PartitionsLate, m.NewestPartitionAge,
 		m.AuditPruned, m.WatchPublished, m.WatchFailures, m.RecheckAsked, m.RecheckReloads, m.RecheckFailures, m.ReverifyPasses, m.ReverifyReloaded, m.ReverifyLast} {
 		f(c)
 	}
@@ -294,7 +306,10 @@ func (m *Metrics) Hooks() consumer.Hooks {
 		DeadLetter: func(dataset string, k consumer.Kind) { m.DeadLetters.WithLabelValues(dataset, string(k)).Inc() },
 		Redelivery: func(dataset string) { m.Redeliveries.WithLabelValues(dataset).Inc() },
 		InFlight:   func(n int) { m.InFlight.Set(float64(n)) },
-		Heartbeat:  func(dataset string) { m.Heartbeats.WithLabelValues(dataset).Inc() },
+		LaneInFlight: func(lane string, n int) {
+			m.LaneInFlight.WithLabelValues(lane).Set(float64(n))
+		},
+		Heartbeat: func(dataset string) { m.Heartbeats.WithLabelValues(dataset).Inc() },
 		Circuit: func(up bool) {
 			if up {
 				m.WarehouseUp.Set(1)

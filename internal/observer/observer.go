@@ -39,9 +39,11 @@ type Replica struct{ Name, Version string }
 type Config struct {
 	JS                          jetstream.JetStream
 	Stream, Consumer, DLQStream string
-	DLQSubjectPrefix            string
-	DB                          audit.Querier
-	Pipeline                    string
+	// BackfillConsumer is the backfill lane's durable; "" reads none.
+	BackfillConsumer string
+	DLQSubjectPrefix string
+	DB               audit.Querier
+	Pipeline         string
 	// Calendars lists the datasets with a calendar (it follows reloads).
 	Calendars func() []Calendar
 	// Datasets lists the configured datasets (it follows reloads): each
@@ -62,9 +64,11 @@ type Config struct {
 type Reading struct {
 	At                  time.Time
 	Pending, AckPending uint64
-	DeadLetters         map[string]int // per dataset
-	Replicas            []Replica
-	Calendars           map[string]calendar.Summary
+	// BackfillPending are the backfill lane's events not yet delivered.
+	BackfillPending uint64
+	DeadLetters     map[string]int // per dataset
+	Replicas        []Replica
+	Calendars       map[string]calendar.Summary
 }
 
 // Observer reads the figures every Interval.
@@ -168,6 +172,19 @@ func (o *Observer) consumer(ctx context.Context, r *Reading) error {
 	if m := o.cfg.Metrics; m != nil {
 		m.ConsumerPending.Set(float64(r.Pending))
 		m.ConsumerAckPending.Set(float64(r.AckPending))
+	}
+	if o.cfg.BackfillConsumer == "" {
+		return nil
+	}
+	if c, err = o.cfg.JS.Consumer(ctx, o.cfg.Stream, o.cfg.BackfillConsumer); err != nil {
+		return err
+	}
+	if info, err = c.Info(ctx); err != nil {
+		return err
+	}
+	r.BackfillPending = info.NumPending
+	if m := o.cfg.Metrics; m != nil {
+		m.BackfillPending.Set(float64(r.BackfillPending))
 	}
 	return nil
 }

@@ -33,13 +33,15 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 
 	ns := natstest.RunServer(t)
 	js := natstest.JetStream(t, ns)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"idem.ready.>"}})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"idem.ready.>", "idem.backfill.>"}})
 	require.NoError(t, err)
-	_, err = js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "idem", AckPolicy: jetstream.AckExplicitPolicy})
+	_, err = js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "idem", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "idem.ready.>"})
+	require.NoError(t, err)
+	_, err = js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "idem_backfill", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "idem.backfill.>"})
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ", Subjects: []string{"idem.dlq.>"}})
 	require.NoError(t, err)
-	for _, subj := range []string{"idem.ready.orders", "idem.ready.orders", "idem.ready.users", "idem.dlq.orders", "idem.dlq.orders", "idem.dlq.users"} {
+	for _, subj := range []string{"idem.ready.orders", "idem.ready.orders", "idem.ready.users", "idem.backfill.orders", "idem.dlq.orders", "idem.dlq.orders", "idem.dlq.users"} {
 		_, err := js.Publish(ctx, subj, []byte("{}"))
 		require.NoError(t, err)
 	}
@@ -48,7 +50,7 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 	now := time.Date(2026, 11, 5, 0, 30, 0, 0, time.UTC)
 	datasets := []string{"clicks", "orders", "users"}
 	o := observer.New(observer.Config{
-		JS: js, Stream: "EV", Consumer: "idem", DLQStream: "DLQ", DLQSubjectPrefix: "idem.dlq", DB: db.Pool, Pipeline: "shop",
+		JS: js, Stream: "EV", Consumer: "idem", BackfillConsumer: "idem_backfill", DLQStream: "DLQ", DLQSubjectPrefix: "idem.dlq", DB: db.Pool, Pipeline: "shop",
 		Calendars: func() []observer.Calendar {
 			return []observer.Calendar{{Dataset: "orders", Expect: calendar.Expect{Every: calendar.Day, From: "2026-11-01", Deadline: time.Hour}}}
 		},
@@ -63,6 +65,7 @@ func TestRefreshSetsEveryFigure(t *testing.T) {
 
 	require.Equal(t, 1.0, testutil.ToFloat64(m.Ready))
 	require.Equal(t, 3.0, testutil.ToFloat64(m.ConsumerPending))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.BackfillPending), "the backfill lane's backlog")
 	require.Equal(t, 2.0, testutil.ToFloat64(m.DeadLettersPending.WithLabelValues("orders")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.DeadLettersPending.WithLabelValues("users")))
 	// A dataset without dead letters, and the invalid ones, show 0.

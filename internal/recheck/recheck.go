@@ -61,8 +61,10 @@ type Rechecker struct {
 	DB          audit.Querier
 	JS          jetstream.JetStream
 	Fingerprint Fingerprinter
-	// Stream and SubjectPrefix are the events stream's; Lookup validates
-	// an event as the consumer will (config.Config.Lookup).
+	// Stream is the events stream; SubjectPrefix the backfill lane's
+	// (schemas.BackfillPrefix), so that reloads wait behind live events;
+	// Lookup validates an event as the consumer will
+	// (config.Config.Lookup).
 	Stream        string
 	SubjectPrefix string
 	Lookup        schemas.Lookup

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type Config struct {
 	JS               jetstream.JetStream
 	Stream, Consumer string // the events stream and the durable consumer
 	SubjectPrefix    string // of events: <prefix>.<dataset>
+	// BackfillConsumer is the backfill lane's durable, which reads
+	// schemas.BackfillPrefix(SubjectPrefix); "" reads the live lane only.
+	BackfillConsumer string
 	DLQStream        string
 	DLQSubjectPrefix string
 	DB               *pgxpool.Pool
@@ -375,17 +379,43 @@ type event struct {
 // decided) and those that do not decode (they were dead-lettered too).
 func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
 	since := r.cfg.Now().Add(-r.cfg.Window)
-	c, err := r.cfg.JS.Consumer(ctx, r.cfg.Stream, r.cfg.Consumer)
-	if err != nil {
-		return nil, fmt.Errorf("reverify: consumer %s: %w", r.cfg.Consumer, err)
+	// Each lane's durable has its own position in the one stream.
+	type lane struct {
+		consumer, prefix string
+		delivered, floor uint64
 	}
-	ci, err := c.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reverify: consumer %s: %w", r.cfg.Consumer, err)
+	lanes := []*lane{{consumer: r.cfg.Consumer, prefix: r.cfg.SubjectPrefix}}
+	if r.cfg.BackfillConsumer != "" {
+		lanes = append(lanes, &lane{consumer: r.cfg.BackfillConsumer, prefix: schemas.BackfillPrefix(r.cfg.SubjectPrefix)})
 	}
-	delivered, floor := ci.Delivered.Stream, ci.AckFloor.Stream
+	var delivered uint64
+	var filters []string
+	for i, l := range lanes {
+		c, err := r.cfg.JS.Consumer(ctx, r.cfg.Stream, l.consumer)
+		if i > 0 && errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue // not created yet: nothing delivered on that lane
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reverify: consumer %s: %w", l.consumer, err)
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reverify: consumer %s: %w", l.consumer, err)
+		}
+		l.delivered, l.floor = ci.Delivered.Stream, ci.AckFloor.Stream
+		delivered = max(delivered, l.delivered)
+		filters = append(filters, l.prefix+".>")
+	}
 	if delivered == 0 {
 		return nil, nil
+	}
+	laneOf := func(subject string) *lane {
+		for _, l := range lanes[1:] {
+			if strings.HasPrefix(subject, l.prefix+".") {
+				return l
+			}
+		}
+		return lanes[0]
 	}
 	dead := map[uint64]bool{}
 	store, err := deadletter.Open(ctx, r.cfg.JS, deadletter.Config{Stream: r.cfg.DLQStream, SubjectPrefix: r.cfg.DLQSubjectPrefix, EventsStream: r.cfg.Stream})
@@ -407,7 +437,7 @@ func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
 		return nil, fmt.Errorf("reverify: stream %s: %w", r.cfg.Stream, err)
 	}
 	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.cfg.SubjectPrefix + ".>"},
+		FilterSubjects: filters,
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &since,
 	})
@@ -435,6 +465,10 @@ func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
 			if md.NumPending == 0 {
 				done = true
 			}
+			l := laneOf(m.Subject())
+			if seq > l.delivered {
+				continue // its lane's consumer has not had it yet
+			}
 			res.Checked++
 			if dead[seq] {
 				continue
@@ -443,7 +477,7 @@ func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
 			if err != nil {
 				continue
 			}
-			out = append(out, event{seq: seq, ev: ev, acked: seq <= floor})
+			out = append(out, event{seq: seq, ev: ev, acked: seq <= l.floor})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)

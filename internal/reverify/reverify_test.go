@@ -91,7 +91,7 @@ func newRig(t *testing.T) *rig {
 	}
 	rv := reverify.New(reverify.Config{JS: js, Stream: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer, SubjectPrefix: cfg.NATS.SubjectPrefix,
 		DLQStream: cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix, DB: db.Pool, Pipeline: cfg.Pipeline,
-		Loader: h, Log: zerolog.Nop()})
+		Loader: h, Log: zerolog.Nop(), BackfillConsumer: service.StreamsConfig(cfg).BackfillName()})
 	return &rig{t: t, js: js, db: db, h: h, cfg: cfg, rv: rv}
 }
 
@@ -106,10 +106,12 @@ func (r *rig) publish(dataset, partition, runID string) uint64 {
 
 // ackAll has the durable consumer deliver and acknowledge every event,
 // loading none: what the new primary knows of them is nothing.
-func (r *rig) ackAll(n int) {
+func (r *rig) ackAll(n int) { r.ackAllOf(r.cfg.NATS.Consumer, n) }
+
+func (r *rig) ackAllOf(durable string, n int) {
 	r.t.Helper()
 	ctx := context.Background()
-	c, err := r.js.Consumer(ctx, r.cfg.NATS.Stream, r.cfg.NATS.Consumer)
+	c, err := r.js.Consumer(ctx, r.cfg.NATS.Stream, durable)
 	require.NoError(r.t, err)
 	got := 0
 	for got < n {
@@ -154,6 +156,30 @@ func TestPassReloadsLostLoadsInStreamOrder(t *testing.T) {
 	again := r.rv.Pass(context.Background(), "test again")
 	require.NoError(t, again.Err)
 	require.Zero(t, again.Missing+again.Reloaded, "a second pass finds nothing")
+}
+
+// TestPassReloadsLostBackfillLoads: each lane's durable has its own
+// position; a backfill event its durable acked is reloaded like a live
+// one, and one it has not delivered yet is left to it.
+func TestPassReloadsLostBackfillLoads(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	body := func(partition, run string) []byte {
+		return []byte(fmt.Sprintf(`{"dataset":"events","partition":%q,"run_id":%q}`, partition, run))
+	}
+	_, err := r.js.Publish(ctx, "idem.backfill.events", body("2026-11-01", "backfill__1"))
+	require.NoError(t, err)
+	r.publish("customers", "2026-11-01", "live_1")
+	r.ackAllOf(service.StreamsConfig(r.cfg).BackfillName(), 1)
+	r.ackAll(1)
+	_, err = r.js.Publish(ctx, "idem.backfill.events", body("2026-11-02", "backfill__1")) // not delivered yet
+	require.NoError(t, err)
+
+	res := r.rv.Pass(ctx, "test")
+	require.NoError(t, res.Err)
+	require.Equal(t, 2, res.Checked, "the backfill event its durable acked, and the live one")
+	require.Equal(t, 2, res.Reloaded)
+	require.EqualValues(t, 1, r.db.Int(t, "SELECT count(*) FROM idem.run_ledger WHERE run_id = 'backfill__1'"))
 }
 
 // TestPassRestoresTheAcknowledgedState: the later run's load survived, the

@@ -39,6 +39,7 @@ func consumerConfig(cfg *config.Config, log zerolog.Logger, hooks consumer.Hooks
 		DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
 		AckWait:          cfg.NATS.AckWait.Std(),
 		MaxInFlight:      cfg.NATS.MaxInFlight,
+		BackfillShare:    cfg.NATS.BackfillShare,
 		MaxGroup:         cfg.NATS.MaxGroup,
 		Replicas:         cfg.NATS.Replicas,
 		Datasets:         ds,

@@ -67,7 +67,8 @@ datasets:
 	load("2026-05-04", curHash)
 	load("2026-04-30", "")
 
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cur.NATS.Stream, Subjects: []string{cur.NATS.SubjectPrefix + ".>"}, Duplicates: time.Minute})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cur.NATS.Stream, Duplicates: time.Minute,
+		Subjects: []string{cur.NATS.SubjectPrefix + ".>", schemas.BackfillPrefix(cur.NATS.SubjectPrefix) + ".>"}})
 	require.NoError(t, err)
 	kv, err := consumer.EnsureFleet(ctx, js, consumer.FleetConfig{Bucket: cur.NATS.FleetBucketName()})
 	require.NoError(t, err)
@@ -125,6 +126,7 @@ datasets:
 		require.NoError(t, json.Unmarshal(m.Data, &ev))
 		require.Equal(t, backfill.OutdatedRunID(curHash), ev.RunID)
 		require.False(t, ev.Force)
+		require.Equal(t, "idem.backfill.orders", m.Subject, "the backfill lane")
 		require.Equal(t, ev.MsgID(), m.Header.Get(jetstream.MsgIDHeader), "replicas publishing it are deduplicated")
 		parts = append(parts, ev.Partition)
 	}

@@ -25,7 +25,7 @@ func startRechecks(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, 
 	first := cfg.Load()
 	r := &recheck.Rechecker{
 		Pipeline: first.Pipeline, DB: pool, JS: js, Fingerprint: h.Fingerprint,
-		Stream: first.NATS.Stream, SubjectPrefix: first.NATS.SubjectPrefix,
+		Stream: first.NATS.Stream, SubjectPrefix: schemas.BackfillPrefix(first.NATS.SubjectPrefix),
 		Lookup: func(dataset string) (schemas.PartitionType, bool) { return cfg.Load().Lookup(dataset) },
 		Log:    log,
 	}

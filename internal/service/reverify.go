@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
@@ -27,6 +28,7 @@ func newReverifier(cfg *config.Config, js jetstream.JetStream, pool *pgxpool.Poo
 		JS: js, Stream: cfg.NATS.Stream, Consumer: cfg.NATS.Consumer, SubjectPrefix: cfg.NATS.SubjectPrefix,
 		DLQStream: cfg.NATS.DLQStream, DLQSubjectPrefix: cfg.NATS.DLQSubjectPrefix,
 		DB: pool, Pipeline: cfg.Pipeline, Loader: h, Window: cfg.Postgres.ReverifyWindow.Std(), Log: log,
+		BackfillConsumer: consumer.StreamsConfig{Consumer: cfg.NATS.Consumer}.BackfillName(),
 		Passed: func(r reverify.Result) {
 			result := "ok"
 			if r.Err != nil {

@@ -71,6 +71,7 @@ func newStatus(cfg *atomic.Pointer[config.Config], pool *pgxpool.Pool, nc *nats.
 	cur := cfg.Load()
 	s.obs = observer.New(observer.Config{
 		JS: js, Stream: cur.NATS.Stream, Consumer: cur.NATS.Consumer, DLQStream: cur.NATS.DLQStream,
+		BackfillConsumer: StreamsConfig(cur).BackfillName(),
 		DLQSubjectPrefix: cur.NATS.DLQSubjectPrefix, DB: pool, Pipeline: cur.Pipeline,
 		Calendars: s.calendars, Datasets: func() []string { return s.cfg.Load().DatasetNames() }, Replicas: s.replicas, Ready: func(ctx context.Context) bool { return len(readiness(ctx, nc, c, pool)) == 0 },
 		Metrics: m, Log: log,
@@ -295,7 +296,9 @@ func reloadRunID(now time.Time) string {
 // reload publishes a forced event of one partition, as `idem publish
 // DATASET PARTITION --force` does: the same subject, body and Nats-Msg-Id
 // (schemas.NewMessage), a run id of its own, so that neither the ledger's
-// earlier success nor JetStream's duplicate window drops it.
+// earlier success nor JetStream's duplicate window drops it. It stays on
+// the live lane: one partition someone is waiting for at the page, not a
+// backfill to queue behind.
 func (s *status) reload(ctx context.Context, dataset, partition, who, reason string) (string, error) {
 	cfg := s.cfg.Load()
 	if _, ok := cfg.Datasets[dataset]; !ok {
