@@ -151,25 +151,14 @@ func (l *lanes) free(ln lane) int {
 // a load (its dataset paused), for other messages to use meanwhile.
 func (l *lanes) lend(ln lane) { l.settled(ln) }
 
-// reclaim takes a slot of ln again for a message that lent its own,
-// waiting until ln may take one. When stopping, it takes it at once: the
-// message is settled next, which frees it.
-func (l *lanes) reclaim(ln lane, stopping <-chan struct{}) {
-	for {
-		l.mu.Lock()
-		changed := l.changed
-		if l.free(ln) > 0 {
-			break
-		}
-		l.mu.Unlock()
-		select {
-		case <-changed:
-			continue
-		case <-stopping:
-			l.mu.Lock()
-		}
-		break
-	}
+// reclaim takes a slot of ln again, at once, for a message that lent its
+// own and now runs. Waiting for a free one could wait forever: a lane
+// whose messages all lent theirs counts as empty and probes with one
+// slot, which its pull holds. The lanes are over their slots by the
+// messages reclaimed at most, until they settle; the loads keep their own
+// limit.
+func (l *lanes) reclaim(ln lane) {
+	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.held[ln]++
 	l.busy[ln]++

@@ -131,7 +131,7 @@ func (c *Consumer) holdWhilePaused(hard context.Context, d *delivery) error {
 	// The slot goes back while the message waits, and is taken again
 	// before it runs: dispatch releases it after the fate.
 	c.lanes.lend(d.lane)
-	defer c.lanes.reclaim(d.lane, c.stopping)
+	defer c.lanes.reclaim(d.lane)
 	t := time.NewTicker(pausePoll)
 	defer t.Stop()
 	for {

@@ -109,3 +109,28 @@ func TestPauseEndsByItselfAtItsUntil(t *testing.T) {
 	e.settled(last)
 	require.GreaterOrEqual(t, ranAt.Load(), until.UnixNano(), "the load waited for the pause's end")
 }
+
+// Every message of a lane held by a pause lent its slot, so the lane
+// counts as empty and its pull probes with one slot: the held messages
+// must still run at once when the pause ends, with nothing else to fetch.
+func TestResumeRunsEveryHeldMessageOfAnIdleLane(t *testing.T) {
+	t.Parallel()
+	sw := &pauseSwitch{}
+	sw.set("orders", time.Time{})
+	e := newEnv(t, func(c *Config) {
+		c.FetchWait = 30 * time.Second // a pull that outlives the test: only a wake-up ends the wait
+		c.AckWait = 5 * time.Second
+		c.Paused = sw.paused
+	})
+	c, _ := e.start(func(_ context.Context, m *Message) error { return nil })
+	for i := range 2 {
+		e.publish("idem.ready.orders", event("orders", fmt.Sprintf("2026-11-%02d", i+1), "r1"), nil)
+	}
+	require.Eventually(t, func() bool {
+		c.pauses.mu.Lock()
+		defer c.pauses.mu.Unlock()
+		return c.pauses.held["orders"] == 2
+	}, waitFor, tick, "both held")
+	sw.set("orders", time.Now().Add(-time.Second)) // the pause ended
+	e.hook.waitEvent(t, "orders/acked", 2)
+}
