@@ -139,8 +139,12 @@ func (l *lanes) free(ln lane) int {
 		// What the backfill holds beyond its share (fetched before live
 		// work came) waits for loads the live lane goes first to; left
 		// to count, it would leave live work too few slots to fetch
-		// ahead or group. It only drains, so the excess is brief.
-		other = min(other, l.shareSlots)
+		// ahead or group. It only drains, so the excess is brief. One
+		// slot is always the backfill's, for its probe: taken by a live
+		// pull in the moment the probe's pull ended, it would be taken
+		// again at each pull, and the backfill never fetch while live
+		// work runs.
+		other = max(1, min(other, l.shareSlots))
 	} else {
 		other = l.held[laneLive]
 	}

@@ -216,3 +216,14 @@ func TestGroupsFormWithinALane(t *testing.T) {
 		require.Equal(t, 1, n, k)
 	}
 }
+
+// A live pull never takes the backfill probe's slot, even in the moment
+// the probe's pull ended and gave it back: the backfill could otherwise
+// never fetch while live work runs.
+func TestLivePullsLeaveTheBackfillProbeItsSlot(t *testing.T) {
+	l := newLanes(8, 4, 50)
+	l.busy[laneLive], l.held[laneLive] = 1, 1
+	require.Equal(t, 6, l.free(laneLive), "every slot but the probe's")
+	l.held[laneLive] += l.free(laneLive)
+	require.Equal(t, 1, l.free(laneBackfill), "the probe still fetches")
+}
