@@ -105,7 +105,11 @@ func (l *lanes) limit(ln lane) int {
 func (l *lanes) broadcast() {
 	close(l.changed)
 	l.changed = make(chan struct{})
-	if l.pulls[laneBackfill] != nil && l.held[laneBackfill] > l.limit(laneBackfill) {
+	// Only live work held is worth it: a message in transit to the
+	// cancelled pull comes back after the ack wait. A backfill whose
+	// messages all settled while its pull waits (busy 0, so its limit is
+	// a probe's) keeps its pull.
+	if l.pulls[laneBackfill] != nil && l.busy[laneLive] > 0 && l.held[laneBackfill] > l.limit(laneBackfill) {
 		l.pulls[laneBackfill]()
 		l.pulls[laneBackfill] = nil
 	}
