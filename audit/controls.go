@@ -236,14 +236,7 @@ func CancellationOf(ctx context.Context, db Querier, pipeline, dataset, partitio
 		 WHERE dag_id = $1 AND (run_id = $4
 		       OR (run_id IS NULL AND task_id = $2 AND $3 BETWEEN from_key AND to_key AND cancelled_at > $5))
 		 ORDER BY id LIMIT 1`, pipeline, dataset, partition, runID, published)
-	if err != nil {
-		return nil, fmt.Errorf("audit: cancellation: %w", err)
-	}
-	cs, err := scanCancellations(rows)
-	if err != nil || len(cs) == 0 {
-		return nil, err
-	}
-	return &cs[0], nil
+	return firstCancellation(rows, err)
 }
 
 // RunCancellation returns the cancellation of run runID of dataset (by
@@ -254,6 +247,11 @@ func RunCancellation(ctx context.Context, db Querier, pipeline, dataset, runID s
 		 WHERE dag_id = $1 AND (run_id = $3
 		       OR (run_id IS NULL AND task_id = $2 AND from_key <= $6 AND to_key >= $5 AND cancelled_at > $4))
 		 ORDER BY id LIMIT 1`, pipeline, dataset, runID, since, from, to)
+	return firstCancellation(rows, err)
+}
+
+// firstCancellation is the first cancellation of a query's rows, or nil.
+func firstCancellation(rows pgx.Rows, err error) (*Cancellation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: cancellation: %w", err)
 	}

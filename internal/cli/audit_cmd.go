@@ -46,6 +46,19 @@ func (e *env) configFor(dataset string) (*config.Config, error) {
 	return cfg, nil
 }
 
+// datasetDB is configFor and a pool on the warehouse.
+func (e *env) datasetDB(ctx context.Context, dataset string) (*config.Config, *pgxpool.Pool, error) {
+	cfg, err := e.configFor(dataset)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, pool, nil
+}
+
 // auditQuery checks what every audit subcommand takes and connects.
 func (e *env) auditQuery(cmd *cobra.Command, dataset, from, to string) (*config.Config, time.Time, time.Time, *pgxpool.Pool, error) {
 	var zero time.Time

@@ -53,11 +53,7 @@ dataset replaces its pause.`,
 				}
 				u = &t
 			}
-			cfg, err := e.configFor(args[0])
-			if err != nil {
-				return err
-			}
-			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			cfg, pool, err := e.datasetDB(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -83,11 +79,7 @@ func resumeCmd(e *env) *cobra.Command {
 		Short: "End a dataset's pause: its held events load at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := e.configFor(args[0])
-			if err != nil {
-				return err
-			}
-			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			cfg, pool, err := e.datasetDB(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

@@ -26,11 +26,7 @@ the on_schema_change in force, the ALTER TABLE run or that would fix it, and
 the attempt (run_id, partition) that met it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := e.configFor(args[0])
-			if err != nil {
-				return err
-			}
-			pool, err := connect(cmd.Context(), cfg.Postgres.URL)
+			cfg, pool, err := e.datasetDB(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/schemas"
 )
 
 // authorize checks the operator token and the name of who asks. It answers
@@ -120,18 +121,8 @@ func (p *Page) backfill(w http.ResponseWriter, r *http.Request) {
 
 // reload asks for a forced run of one partition of a configured dataset.
 func (p *Page) reload(w http.ResponseWriter, r *http.Request) {
-	who, ok := p.authorize(w, r)
+	who, ds, key, ok := p.partitionTarget(w, r)
 	if !ok {
-		return
-	}
-	ds, ok := p.dataset(r.PostForm.Get("dataset"))
-	if !ok {
-		http.Error(w, fmt.Sprintf("dataset %q is not configured", clip(r.PostForm.Get("dataset"))), http.StatusNotFound)
-		return
-	}
-	key, err := parseKey(ds, "partition", r.PostForm.Get("partition"))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	reason, ok := reasonOf(w, r, true)
@@ -201,4 +192,33 @@ func (p *Page) act(w http.ResponseWriter, r *http.Request, who, action string, d
 		return
 	}
 	http.Redirect(w, r, back+"?msg="+urlQueryEscape(action+": "+out), http.StatusSeeOther)
+}
+
+// datasetTarget authorizes an action and finds the configured dataset its
+// form names; false when it has answered the request itself.
+func (p *Page) datasetTarget(w http.ResponseWriter, r *http.Request) (string, Dataset, bool) {
+	who, ok := p.authorize(w, r)
+	if !ok {
+		return "", Dataset{}, false
+	}
+	ds, ok := p.dataset(r.PostForm.Get("dataset"))
+	if !ok {
+		http.Error(w, fmt.Sprintf("dataset %q is not configured", clip(r.PostForm.Get("dataset"))), http.StatusNotFound)
+		return "", Dataset{}, false
+	}
+	return who, ds, true
+}
+
+// partitionTarget is datasetTarget and the partition the form names.
+func (p *Page) partitionTarget(w http.ResponseWriter, r *http.Request) (string, Dataset, schemas.Partition, bool) {
+	who, ds, ok := p.datasetTarget(w, r)
+	if !ok {
+		return "", Dataset{}, schemas.Partition{}, false
+	}
+	key, err := parseKey(ds, "partition", r.PostForm.Get("partition"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return "", Dataset{}, schemas.Partition{}, false
+	}
+	return who, ds, key, true
 }

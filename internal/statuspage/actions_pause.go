@@ -25,13 +25,8 @@ func pauseLine(p audit.Pause) string {
 }
 
 func (p *Page) pause(w http.ResponseWriter, r *http.Request) {
-	who, ok := p.authorize(w, r)
+	who, ds, ok := p.datasetTarget(w, r)
 	if !ok {
-		return
-	}
-	ds, ok := p.dataset(r.PostForm.Get("dataset"))
-	if !ok {
-		http.Error(w, fmt.Sprintf("dataset %q is not configured", clip(r.PostForm.Get("dataset"))), http.StatusNotFound)
 		return
 	}
 	reason, ok := reasonOf(w, r, true)
@@ -56,13 +51,8 @@ func (p *Page) pause(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Page) resume(w http.ResponseWriter, r *http.Request) {
-	who, ok := p.authorize(w, r)
+	who, ds, ok := p.datasetTarget(w, r)
 	if !ok {
-		return
-	}
-	ds, ok := p.dataset(r.PostForm.Get("dataset"))
-	if !ok {
-		http.Error(w, fmt.Sprintf("dataset %q is not configured", clip(r.PostForm.Get("dataset"))), http.StatusNotFound)
 		return
 	}
 	reason, ok := reasonOf(w, r, false)

@@ -27,18 +27,8 @@ func (p *Page) restore(w http.ResponseWriter, r *http.Request) { p.versionAction
 func (p *Page) retract(w http.ResponseWriter, r *http.Request) { p.versionAction(w, r, false) }
 
 func (p *Page) versionAction(w http.ResponseWriter, r *http.Request, restore bool) {
-	who, ok := p.authorize(w, r)
+	who, ds, key, ok := p.partitionTarget(w, r)
 	if !ok {
-		return
-	}
-	ds, ok := p.dataset(r.PostForm.Get("dataset"))
-	if !ok {
-		http.Error(w, "dataset "+clip(r.PostForm.Get("dataset"))+" is not configured", http.StatusNotFound)
-		return
-	}
-	key, err := parseKey(ds, "partition", r.PostForm.Get("partition"))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	reason, ok := reasonOf(w, r, true)
