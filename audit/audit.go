@@ -6,7 +6,8 @@
 // It also keeps what a load leaves for others, written in the load's
 // transaction: the outbox of downstream events, results and lineage events
 // (outbox.go), the checks' outcomes (checks.go) and the schema changes
-// (schemachanges.go). The ledger's lookups and the successes that write it
+// (schemachanges.go), and the archived versions of a partition
+// (versions.go). The ledger's lookups and the successes that write it
 // are in ledger.go, for one load and a group alike; a group load's start,
 // set-based over its events, in group.go. Passes that span many
 // transactions (re-verification, retention) take turns through leases with
@@ -23,8 +24,9 @@
 // given, in whatever transaction the caller holds. This package begins and
 // commits transactions of its own only outside any load: Migrate,
 // EnqueueLineage (a failed attempt's lineage, after its load rolled back),
-// Prune (one per batch), StoreIdentity (a verified warehouse) and ReadStory
-// (one read-only snapshot). It never begins, commits or rolls back a load,
+// Prune (one per batch), StoreIdentity (a verified warehouse), ReadStory
+// (one read-only snapshot) and the operators' controls, each with its
+// idem.operator_actions row (controls.go: pauses and cancellations). It never begins, commits or rolls back a load,
 // and knows nothing of NATS.
 package audit
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/internal/calendar"
 )
 
 // Operator controls (schema v23): a dataset paused, a backfill cancelled.
@@ -302,22 +302,11 @@ func ParseUntil(s string, now time.Time) (time.Time, error) {
 		}
 		return t, nil
 	}
-	d, err := parseDays(s)
+	d, err := calendar.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return time.Time{}, fmt.Errorf("until %q: want a time (RFC 3339, e.g. 2026-12-24T08:00:00Z) or a positive duration (e.g. 30m, 2h, 1d)", s)
 	}
 	return now.Add(d), nil
-}
-
-func parseDays(s string) (time.Duration, error) {
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.Atoi(n)
-		if err != nil {
-			return 0, err
-		}
-		return time.Duration(days) * 24 * time.Hour, nil
-	}
-	return time.ParseDuration(s)
 }
 
 // PauseOf is dataset's pause in force, or nil.

@@ -39,6 +39,13 @@
 //     impossible, writes the result, the lineage, the checks' outcomes, the
 //     schema changes and the downstream events, and commits.
 //
+// Before a load begins, an event of a cancelled backfill is recorded
+// `cancelled` and acked unloaded (one indexed read); the first round trip
+// records an ordinary event of a retracted partition `skipped`, as it does
+// a duplicate (handler.go). With keep_versions a load
+// archives the rows it replaces before the strategy runs, and Restore and
+// Retract run as a load does (versions.go).
+//
 // A lock another load holds costs a round trip (a group leaves that event
 // to load alone after it). A group runs the same round trips for all its
 // events, and the same finish; if anything fails in it, it rolls back and

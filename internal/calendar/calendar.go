@@ -3,7 +3,8 @@
 // deadline after the partition's period ends). It is pure: the audit says
 // what loaded, the caller passes the clock, and calendar says what is missing
 // and what is late. Window is the other question asked of partition keys
-// against the clock: which partitions a recheck window still holds.
+// against the clock: which partitions a recheck window still holds; and
+// ParseDuration reads the durations counted in days that both are written in.
 package calendar
 
 import (

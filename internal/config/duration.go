@@ -3,10 +3,11 @@ package config
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-data/idem/internal/calendar"
 )
 
 // Duration is a time.Duration written in YAML as a Go duration string:
@@ -28,7 +29,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a duration such as \"10s\" or \"30m\", found a %s", n.Line, kindName(n.Kind))}}
 	}
-	v, err := parseDuration(n.Value)
+	v, err := calendar.ParseDuration(n.Value)
 	if err != nil {
 		hint := `write a Go duration such as "10s", "1m30s", "30m" or "7d"`
 		if _, numErr := strconv.Atoi(n.Value); numErr == nil {
@@ -38,28 +39,6 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*d = Duration(v)
 	return nil
-}
-
-// parseDuration is time.ParseDuration with a leading whole number of days
-// ("7d", "1d12h").
-func parseDuration(s string) (time.Duration, error) {
-	i := strings.IndexByte(s, 'd')
-	if i <= 0 {
-		return time.ParseDuration(s)
-	}
-	days, err := strconv.Atoi(s[:i])
-	if err != nil || days < 0 || days > 100_000 {
-		return time.ParseDuration(s)
-	}
-	d := time.Duration(days) * 24 * time.Hour
-	if rest := s[i+1:]; rest != "" {
-		r, err := time.ParseDuration(rest)
-		if err != nil || r < 0 {
-			return 0, fmt.Errorf("time: invalid duration %q", s)
-		}
-		d += r
-	}
-	return d, nil
 }
 
 // MarshalYAML writes d as a Go duration string.

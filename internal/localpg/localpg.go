@@ -184,9 +184,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 // initdb makes s.DataDir a new cluster: with initdb, or as a copy of the
-// pristine cluster when copy is set and one can be had.
-func (s *Server) initdb(ctx context.Context, copy bool) error {
-	if copy {
+// pristine cluster when fromPristine is set and one can be had.
+func (s *Server) initdb(ctx context.Context, fromPristine bool) error {
+	if fromPristine {
 		if src, err := s.pristine(ctx); err == nil {
 			if err := exec.CommandContext(ctx, "cp", "-a", src, s.DataDir).Run(); err == nil {
 				return nil

@@ -94,8 +94,8 @@ func TestCopiedClustersAreIndependentButShareTheirIdentity(t *testing.T) {
 		t.Skip("starts PostgreSQL")
 	}
 	ctx := context.Background()
-	start := func(copy bool) *Server {
-		s, err := Start(ctx, Options{Copy: copy})
+	start := func(fromPristine bool) *Server {
+		s, err := Start(ctx, Options{Copy: fromPristine})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
