@@ -201,10 +201,12 @@ type recorder struct {
 	inFlight    int
 	maxInFlight int
 	circuit     []bool // every Circuit hook call: false opened, true closed
+	// laneMax is the most loads each lane reported running (LaneInFlight).
+	laneMax map[string]int
 }
 
 func (r *recorder) hooks() Hooks {
-	r.events, r.deadLetters = map[string]int{}, map[string]int{}
+	r.events, r.deadLetters, r.laneMax = map[string]int{}, map[string]int{}, map[string]int{}
 	return Hooks{
 		Event: func(ds string, o Outcome, _ time.Duration) {
 			r.mu.Lock()
@@ -224,6 +226,11 @@ func (r *recorder) hooks() Hooks {
 			defer r.mu.Unlock()
 			r.inFlight = n
 			r.maxInFlight = max(r.maxInFlight, n)
+		},
+		LaneInFlight: func(lane string, n int) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.laneMax[lane] = max(r.laneMax[lane], n)
 		},
 	}
 }

@@ -112,6 +112,10 @@ func TestBackfillUsesEveryLoadWithoutLiveWork(t *testing.T) {
 	require.Eventually(t, func() bool { _, _, _, s := loads.get(); return s[laneBackfill] == 20 }, waitFor, tick)
 	_, most, _, _ := loads.get()
 	require.Equal(t, e.cfg.MaxInFlight, most[laneBackfill])
+	e.hook.mu.Lock()
+	defer e.hook.mu.Unlock()
+	require.Equal(t, e.cfg.MaxInFlight, e.hook.laneMax[LaneBackfill], "the lane's gauge saw every load")
+	require.Zero(t, e.hook.laneMax[LaneLive])
 }
 
 // While a live load runs, the backfill runs at most its share of
