@@ -10,6 +10,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -126,7 +128,11 @@ func NewDB(t testing.TB) *DB {
 // ends if that server still answers.
 func NewDBAt(t testing.TB, adminURL string) *DB {
 	t.Helper()
-	return newDB(t, adminURL, "")
+	db, err := newDB(t, adminURL, "")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return db
 }
 
 // NewDBFrom is NewDB for a database that starts as a copy of a template
@@ -144,11 +150,25 @@ func NewDBFrom(t testing.TB, key string, setup func(ctx context.Context, pool *p
 // NewDBAtFrom is NewDBFrom on the cluster adminURL points at.
 func NewDBAtFrom(t testing.TB, adminURL, key string, setup func(ctx context.Context, pool *pgxpool.Pool) error) *DB {
 	t.Helper()
-	tpl, err := template(adminURL, key, setup)
-	if err != nil {
-		t.Fatalf("pgtest: template %s: %v", key, err)
+	// A cluster that stopped may be followed by another at the same
+	// address (its port free again), without the template made on the
+	// first: one missing template is made again.
+	for again := false; ; again = true {
+		tpl, err := template(adminURL, key, setup)
+		if err != nil {
+			t.Fatalf("pgtest: template %s: %v", key, err)
+		}
+		db, err := newDB(t, adminURL, tpl)
+		var pgErr *pgconn.PgError
+		if !again && errors.As(err, &pgErr) && pgErr.Code == "3D000" {
+			forgetTemplate(adminURL, key, tpl)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		return db
 	}
-	return newDB(t, adminURL, tpl)
 }
 
 // templates are the template databases made so far, by cluster and key.
@@ -195,6 +215,18 @@ func template(adminURL, key string, setup func(ctx context.Context, pool *pgxpoo
 	return name, err
 }
 
+// forgetTemplate drops the record of key's template name on the cluster
+// at adminURL, which no longer has it.
+func forgetTemplate(adminURL, key, name string) {
+	templates.Lock()
+	defer templates.Unlock()
+	k := [2]string{adminURL, key}
+	if templates.made[k] == name {
+		delete(templates.made, k)
+		delete(templates.errs, k)
+	}
+}
+
 // fileCopy is how test databases are made: copying the template's files
 // costs the server about a third of the CPU of PostgreSQL 15's default
 // (WAL_LOG writes every page of the template through the WAL), and the
@@ -202,13 +234,13 @@ func template(adminURL, key string, setup func(ctx context.Context, pool *pgxpoo
 const fileCopy = " STRATEGY FILE_COPY"
 
 // newDB creates t's database, a copy of template tpl ("" for none).
-func newDB(t testing.TB, adminURL, tpl string) *DB {
+func newDB(t testing.TB, adminURL, tpl string) (*DB, error) {
 	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("t_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, seq.Add(1))
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer admin.Close(ctx)
 	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
@@ -217,17 +249,17 @@ func newDB(t testing.TB, adminURL, tpl string) *DB {
 	}
 	create += fileCopy
 	if _, err := admin.Exec(ctx, create); err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
+		return nil, fmt.Errorf("create database: %w", err)
 	}
 	url := withStatementMode(withDB(adminURL, name))
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cfg.MaxConns = 20
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		t.Fatalf("pgtest: pool: %v", err)
+		return nil, fmt.Errorf("pool: %w", err)
 	}
 	db := &DB{Name: name, URL: url, Pool: pool}
 	t.Cleanup(func() {
@@ -241,7 +273,7 @@ func newDB(t testing.TB, adminURL, tpl string) *DB {
 		defer c.Close(ctx)
 		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
-	return db
+	return db, nil
 }
 
 // Exec runs SQL statements (separated by semicolons, simple protocol) or fails t.
