@@ -301,7 +301,7 @@ func (c *Consumer) fetchLoop(hard context.Context, ln lane) error {
 		}
 		// The lanes cancel a backfill pull that holds more slots than the
 		// backfill may now (see broadcast).
-		fctx, cancel := context.WithTimeout(c.stopCtx, pullWait(c.cfg.FetchWait, c.cfg.Rand()))
+		fctx, cancel := pull(c.stopCtx, pullWait(c.cfg.FetchWait, c.cfg.Rand()))
 		c.lanes.pulling(ln, cancel)
 		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
 		if err != nil {

@@ -104,7 +104,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 }
 
 func (r *Reconciler) fetch(ctx context.Context, cons jetstream.Consumer, events jetstream.Stream) error {
-	fctx, cancel := context.WithTimeout(ctx, r.cfg.FetchWait)
+	fctx, cancel := pull(ctx, r.cfg.FetchWait)
 	defer cancel()
 	batch, err := cons.Fetch(16, jetstream.FetchContext(fctx))
 	if err != nil {
@@ -113,10 +113,7 @@ func (r *Reconciler) fetch(ctx context.Context, cons jetstream.Consumer, events 
 	for m := range batch.Messages() {
 		r.reconcile(ctx, events, m)
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return batch.Error()
 }
 
 // reconcile dead-letters the message one advisory names, then acks the
