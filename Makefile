@@ -2,13 +2,16 @@
 SHELL := /bin/bash
 GO    ?= go
 PKGS  ?= ./...
-# make test starts the three longest suites first (go test runs packages
-# in the order given) and runs four packages at once: five loaded this
-# 2-core machine past what the timing-bound suites bear (12 min, two
-# consumer tests failed); three left a core idle half the time (8.5 min).
+# make test starts the longest suites first (go test runs packages in the
+# order given), so that the short ones fill the slots at the end instead
+# of a long one starting last; and it runs four packages at once: five
+# loaded this 2-core machine past what the timing-bound suites bear (12
+# min, two consumer tests failed); three left a core idle half the time
+# (8.5 min).
 # -vet=off: the vet target ran every analyzer go test would, and more, on
 # the same packages, test files included (26 CPU-s of a clean clone's build).
-TEST_FIRST ?= ./handlers/ ./e2e/ ./bench/chaos/
+TEST_FIRST ?= ./e2e/ ./bench/chaos/ ./handlers/ ./bench/ ./internal/cli/ ./internal/statuspage/ ./sources/files/ \
+	./audit/ ./consumer/ ./sources/pgsource/ ./strategies/ ./internal/service/ ./internal/localpg/ ./internal/reverify/
 TEST_P ?= 4
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2

@@ -24,6 +24,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/browsertest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -46,8 +47,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building idem: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	code := pgtest.Run(m)
+	browsertest.Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // stagingSQL: the tables of the orders dataset and the gate for slow loads.

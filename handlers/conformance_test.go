@@ -18,6 +18,7 @@ import (
 // The conformance suite: every strategy, through the handler, against a real
 // PostgreSQL, must pass the same idempotency cases.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for _, f := range fixtures {
 		testConformance(t, f)
 	}
@@ -26,6 +27,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceGrouped: the same cases, every load through the group
 // path (merge, which does not group, takes the single path inside it).
 func TestConformanceGrouped(t *testing.T) {
+	t.Parallel()
 	for _, f := range fixtures {
 		f.grouped = true
 		f.name += "_grouped"

@@ -52,6 +52,7 @@ func loadGroup(t *testing.T, e *env, evs []schemas.Event, ms []handlers.Meta, ro
 // TestGroupLoadsEachEventOnce: a group of five loads every partition in one
 // transaction, each event with its own audit row, ledger entry and outcome.
 func TestGroupLoadsEachEventOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05"}
 	for i, p := range parts {
@@ -81,6 +82,7 @@ func TestGroupLoadsEachEventOnce(t *testing.T) {
 // the empty one fails alone on its first attempt, the locked one waits
 // for the lock and loads, the loaded run is skipped.
 func TestGroupFailingPartitionFailsAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05", "2026-11-06"}
 	for i, p := range parts {
@@ -140,6 +142,7 @@ func TestGroupFailingPartitionFailsAlone(t *testing.T) {
 
 // TestGroupSizeOne: a strategy that cannot group, or MaxGroup 1.
 func TestGroupSize(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[2]) // merge
 	require.Equal(t, 1, e.h.GroupSize(schemas.Event{PartitionReady: schemas.PartitionReady{Dataset: "ds"}}))
 	e = newEnv(t, fixtures[0])
@@ -164,6 +167,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // run: nothing of the group commits, and every event then loads alone,
 // once, on the attempt the group counted.
 func TestGroupKilledMidLoad(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
 	for i, p := range parts {
@@ -198,6 +202,7 @@ func TestGroupKilledMidLoad(t *testing.T) {
 // by the audit statement, which writes each skip's result in the same
 // statement (the same transaction as the skipped row), naming the load.
 func TestGroupResults(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	e.h.Results = true
 	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03"}
@@ -278,6 +283,7 @@ func TestGroupResults(t *testing.T) {
 // TestGroupAppendDedupe: append_dedupe loads group too, each partition
 // with its own load_seq, and a second load of the group's runs is skipped.
 func TestGroupAppendDedupe(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtureNamed("append_dedupe"))
 	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"}
 	for i, p := range parts {
@@ -305,6 +311,7 @@ func TestGroupAppendDedupe(t *testing.T) {
 // its attempt, so the partition not ready waits (no attempt, no row) while
 // the ready ones load.
 func TestGroupAsksReadyWhenOfEachEvent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	parts := []string{"2026-11-01", "2026-11-02", "2026-11-03"}
 	for i, p := range parts {

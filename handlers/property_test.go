@@ -75,6 +75,7 @@ const rowCols = "id, event_date::text, amount::text, note, version::bigint"
 // forced reruns, replays with new run ids, staging changes and killed
 // attempts, and compares what readers see with the model after every step.
 func TestPropertyRandomHistories(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"delete_insert", "delete_insert_partitioned", "merge", "append_dedupe"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -155,6 +156,7 @@ func killedAttempt(t *rapid.T, e *env, partition, runID string) {
 // loaded by HandleGroup, compared with the model after every step. Each
 // member must end as it would alone.
 func TestPropertyRandomGroupHistories(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"delete_insert", "delete_insert_partitioned", "append_dedupe"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -48,6 +48,7 @@ func (e *env) versions() int64 {
 // back byte for byte (and can itself be undone), and the archive keeps at
 // most keep_versions versions of the partition.
 func TestRestoreEveryStrategy(t *testing.T) {
+	t.Parallel()
 	for _, f := range fixtures {
 		t.Run(f.name, func(t *testing.T) {
 			e := newEnv(t, f)
@@ -91,6 +92,7 @@ func TestRestoreEveryStrategy(t *testing.T) {
 }
 
 func TestKeepVersionsZeroArchivesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	e.keepVersions(0)
 	e.stage(versionsPartition, 1, 3, 1, 1)
@@ -105,6 +107,7 @@ func TestKeepVersionsZeroArchivesNothing(t *testing.T) {
 }
 
 func TestRestoreRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	e.keepVersions(3)
 	e.stage(versionsPartition, 1, 3, 1, 1)
@@ -146,6 +149,7 @@ func TestRestoreRefused(t *testing.T) {
 // triggers then:, and skips a later ordinary run with its reason; a
 // forced run loads again.
 func TestRetract(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	e.keepVersions(3)
 	e.ds.Then = []string{"down"}
@@ -189,6 +193,7 @@ func TestRetract(t *testing.T) {
 
 // Archived versions follow the audit's retention.
 func TestPruneVersions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, fixtures[0])
 	e.keepVersions(5)
 	for i, run := range []string{"a", "b", "c"} {
@@ -207,6 +212,7 @@ func TestPruneVersions(t *testing.T) {
 // A group load skips a retracted partition's ordinary event with its
 // reason, as a load alone does.
 func TestRetractedSkippedInAGroup(t *testing.T) {
+	t.Parallel()
 	f := fixtures[0]
 	f.grouped = true
 	e := newEnv(t, f)

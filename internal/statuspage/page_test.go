@@ -30,7 +30,7 @@ import (
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.MainNoLeaks(m) }
+func TestMain(m *testing.M) { pgtest.MainNoLeaks(m, browsertest.Stop) }
 
 const (
 	hostileRun    = `<script>window.pwned=1</script>`

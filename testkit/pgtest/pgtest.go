@@ -49,12 +49,13 @@ func Main(m *testing.M) {
 func Run(m *testing.M) int { return run(m, false) }
 
 // MainNoLeaks is Main for packages whose tests start goroutines: once the
-// tests passed, a goroutine still running fails the package (goleak).
-func MainNoLeaks(m *testing.M) {
-	os.Exit(run(m, true))
+// tests passed and atEnd ran (stopping what the tests share, a browser
+// for example), a goroutine still running fails the package (goleak).
+func MainNoLeaks(m *testing.M, atEnd ...func()) {
+	os.Exit(run(m, true, atEnd...))
 }
 
-func run(m *testing.M, leaks bool) int {
+func run(m *testing.M, leaks bool, atEnd ...func()) int {
 	adminURL = os.Getenv(EnvURL)
 	if adminURL == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -71,6 +72,9 @@ func run(m *testing.M, leaks bool) int {
 		defer s.Close()
 	}
 	code := m.Run()
+	for _, f := range atEnd {
+		f()
+	}
 	if leaks && code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: goroutines left running after the tests:", err)
