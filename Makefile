@@ -11,20 +11,21 @@ PKGS  ?= ./...
 # code runs in those processes has race-detected tests of its own.
 # Each run starts its longest suites first (go test runs packages in the
 # order given), so that the short ones fill the slots at the end; two
-# packages at once each: more loaded this 2-core machine past what the
-# timing-bound suites bear.
+# packages at once for the harness, three for the race run (the harness
+# suites mostly wait on their child processes).
 # -vet=off: the vet target ran every analyzer go test would, and more, on
 # the same packages, test files included. -ldflags=-w: no DWARF in the test
 # binaries, a quarter less linking.
 HARNESS_PKGS ?= ./e2e/ ./bench/chaos/ ./bench/
 TEST_FIRST ?= ./handlers/ ./internal/cli/ ./internal/statuspage/ ./sources/files/ \
 	./audit/ ./consumer/ ./sources/pgsource/ ./strategies/ ./internal/service/ ./internal/localpg/ ./internal/reverify/
-TEST_P ?= 2
+TEST_P ?= 3
+HARNESS_P ?= 2
 TEST_FLAGS = -vet=off -count=1 -ldflags=-w -timeout 15m
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres pgbouncer chromium recipe-tools test test-statement-modes test-short tidy-check alerts-test vet lint fuzz demo clean
+.PHONY: help build postgres pgbouncer chromium recipe-tools test-tools s3-server test test-statement-modes test-short tidy-check alerts-test vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,12 +45,22 @@ chromium: ## install Debian's chromium when missing (the status page's browser t
 recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler recipes' commands, run by the e2e tests)
 	@bash scripts/ensure-recipe-tools.sh
 
+# What the tests run, installed or built when missing, one after another
+# (apt holds one lock): make test does it beside go vet, whose compiling
+# wants the CPU while this mostly waits for the network and the disk.
+test-tools: ## install or build what the tests run when missing (PostgreSQL, pgbouncer, chromium, the recipes' tools, promtool, versitygw)
+	@$(MAKE) --no-print-directory postgres pgbouncer chromium recipe-tools alerts-test s3-server
+
+s3-server: ## build the versitygw S3 server the object-store tests run, when missing (once, into ~/.cache/idem-tools)
+	@bash scripts/ensure-versitygw.sh
+
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-test: postgres pgbouncer chromium recipe-tools vet tidy-check alerts-test ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+test: ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+	@$(MAKE) --no-print-directory -j3 test-tools vet tidy-check
 ifeq ($(PKGS),./...)
-	@$(GO) test $(TEST_FLAGS) -p $(TEST_P) $(HARNESS_PKGS) & harness=$$!; \
+	@$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) $(HARNESS_PKGS) & harness=$$!; \
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(TEST_FIRST) $$($(GO) list ./... | grep -vE '/idem/(e2e|bench|bench/chaos)$$'); race=$$?; \
 	wait $$harness; harness=$$?; \
 	if [ $$race -ne 0 ] || [ $$harness -ne 0 ]; then echo "make test: FAIL (race run exit $$race, harness run exit $$harness)"; exit 1; fi

@@ -68,8 +68,6 @@ type member struct {
 	l   *loading
 	b   audit.Begun
 	res *strategies.Result
-	// endLoad reads the strategy's answers once round trip 2 is sent.
-	endLoad func(error) error
 	out     Outcome
 	err     error
 	// how it ends in the group: loaded, or its result decided alone (a
@@ -277,17 +275,12 @@ func (g *group) load(ctx context.Context) bool {
 			l := m.l
 			keys = append(keys, audit.PartitionLockKey(l.a.Pipeline, l.a.Dataset, l.a.Partition))
 			locked = append(locked, &l.locked)
-			ls = append(ls, audit.RunLookup{RunKey: l.a.RunKey, Force: l.a.Force, Seq: l.a.StreamSeq, Done: &l.alreadyLoaded})
+			ls = append(ls, audit.RunLookup{RunKey: l.a.RunKey, Force: l.a.Force, Seq: l.a.StreamSeq, Done: &l.alreadyLoaded, Retracted: &l.retracted})
 		}
 	}
 	audit.QueueTryLocks(b, keys, locked)
 	if err := audit.QueueLookupRuns(b, ls); err != nil {
 		return g.failUnstarted(err)
-	}
-	for _, m := range g.mems {
-		if m != nil && !m.l.a.Force {
-			audit.QueueRetracted(b, m.l.a.RunKey, &m.l.retracted)
-		}
 	}
 	for _, m := range g.mems {
 		if m == nil {
@@ -352,27 +345,36 @@ func (g *group) load(ctx context.Context) bool {
 		first.l.close(ctx)
 		return false
 	}
-	// Round trip 2: every load.
+	// Round trip 2: every load, in as few statements as the strategy can
+	// (delete_insert: one DELETE and one INSERT for the group).
 	tx := &connTx{c: g.c}
 	gl := g.ds.Strategy.(strategies.GroupLoader)
 	b = &pgx.Batch{}
-	for _, m := range g.mems {
-		if m == nil || m.state != memberLoading {
-			continue
-		}
-		if m.res, m.endLoad, err = gl.QueueLoad(ctx, tx, m.l.plan, m.l.params(), b); err != nil {
+	var (
+		loading []*member
+		plans   []*strategies.Plan
+		params  []strategies.Params
+	)
+	g.each(memberLoading, func(m *member) {
+		loading, plans, params = append(loading, m), append(plans, m.l.plan), append(params, m.l.params())
+	})
+	var refused error
+	if len(loading) > 0 {
+		res, endLoads, err := gl.QueueLoads(ctx, tx, plans, params, b)
+		if err != nil {
 			g.fallBack(ctx, err)
 			return false
 		}
-	}
-	if b.Len() > 0 {
-		err = g.c.SendBatch(ctx, b).Close()
-	}
-	var refused error
-	g.each(memberLoading, func(m *member) {
-		if ferr := m.endLoad(err); ferr != nil && refused == nil {
-			refused = ferr
+		for i, m := range loading {
+			m.res = res[i]
 		}
+		err = g.c.SendBatch(ctx, b).Close()
+		if ferr := endLoads(err); ferr != nil {
+			g.fallBack(ctx, ferr)
+			return false
+		}
+	}
+	g.each(memberLoading, func(m *member) {
 		if refused != nil || g.ds.Checks == nil {
 			return
 		}
@@ -383,8 +385,8 @@ func (g *group) load(ctx context.Context) bool {
 		m.l.checked = g.ds.Checks.FromCounts(m.res.Inserted, baseline)
 		refused = checks.Refused(m.l.checked)
 	})
-	if err != nil || refused != nil {
-		g.fallBack(ctx, firstErr(err, refused))
+	if refused != nil {
+		g.fallBack(ctx, refused)
 		return false
 	}
 	// Round trip 3: the skips the ledger found under the locks, the
@@ -430,13 +432,4 @@ func (g *group) any(s memberState) bool {
 		}
 	}
 	return false
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -317,3 +317,24 @@ func (s *AppendDedupe) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Par
 	b.Queue(stmt, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
 	return res, queuedFinish(dp, res, s.spec.AllowEmpty), nil
 }
+
+// QueueLoads queues each partition's INSERT, as QueueLoad does: each load
+// takes a load_seq of its own.
+func (s *AppendDedupe) QueueLoads(ctx context.Context, tx pgx.Tx, dps []*Plan, ps []Params, b *pgx.Batch) ([]*Result, func(error) error, error) {
+	res := make([]*Result, len(ps))
+	fins := make([]func(error) error, len(ps))
+	for i := range ps {
+		var err error
+		if res[i], fins[i], err = s.QueueLoad(ctx, tx, dps[i], ps[i], b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return res, func(err error) error {
+		for _, f := range fins {
+			if ferr := f(err); ferr != nil {
+				return ferr
+			}
+		}
+		return nil
+	}, nil
+}

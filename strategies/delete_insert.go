@@ -30,6 +30,8 @@ import (
 type DeleteInsert struct {
 	spec Spec
 	cat  catalogCache
+	// ptypes: the type of the source's @partition, for group loads.
+	ptypes paramTypes
 }
 
 var _ Strategy = (*DeleteInsert)(nil)
@@ -56,6 +58,8 @@ type deleteInsertPlan struct {
 	del, ins string
 	route    string
 	into     Table
+	// cols are the target's columns the source fills, in the INSERT's order.
+	cols []string
 }
 
 func (pl *deleteInsertPlan) truncate() bool { return pl.route == routeTruncateChild }
@@ -80,7 +84,7 @@ func (s *DeleteInsert) plan(dp *Plan, p Params) (*deleteInsertPlan, error) {
 	if !strings.Contains(","+strings.Join(cols, ",")+",", ","+pc+",") {
 		return nil, schemaErr("the source does not return the partition column %q; idem checks every row belongs to the partition it loads", pc)
 	}
-	pl := &deleteInsertPlan{route: routeDelete, into: t.Table}
+	pl := &deleteInsertPlan{route: routeDelete, into: t.Table, cols: cols}
 	if t.Kind == "p" {
 		if child := exactChild(dp, pc, p.Partition); child != nil {
 			pl.into, pl.route = *child, routeDeleteChild

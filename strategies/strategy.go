@@ -83,7 +83,9 @@ func (p Params) args() pgx.NamedArgs {
 // it (TRUNCATE of a partition child).
 type Result struct {
 	Inserted, Updated, Deleted int64
-	// Route names the SQL path taken, for logs and benchmarks: delete,
+	// Route names the SQL path taken, for logs and benchmarks: group (a
+	// delete_insert load made with the rest of its group in one DELETE
+	// and one INSERT for them all), delete,
 	// delete_child or truncate_child (delete_insert; copy_ before it when
 	// the rows were copied straight into the target), merge, on_conflict or
 	// on_conflict_deduped (merge), append (append_dedupe).
@@ -134,6 +136,11 @@ type GroupLoader interface {
 	// QueueLoad queues on b the load of p that pl describes; finish maps
 	// the batch's error (nil when it went through) to the load's.
 	QueueLoad(ctx context.Context, tx pgx.Tx, pl *Plan, p Params, b *pgx.Batch) (res *Result, finish func(error) error, err error)
+	// QueueLoads queues on b the loads of a group's partitions ps, pls[i]
+	// describing ps[i]'s, in as few statements as the strategy can;
+	// finish maps the batch's error (nil when it went through) to the
+	// group's.
+	QueueLoads(ctx context.Context, tx pgx.Tx, pls []*Plan, ps []Params, b *pgx.Batch) (res []*Result, finish func(error) error, err error)
 }
 
 // CopyLoader is a strategy that can take a partition's rows straight from

@@ -145,3 +145,23 @@ func Params(sql string) []string {
 	}
 	return out
 }
+
+// ReplaceParam returns sql with every use of the named argument @name that
+// Params sees (outside strings and comments) replaced by expr, and how many
+// it replaced. A caller that must be sure no other @name remains for pgx
+// to rewrite compares that count with the occurrences of "@name" in sql.
+func ReplaceParam(sql, name, expr string) (string, int) {
+	var b strings.Builder
+	n, last := 0, 0
+	for _, t := range lex(sql) {
+		if t.kind != kindNamedArg || t.value != name {
+			continue
+		}
+		b.WriteString(sql[last:t.start])
+		b.WriteString(expr)
+		last = t.end
+		n++
+	}
+	b.WriteString(sql[last:])
+	return b.String(), n
+}
