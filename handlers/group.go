@@ -68,8 +68,8 @@ type member struct {
 	l   *loading
 	b   audit.Begun
 	res *strategies.Result
-	out     Outcome
-	err     error
+	out Outcome
+	err error
 	// how it ends in the group: loaded, or its result decided alone (a
 	// skip, a spent budget), or left to load alone after the group (its
 	// lock was held, or the group fell back).
