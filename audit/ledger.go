@@ -154,15 +154,24 @@ type Success struct {
 // run violates the ledger's primary key (23505). SuccessError turns those
 // into ErrNotStarted and ErrAlreadySucceeded.
 //
-// Each success is its own statement on purpose: an UPDATE that joins the
-// audit to a set of ids is planned as a join, and the plan a connection
-// keeps was made when the audit was small, where the planner reads the
-// whole table and hashes it (see docs/QUERY-PLANS.md). A statement
-// updating one row by its id takes the primary key at every size.
+// Several successes none of which is forced go in one statement
+// (groupSucceedSQL); a forced one, which replaces its run's ledger entry
+// where another must fail on it, goes in a statement of its own.
 func QueueMarkSucceeded(b *pgx.Batch, ss []Success) error {
 	var checks []checkRow
+	forced := false
 	for _, s := range ss {
-		queueMarkSucceeded(b, s.RunKey, s.ID, s.Rows, s.Force, s.Result)
+		forced = forced || s.Force
+	}
+	if len(ss) > 1 && !forced {
+		if err := queueGroupSucceeded(b, ss); err != nil {
+			return err
+		}
+	}
+	for _, s := range ss {
+		if len(ss) == 1 || forced {
+			queueMarkSucceeded(b, s.RunKey, s.ID, s.Rows, s.Force, s.Result)
+		}
 		for _, c := range s.Checks {
 			checks = append(checks, checkRow{AuditID: s.ID, Pipeline: s.Pipeline, Dataset: s.Dataset,
 				Partition: s.Partition, RunID: s.RunID, CheckOutcome: c})
@@ -178,6 +187,80 @@ func QueueMarkSucceeded(b *pgx.Batch, ss []Success) error {
 	b.Queue(groupChecksSQL, string(data))
 	return nil
 }
+
+// successRow is one success of groupSucceedSQL.
+type successRow struct {
+	Ord      int             `json:"ord"`
+	Pipeline string          `json:"dag"`
+	Dataset  string          `json:"task"`
+	Part     string          `json:"part"`
+	RunID    string          `json:"run"`
+	ID       int64           `json:"id"`
+	Written  int64           `json:"written"`
+	Inserted int64           `json:"ins"`
+	Updated  int64           `json:"upd"`
+	Deleted  *int64          `json:"del"`
+	Result   json.RawMessage `json:"result,omitempty"`
+}
+
+// queueGroupSucceeded queues groupSucceedSQL for ss, none of them forced.
+func queueGroupSucceeded(b *pgx.Batch, ss []Success) error {
+	rows := make([]successRow, len(ss))
+	for i, s := range ss {
+		r := successRow{Ord: i, Pipeline: s.Pipeline, Dataset: s.Dataset, Part: s.Partition, RunID: s.RunID, ID: s.ID,
+			Written: s.Rows.Written(), Inserted: s.Rows.Inserted, Updated: s.Rows.Updated}
+		if s.Rows.Deleted >= 0 {
+			r.Deleted = &s.Rows.Deleted
+		}
+		if s.Result != nil {
+			r.Result = s.Result
+		}
+		rows[i] = r
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("audit: group successes: %w", err)
+	}
+	ids := make([]int64, len(ss))
+	for i, s := range ss {
+		ids[i] = s.ID
+	}
+	b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
+	b.Queue(groupSucceedSQL, string(data), ids)
+	b.Queue("SET LOCAL plan_cache_mode TO DEFAULT")
+	return nil
+}
+
+// groupSucceedSQL is succeedSQL for several successes without force, in
+// one statement: the audit rows `success`, their results into the outbox,
+// their runs into the ledger, with the same refusals (a row not `started`
+// leaves a NULL audit_id, 23502; a run already in the ledger, 23505).
+//
+// The audit rows are found by `id = ANY` of their ids ($2), never by a
+// join of the audit to the input, and the statement is planned at each
+// execution (force_custom_plan, set around it in the load's transaction):
+// a plan a connection kept from when the audit was small would read the
+// whole table, where one made for these ids takes the primary key once
+// the table is more than a few pages. Each row's values come from the
+// input by a subquery of a handful of rows.
+const groupSucceedSQL = `
+		WITH s AS MATERIALIZED (
+		     SELECT * FROM jsonb_to_recordset($1::jsonb)
+		         AS s(ord int, dag text, task text, part text, run text, id bigint, written bigint, ins bigint, upd bigint, del bigint, result jsonb)),
+		done AS (
+		     UPDATE idem.pipeline_audit a
+		        SET status = 'success', finished_at = clock_timestamp(),
+		            (row_count, rows_inserted, rows_updated, rows_deleted) =
+		            (SELECT s.written, s.ins, s.upd, s.del FROM s WHERE s.id = a.id)
+		      WHERE a.id = ANY ($2::bigint[]) AND a.status = 'started'
+		     RETURNING a.id),
+		res AS (
+		     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+		     SELECT s.task, s.part, s.run, s.id, s.result FROM s WHERE s.result IS NOT NULL
+		     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
+		INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
+		SELECT s.dag, s.task, s.part, s.run, (SELECT d.id FROM done d WHERE d.id = s.id)
+		  FROM s ORDER BY s.ord`
 
 // checkRow is one check outcome of one load.
 type checkRow struct {

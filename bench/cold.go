@@ -248,6 +248,10 @@ func (c *cold) finish() {
 	c.out.Finished = time.Now().UTC()
 	c.out.Machine, c.out.Notes, c.out.Load = c.res.Machine, c.res.Notes, c.res.Load
 	c.out.Machine.OwnNATS = true
+	c.out.Machine.NATSSync = "always"
+	if os.Getenv("IDEM_BENCH_NATS_SYNC") == "default" {
+		c.out.Machine.NATSSync = "default"
+	}
 }
 
 // start makes the work directory, the cluster and the binaries.
@@ -794,7 +798,21 @@ func (c *cold) startNATS(ctx context.Context, tag string) error {
 	if err != nil {
 		return err
 	}
-	n.cmd = exec.Command(c.natsBin, "-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	// JetStream as deploy/nats/nats-server.conf ships it (e2e checks that
+	// file): a file store that syncs every write before acknowledging it.
+	// IDEM_BENCH_NATS_SYNC=default measures the server's default (a sync every two
+	// minutes) instead.
+	sync := "  sync_interval: always\n"
+	if os.Getenv("IDEM_BENCH_NATS_SYNC") == "default" {
+		sync = ""
+	}
+	confPath := filepath.Join(dir, "nats-server.conf")
+	conf := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n%s}\n", port, filepath.Join(dir, "store"), sync)
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		logf.Close()
+		return err
+	}
+	n.cmd = exec.Command(c.natsBin, "-c", confPath)
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if err := n.cmd.Start(); err != nil {
 		logf.Close()

@@ -45,18 +45,21 @@ type Results struct {
 
 // Machine describes where the run happened.
 type Machine struct {
-	CPU       string            `json:"cpu"`
-	CPUs      int               `json:"cpus"`
-	MemGiB    float64           `json:"mem_gib"`
-	Kernel    string            `json:"kernel"`
-	Go        string            `json:"go"`
-	Postgres  string            `json:"postgres"`
-	NATS      string            `json:"nats"`
-	Commit    string            `json:"commit"`
-	Settings  map[string]string `json:"settings"`
-	OwnPG     bool              `json:"own_postgres"`
-	OwnNATS   bool              `json:"own_nats"`
-	Extension map[string]bool   `json:"extensions"`
+	CPU      string            `json:"cpu"`
+	CPUs     int               `json:"cpus"`
+	MemGiB   float64           `json:"mem_gib"`
+	Kernel   string            `json:"kernel"`
+	Go       string            `json:"go"`
+	Postgres string            `json:"postgres"`
+	NATS     string            `json:"nats"`
+	Commit   string            `json:"commit"`
+	Settings map[string]string `json:"settings"`
+	OwnPG    bool              `json:"own_postgres"`
+	OwnNATS  bool              `json:"own_nats"`
+	// NATSSync is the JetStream sync_interval of the day-one scenario's
+	// nats-server process ("always", as shipped, or "default").
+	NATSSync  string          `json:"nats_sync,omitempty"`
+	Extension map[string]bool `json:"extensions"`
 }
 
 // LoadSample is the load average at a moment of the run.

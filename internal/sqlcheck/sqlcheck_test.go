@@ -184,3 +184,22 @@ func FuzzLexer(f *testing.F) {
 		}
 	})
 }
+
+func TestReplaceParam(t *testing.T) {
+	cases := []struct {
+		sql, want string
+		n         int
+	}{
+		{"SELECT * FROM t WHERE d = @partition", "SELECT * FROM t WHERE d = k.p", 1},
+		{"SELECT @partition, @partition_text, '@partition' -- @partition\nFROM t WHERE d = @partition /* @partition */",
+			"SELECT k.p, @partition_text, '@partition' -- @partition\nFROM t WHERE d = k.p /* @partition */", 2},
+		{"SELECT $$@partition$$, x<@partition, \"@partition\"", "SELECT $$@partition$$, x<@partition, \"@partition\"", 0},
+		{"SELECT 1", "SELECT 1", 0},
+	}
+	for _, c := range cases {
+		got, n := ReplaceParam(c.sql, "partition", "k.p")
+		if got != c.want || n != c.n {
+			t.Errorf("ReplaceParam(%q) = %q, %d; want %q, %d", c.sql, got, n, c.want, c.n)
+		}
+	}
+}
