@@ -313,6 +313,11 @@ type HTTP struct {
 	// API under /api/v1/ too; false leaves its reads open like the page.
 	// Needs Token.
 	TokenForReads bool `yaml:"token_for_reads,omitempty"`
+	// Pprof serves Go's runtime profiles (CPU, heap, allocations,
+	// goroutines) under /debug/pprof/ to whoever gives Token, for a
+	// platform engineer to see where a running serve spends its time.
+	// Needs Token.
+	Pprof bool `yaml:"pprof,omitempty"`
 }
 
 // MinHTTPTokenChars is the shortest operator token accepted.

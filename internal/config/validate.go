@@ -206,6 +206,9 @@ func (c *Config) validateTop(v *validator) {
 	if c.HTTP.TokenForReads && c.HTTP.Token == "" {
 		v.add("http.token_for_reads", "needs http.token (or IDEM_HTTP_TOKEN): the API's readers give that token")
 	}
+	if c.HTTP.Pprof && c.HTTP.Token == "" {
+		v.add("http.pprof", "needs http.token (or IDEM_HTTP_TOKEN): the profiles are served to whoever gives that token")
+	}
 	if t := c.HTTP.Token; t != "" && (len(t) < MinHTTPTokenChars || strings.TrimSpace(t) != t) {
 		v.add("http.token", "too weak: at least %d characters without surrounding space; e.g. the output of `openssl rand -hex 24`", MinHTTPTokenChars)
 	}

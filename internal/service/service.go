@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -252,7 +253,11 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	if err != nil {
 		return err
 	}
-	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, pool, nc, c, &current, page.Handler(), log)
+	var prof http.Handler
+	if cfg.HTTP.Pprof {
+		prof = profiles(cfg.HTTP.Token)
+	}
+	srv, addr, err := startHTTP(cfg.HTTP.Addr, m, pool, nc, c, &current, page.Handler(), prof, log)
 	if err != nil {
 		return err
 	}
