@@ -245,20 +245,19 @@ func ReleaseOutbox(ctx context.Context, db Querier, claim time.Time, ids []int64
 	return nil
 }
 
-// PurgeOutbox deletes up to limit events sent more than retention ago, in
-// one short statement, and says how many it deleted. Pending rows are never
-// deleted, however old.
+// PurgeOutbox deletes up to limit events sent more than retention ago (or
+// than idem.retention_floor, when that is longer), in one short statement,
+// and says how many it deleted. Pending rows are never deleted, however
+// old. The delete is the database's function idem.purge_outbox, which runs
+// as its owner: idem's role needs EXECUTE on it, not DELETE.
 func PurgeOutbox(ctx context.Context, db Querier, retention time.Duration, limit int) (int64, error) {
-	ct, err := db.Exec(ctx, `
-		DELETE FROM idem.outbox WHERE id IN (
-			SELECT id FROM idem.outbox
-			 WHERE sent_at < now() - $1 * interval '1 microsecond'
-			 LIMIT $2
-			   FOR UPDATE SKIP LOCKED)`, retention.Microseconds(), limit)
+	var n int64
+	err := db.QueryRow(ctx, `SELECT idem.purge_outbox($1 * interval '1 microsecond', $2::int)`,
+		retention.Microseconds(), limit).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("audit: outbox purge: %w", err)
 	}
-	return ct.RowsAffected(), nil
+	return n, nil
 }
 
 // OutboxBacklog is what waits in the outbox.

@@ -37,7 +37,9 @@ const pruneLeaseTTL = 30 * time.Second
 // PruneOptions says what Prune deletes.
 type PruneOptions struct {
 	// Retention: attempts that started longer ago than this are pruned,
-	// measured by the database clock. Must be positive.
+	// measured by the database clock. Must be positive. The database
+	// raises it to idem.retention_floor (an administrator's, 7 days
+	// unless changed) when it is shorter.
 	Retention time.Duration
 	// Batch is how many attempts one statement examines; 0 means 1,000
 	// (defaultPruneBatch).
@@ -73,6 +75,10 @@ type PruneResult struct {
 // The ledger (idem.run_ledger) is never pruned. What is deleted is counted
 // per partition in idem.pruned_attempts.
 //
+// The deletes are the database's functions idem.prune_audit and
+// idem.prune_source_waits, which run as their owner, the role that ran
+// `idem migrate`: idem's role needs EXECUTE on them, not DELETE.
+//
 // Prune holds a lease for the pass (pruneLeaseTTL): with several replicas,
 // one prunes and the others return Busy at once. Each batch is a
 // transaction of its own on db, with pruneLockTimeout and
@@ -101,10 +107,7 @@ func Prune(ctx context.Context, db *pgxpool.Pool, o PruneOptions) (PruneResult, 
 
 // prune is one pass, counted in res.
 func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res *PruneResult) error {
-	var cutoff time.Time
-	if err := db.QueryRow(ctx, "SELECT now() - $1 * interval '1 microsecond'", o.Retention.Microseconds()).Scan(&cutoff); err != nil {
-		return fmt.Errorf("audit: prune: %w", err)
-	}
+	age := o.Retention.Microseconds()
 	var cursor int64
 	for {
 		var (
@@ -117,7 +120,7 @@ func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res
 				pruneLockTimeout.Milliseconds(), pruneStatementTimeout.Milliseconds())); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, pruneSQL, cursor, batch, cutoff).Scan(&last, &deleted, &done)
+			return tx.QueryRow(ctx, pruneSQL, age, cursor, batch).Scan(&last, &deleted, &done)
 		})
 		if err != nil {
 			return fmt.Errorf("audit: prune after id %d: %w", cursor, err)
@@ -128,9 +131,7 @@ func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res
 			o.Pruned(deleted)
 		}
 		if done || last == nil {
-			// Waits older than the retention are over one way or the
-			// other: loaded, dead-lettered, or their event is gone.
-			if _, err := db.Exec(ctx, "DELETE FROM idem.source_waits WHERE checked_at < $1", cutoff); err != nil {
+			if _, err := db.Exec(ctx, pruneWaitsSQL, age); err != nil {
 				return fmt.Errorf("audit: prune the source waits: %w", err)
 			}
 			return nil
@@ -139,42 +140,18 @@ func prune(ctx context.Context, db *pgxpool.Pool, batch int, o PruneOptions, res
 	}
 }
 
-// pruneSQL examines the next $2 attempts after id $1 and deletes those
-// started before $3 that are not kept (see Prune), counting them per
-// partition. It returns the last id examined, the rows deleted, and whether
-// the walk reached the retention window (or the end of the table).
-//
-// Ids grow with started_at (both are taken at insert), so the first
-// attempt inside the window ends the walk. Every lookup is an index seek:
-// the batch on the primary key, "a newer attempt finished" on
+// pruneSQL examines the next $3 attempts after id $2 and deletes those
+// older than $1 microseconds that are not kept (see Prune). It returns the
+// last id examined, the attempts deleted, and whether the walk reached the
+// retention window (or the end of the table). idem.prune_audit (schema
+// v25) holds the rules: it runs as its owner, since idem's role may not
+// DELETE in schema idem, and deletes nothing younger than
+// idem.retention_floor, whatever age it is given. Every lookup in it is an
+// index seek: the batch on the primary key, "a newer attempt finished" on
 // pipeline_audit_partition_idx, the outbox on outbox_event.
-const pruneSQL = `
-WITH batch AS (
-     SELECT id, started_at FROM idem.pipeline_audit WHERE id > $1 ORDER BY id LIMIT $2),
-doomed AS (
-     SELECT a.id FROM idem.pipeline_audit a JOIN batch b ON b.id = a.id
-      WHERE a.started_at < $3
-        AND NOT EXISTS (SELECT 1 FROM idem.outbox o WHERE o.audit_id = a.id)
-        AND (a.status = 'skipped' OR EXISTS (
-             SELECT 1 FROM idem.pipeline_audit n
-              WHERE n.dag_id = a.dag_id AND n.task_id = a.task_id AND n.partition_key = a.partition_key
-                AND n.id > a.id
-                AND (n.status = 'success' OR (n.status = 'failed' AND a.status <> 'success'))))
-        FOR UPDATE OF a SKIP LOCKED),
-del AS (
-     DELETE FROM idem.pipeline_audit a USING doomed d WHERE a.id = d.id
-     RETURNING a.dag_id, a.task_id, a.partition_key, a.logical_date, a.status),
-checks AS (
-     DELETE FROM idem.check_results c USING doomed d WHERE c.audit_id = d.id),
-files AS (
-     DELETE FROM idem.source_files f USING doomed d WHERE f.audit_id = d.id),
-counted AS (
-     INSERT INTO idem.pruned_attempts AS p (dag_id, task_id, partition_key, logical_date, attempts, skipped)
-     SELECT dag_id, task_id, partition_key, max(logical_date),
-            count(*) FILTER (WHERE status <> 'skipped'), count(*) FILTER (WHERE status = 'skipped')
-       FROM del GROUP BY dag_id, task_id, partition_key
-     ON CONFLICT (dag_id, task_id, partition_key) DO UPDATE
-        SET attempts = p.attempts + EXCLUDED.attempts, skipped = p.skipped + EXCLUDED.skipped)
-SELECT (SELECT max(id) FROM batch),
-       (SELECT count(*) FROM del),
-       (SELECT count(*) < $2 OR bool_or(started_at >= $3) FROM batch)`
+const pruneSQL = `SELECT last_id, deleted, done FROM idem.prune_audit($1 * interval '1 microsecond', $2::bigint, $3::int)`
+
+// pruneWaitsSQL deletes the source waits last checked more than $1
+// microseconds ago (or before idem.retention_floor): they are over one way
+// or the other, loaded, dead-lettered, or their event is gone.
+const pruneWaitsSQL = `SELECT idem.prune_source_waits($1 * interval '1 microsecond')`

@@ -318,15 +318,18 @@ func (a *Archive) Empty(ctx context.Context, tx pgx.Tx, partition string) (int64
 }
 
 // PruneVersions deletes the archived versions archived longer ago than
-// retention (by the database clock), each archive table's rows with their
-// version rows, and returns how many versions went: archives follow the
-// audit's retention.
+// retention (or than idem.retention_floor, when that is longer), by the
+// database clock, each archive table's rows with their version rows, and
+// returns how many versions went: archives follow the audit's retention.
+// The version rows go through the database's function
+// idem.prune_archived_versions, which runs as its owner (idem's role may
+// not DELETE in schema idem); the archived rows, in tables idem created,
+// in the same statement.
 func PruneVersions(ctx context.Context, db Querier, retention time.Duration) (int64, error) {
-	var cutoff time.Time
-	if err := db.QueryRow(ctx, `SELECT clock_timestamp() - make_interval(secs => $1::float8)`, retention.Seconds()).Scan(&cutoff); err != nil {
-		return 0, fmt.Errorf("audit: prune versions: %w", err)
-	}
-	rows, err := db.Query(ctx, `SELECT DISTINCT archive_table FROM idem.archived_versions WHERE archived_at < $1`, cutoff)
+	age := retention.Microseconds()
+	rows, err := db.Query(ctx, `
+		SELECT DISTINCT archive_table FROM idem.archived_versions
+		 WHERE archived_at < idem.retention_cutoff($1 * interval '1 microsecond')`, age)
 	if err != nil {
 		return 0, fmt.Errorf("audit: prune versions: %w", err)
 	}
@@ -338,9 +341,9 @@ func PruneVersions(ctx context.Context, db Querier, retention time.Duration) (in
 	for _, t := range tables {
 		var c int64
 		err := db.QueryRow(ctx, `
-			WITH old AS (DELETE FROM idem.archived_versions WHERE archive_table = $1 AND archived_at < $2 RETURNING id),
+			WITH old AS (SELECT id FROM idem.prune_archived_versions($1 * interval '1 microsecond', $2) AS id),
 			     gone AS (DELETE FROM `+pgx.Identifier{ArchiveSchema, t}.Sanitize()+` WHERE `+versionColumn+` IN (SELECT id FROM old))
-			SELECT count(*) FROM old`, t, cutoff).Scan(&c)
+			SELECT count(*) FROM old`, age, t).Scan(&c)
 		if err != nil {
 			return n, fmt.Errorf("audit: prune versions of %s: %w", t, err)
 		}

@@ -43,6 +43,22 @@ REVOKE UPDATE ON idem.definitions FROM idem_loader;           -- recorded once, 
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA idem TO idem_loader;      -- nextval('idem.load_seq')
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA idem TO idem_loader;    -- PUBLIC has it unless revoked
 
+-- Retention. idem_loader deletes nothing in schema idem itself: it prunes
+-- the audit (with its check results, source files and source waits), the
+-- sent outbox rows and the archived versions' records only through these
+-- functions, which run as the role that ran `idem migrate`, keep what the
+-- retention rules keep (each partition's latest attempt and latest
+-- success, attempts an outbox row names, every ledger row, every unsent
+-- outbox row) and delete nothing younger than idem.retention_floor, however
+-- short an age idem_loader asks for. idem_loader reads the floor and
+-- cannot change it; the administrator can:
+--   UPDATE idem.retention_floor SET min_age = interval '30 days';
+GRANT EXECUTE ON FUNCTION idem.prune_audit(interval, bigint, integer),
+                          idem.prune_source_waits(interval),
+                          idem.purge_outbox(interval, integer),
+                          idem.prune_archived_versions(interval, text) TO idem_loader;
+REVOKE INSERT, UPDATE ON idem.retention_floor FROM idem_loader;
+
 -- Sources: read only.
 GRANT USAGE ON SCHEMA staging TO idem_loader;
 GRANT SELECT ON staging.orders, staging.customers, staging.events TO idem_loader;

@@ -446,18 +446,20 @@ func TestSentRowsPastTheRetentionAreDeleted(t *testing.T) {
 	f.queue(t, "daily", "2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05")
 	f.queue(t, "weekly", "2026-11-01") // never published: no stream listens
 	require.Equal(t, relay.Pass{Claimed: 6, Sent: 5, Failed: 1}, flush(t, f.relay(t, f.js, config())))
-	f.db.Exec(t, "UPDATE idem.outbox SET sent_at = now() - interval '25 hours' WHERE dataset = 'daily' AND partition_key IN ('2026-11-01', '2026-11-02', '2026-11-03')")
+	// Past the retention, and past idem.retention_floor (7 days), under
+	// which nothing is deleted.
+	f.db.Exec(t, "UPDATE idem.outbox SET sent_at = now() - interval '8 days' WHERE dataset = 'daily' AND partition_key IN ('2026-11-01', '2026-11-02', '2026-11-03')")
 	f.db.Exec(t, "UPDATE idem.outbox SET created_at = now() - interval '30 days' WHERE dataset = 'weekly'")
 
 	cfg := config()
-	cfg.Retention = 24 * time.Hour
+	cfg.Retention = 7 * 24 * time.Hour
 	cfg.PurgeInterval = 20 * time.Millisecond
 	cfg.PurgeBatch = 2
 	run(t, f.relay(t, f.js, cfg))
 	require.Eventually(t, func() bool {
 		return f.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NOT NULL") == 2
 	}, 10*time.Second, 20*time.Millisecond)
-	require.EqualValues(t, 0, f.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE sent_at < now() - interval '24 hours'"))
+	require.EqualValues(t, 0, f.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE sent_at < now() - interval '7 days'"))
 	require.EqualValues(t, 1, f.db.Int(t, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL"), "a pending row was deleted")
 }
 
