@@ -260,6 +260,13 @@ func (c *cold) start(ctx context.Context) error {
 	if c.work, err = os.MkdirTemp("", "idembench-cold-"); err != nil {
 		return err
 	}
+	if os.Getenv(EnvProfile) != "" {
+		port, err := localpg.FreePort()
+		if err != nil {
+			return err
+		}
+		c.profileAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
 	c.adminURL = c.opts.AdminURL
 	if c.adminURL == "" {
 		// The cluster env.startPostgres starts.
@@ -595,6 +602,11 @@ func (c *cold) pass(ctx context.Context, name, cfg string, inFlight int, evs []e
 		return nil, err
 	}
 	defer p.kill()
+	profiled := func() {}
+	if dir := os.Getenv(EnvProfile); dir != "" && c.profileAddr != "" {
+		// About the pass's length at 1,000 events/s.
+		profiled = c.profilePass(ctx, dir, name, time.Duration(len(evs))*time.Millisecond)
+	}
 	within := coldCheckWait + time.Duration(len(evs))*20*time.Millisecond
 	err = waitFor(ctx, within, 20*time.Millisecond, fmt.Sprintf("idem serve to ack %d events", len(evs)), func() (bool, error) {
 		select {
@@ -623,6 +635,7 @@ func (c *cold) pass(ctx context.Context, name, cfg string, inFlight int, evs []e
 			return nil, err
 		}
 	}
+	profiled()
 	if err := p.stop(); err != nil {
 		return nil, err
 	}

@@ -68,6 +68,10 @@ type env struct {
 	// postmaster is the benchmark cluster's postmaster pid (0: not on
 	// this machine, CPU is not measured).
 	postmaster int
+	// profileAddr, when the harness profiles the day-one passes
+	// (IDEM_BENCH_PROFILE names a folder), is the address of the serves'
+	// http endpoint, where it asks for their CPU profiles.
+	profileAddr string
 	// configExtra is appended to the next config startIdem writes (a
 	// section of its own, such as tracing:).
 	configExtra string

@@ -193,9 +193,10 @@ nats:
 postgres:
   url: %s
 %shttp:
-  addr: 127.0.0.1:0
-datasets:
-`, pipeline, e.natsURL, streamName, dlqName, consumerName, subjectPre, dlqPre, inFlight, cmp.Or(e.serve.url, e.dbURL), mode)
+  addr: %s
+%sdatasets:
+`, pipeline, e.natsURL, streamName, dlqName, consumerName, subjectPre, dlqPre, inFlight, cmp.Or(e.serve.url, e.dbURL), mode,
+		cmp.Or(e.profileAddr, "127.0.0.1:0"), e.profileHTTP())
 	for _, d := range dss {
 		b.WriteString(d.yaml())
 	}
@@ -470,4 +471,13 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// profileHTTP is the http section's lines that turn on Go's profiles, when
+// the harness profiles the serves it starts (IDEM_BENCH_PROFILE).
+func (e *env) profileHTTP() string {
+	if e.profileAddr == "" {
+		return ""
+	}
+	return "  token: " + profileToken + "\n  pprof: true\n"
 }
