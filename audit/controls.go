@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -237,6 +238,56 @@ func CancellationOf(ctx context.Context, db Querier, pipeline, dataset, partitio
 		       OR (run_id IS NULL AND task_id = $2 AND $3 BETWEEN from_key AND to_key AND cancelled_at > $5))
 		 ORDER BY id LIMIT 1`, pipeline, dataset, partition, runID, published)
 	return firstCancellation(rows, err)
+}
+
+// CancelQuery is one event CancellationsOf asks about.
+type CancelQuery struct {
+	RunKey
+	Published time.Time
+}
+
+// CancellationsOf is CancellationOf for several events, in one statement:
+// the answer at i is qs[i]'s cancellation, or nil.
+func CancellationsOf(ctx context.Context, db Querier, qs []CancelQuery) ([]*Cancellation, error) {
+	type in struct {
+		Ord       int       `json:"ord"`
+		Pipeline  string    `json:"dag"`
+		Dataset   string    `json:"task"`
+		Partition string    `json:"part"`
+		RunID     string    `json:"run"`
+		Published time.Time `json:"published"`
+	}
+	rows := make([]in, len(qs))
+	for i, q := range qs {
+		rows[i] = in{Ord: i, Pipeline: q.Pipeline, Dataset: q.Dataset, Partition: q.Partition, RunID: q.RunID, Published: q.Published}
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return nil, fmt.Errorf("audit: cancellations: %w", err)
+	}
+	rs, err := db.Query(ctx, `SELECT i.ord, c.* FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, published timestamptz)
+		CROSS JOIN LATERAL (SELECT `+cancellationColumns+` FROM idem.cancellations
+		 WHERE dag_id = i.dag AND (run_id = i.run
+		       OR (run_id IS NULL AND task_id = i.task AND i.part BETWEEN from_key AND to_key AND cancelled_at > i.published))
+		 ORDER BY id LIMIT 1) c`, string(data))
+	if err != nil {
+		return nil, fmt.Errorf("audit: cancellations: %w", err)
+	}
+	out := make([]*Cancellation, len(qs))
+	var ord int
+	var c Cancellation
+	_, err = pgx.ForEachRow(rs, []any{&ord, &c.ID, &c.RunID, &c.Dataset, &c.From, &c.To, &c.By, &c.Reason, &c.At}, func() error {
+		if ord < 0 || ord >= len(qs) {
+			return fmt.Errorf("audit: cancellations: an answer for no event (%d)", ord)
+		}
+		found := c
+		out[ord] = &found
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: cancellations: %w", err)
+	}
+	return out, nil
 }
 
 // RunCancellation returns the cancellation of run runID of dataset (by

@@ -17,6 +17,30 @@ func (h *Handler) cancelled(ctx context.Context, a audit.Attempt, m Meta) (Outco
 	if err != nil {
 		return Outcome{}, false, classifyBeforeLoad(err)
 	}
+	return h.recordCancelled(ctx, a, c)
+}
+
+// cancelledEach is cancelled for a group's events, asked in one statement:
+// the answers at i are as[i]'s.
+func (h *Handler) cancelledEach(ctx context.Context, as []audit.Attempt, ms []Meta) ([]Outcome, []bool, []error) {
+	outs, done, errs := make([]Outcome, len(as)), make([]bool, len(as)), make([]error, len(as))
+	qs := make([]audit.CancelQuery, len(as))
+	for i, a := range as {
+		qs[i] = audit.CancelQuery{RunKey: a.RunKey, Published: ms[i].Published}
+	}
+	cs, err := audit.CancellationsOf(ctx, h.DB, qs)
+	for i, a := range as {
+		if err != nil {
+			errs[i] = classifyBeforeLoad(err)
+			continue
+		}
+		outs[i], done[i], errs[i] = h.recordCancelled(ctx, a, cs[i])
+	}
+	return outs, done, errs
+}
+
+// recordCancelled records a's attempt `cancelled` by c, when c is not nil.
+func (h *Handler) recordCancelled(ctx context.Context, a audit.Attempt, c *audit.Cancellation) (Outcome, bool, error) {
 	if c == nil {
 		return Outcome{}, false, nil
 	}

@@ -104,19 +104,31 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 		return outs, errs
 	}
 	mems := make([]*member, len(evs))
-	var ds *Dataset
+	var (
+		ds      *Dataset
+		asked   []int
+		as      []audit.Attempt
+		askedMs []Meta
+	)
 	for i, ev := range evs {
 		d, a, log, err := h.attempt(ctx, ev, ms[i])
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		if out, done, err := h.cancelled(ctx, a, ms[i]); done || err != nil {
-			outs[i], errs[i] = out, err
-			continue
-		}
-		ds = d
 		mems[i] = &member{l: &loading{h: h, ds: d, a: a, key: ev.Key, m: ms[i], log: log, started: time.Now()}}
+		asked, as, askedMs = append(asked, i), append(as, a), append(askedMs, ms[i])
+	}
+	// Whether an operator cancelled any of them: one statement for all.
+	if len(as) > 0 {
+		couts, cdone, cerrs := h.cancelledEach(ctx, as, askedMs)
+		for j, i := range asked {
+			if cdone[j] || cerrs[j] != nil {
+				outs[i], errs[i], mems[i] = couts[j], cerrs[j], nil
+				continue
+			}
+			ds = mems[i].l.ds
+		}
 	}
 	if ds == nil {
 		return outs, errs
