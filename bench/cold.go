@@ -671,7 +671,9 @@ func (c *cold) publishBacklog(ctx context.Context, tag string, evs []event) (fir
 		}
 		m.Header = nats.Header{}
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("idembench-%s-%d-%d", tag, i, time.Now().UnixNano()))
-		if futures[i], err = c.js.PublishMsgAsync(m); err != nil {
+		// The server syncs each write before its PubAck: the backlog may
+		// outrun it by the whole pending window, so wait for room.
+		if futures[i], err = c.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, 0, err
 		}
 	}
