@@ -18,11 +18,14 @@ type coldTarget struct {
 }
 
 var (
-	atLeast1   = coldTarget{"≥ 1.00×", func(v float64) bool { return v >= 1 }}
-	atLeast09  = coldTarget{"≥ 0.90×", func(v float64) bool { return v >= 0.9 }}
-	atMost1ms  = coldTarget{"≤ 1 ms", func(v float64) bool { return v <= 1 }}
-	atMost1    = coldTarget{"≤ 1.00×", func(v float64) bool { return v <= 1 }}
-	within10pc = coldTarget{"≤ 1.10×", func(v float64) bool { return v <= 1.1 }}
+	atLeast12   = coldTarget{"≥ 1.20×", func(v float64) bool { return v >= 1.2 }}
+	atLeast1    = coldTarget{"≥ 1.00×", func(v float64) bool { return v >= 1 }}
+	atLeast09   = coldTarget{"≥ 0.90×", func(v float64) bool { return v >= 0.9 }}
+	atMost03ms  = coldTarget{"≤ 0.3 ms", func(v float64) bool { return v <= 0.3 }}
+	atMost06    = coldTarget{"≤ 0.60×", func(v float64) bool { return v <= 0.6 }}
+	atMost250us = coldTarget{"≤ 250 µs", func(v float64) bool { return v <= 250 }}
+	atMost64MiB = coldTarget{"≤ 64 MiB", func(v float64) bool { return v <= 64 }}
+	within10pc  = coldTarget{"≤ 1.10×", func(v float64) bool { return v <= 1.1 }}
 )
 
 // historyLabel names a history size in a column head: 0, 1k, 10M.
@@ -189,25 +192,28 @@ func (r *ColdResults) table() (string, []Verdict) {
 	value("pgbench -c 4 -M prepared: tps (same pattern, advisory lock included)", func(s ColdSize) float64 { return s.Pgbench4.tps() })
 	value("pgbench -c 1 -M prepared: tps", func(s ColdSize) float64 { return s.Pgbench1.tps() })
 	targeted("cold ÷ warm", "×", atLeast09, func(s ColdSize) float64 { return div(s.Cold.perSec(), s.Warm.perSec()) })
-	targeted("cold ÷ pgbench -c 4", "×", atLeast1, func(s ColdSize) float64 { return div(s.Cold.perSec(), s.Pgbench4.tps()) })
-	targeted("warm ÷ pgbench -c 4", "×", atLeast1, func(s ColdSize) float64 { return div(s.Warm.perSec(), s.Pgbench4.tps()) })
+	targeted("cold ÷ pgbench -c 4", "×", atLeast12, func(s ColdSize) float64 { return div(s.Cold.perSec(), s.Pgbench4.tps()) })
+	targeted("warm ÷ pgbench -c 4", "×", atLeast12, func(s ColdSize) float64 { return div(s.Warm.perSec(), s.Pgbench4.tps()) })
 	targeted("max_in_flight 1 ÷ pgbench -c 1", "×", atLeast1, func(s ColdSize) float64 { return div(s.InFlight1.perSec(), s.Pgbench1.tps()) })
-	targeted(fmt.Sprintf("skipped duplicate: ms each (%s exact duplicates, max_in_flight 4)", thousands(int64(q))), " ms", atMost1ms,
+	targeted(fmt.Sprintf("skipped duplicate: ms each (%s exact duplicates, max_in_flight 4)", thousands(int64(q))), " ms", atMost03ms,
 		func(s ColdSize) float64 { return s.Skipped.MsPer() })
 	pair("PostgreSQL CPU µs per event, cold / warm", func(p *ColdPass) float64 { return p.cpu().Postgres })
 	value("pgbench -c 4: PostgreSQL CPU µs per transaction", func(s ColdSize) float64 { return s.Pgbench4.cpuPerTx() })
-	targeted("PostgreSQL CPU per event ÷ pgbench's per transaction, cold", "×", atMost1,
+	targeted("PostgreSQL CPU per event ÷ pgbench's per transaction, cold", "×", atMost06,
 		func(s ColdSize) float64 { return div(s.Cold.cpu().Postgres, s.Pgbench4.cpuPerTx()) })
-	targeted("PostgreSQL CPU per event ÷ pgbench's per transaction, warm", "×", atMost1,
+	targeted("PostgreSQL CPU per event ÷ pgbench's per transaction, warm", "×", atMost06,
 		func(s ColdSize) float64 { return div(s.Warm.cpu().Postgres, s.Pgbench4.cpuPerTx()) })
-	pair("idem serve CPU µs per event, cold / warm", func(p *ColdPass) float64 { return p.cpu().Idem })
+	targeted("idem serve CPU µs per event, cold", " µs", atMost250us, func(s ColdSize) float64 { return s.Cold.cpu().Idem })
+	targeted("idem serve CPU µs per event, warm", " µs", atMost250us, func(s ColdSize) float64 { return s.Warm.cpu().Idem })
 	pair("nats-server CPU µs per event, cold / warm", func(p *ColdPass) float64 { return p.cpu().NATS })
-	pair("idem serve peak RSS (VmHWM) MiB, cold / warm", func(p *ColdPass) float64 {
+	peak := func(p *ColdPass) float64 {
 		if p == nil {
 			return 0
 		}
 		return p.PeakMiB
-	})
+	}
+	targeted("idem serve peak RSS (VmHWM) MiB, the larger of cold and warm", " MiB", atMost64MiB,
+		func(s ColdSize) float64 { return max(peak(s.Cold), peak(s.Warm)) })
 	flat := func(label string, pass func(ColdSize) *ColdPass, cost func(*ColdPass) float64) {
 		b := base(func(s ColdSize) float64 { return cost(pass(s)) })
 		targeted(label, "×", within10pc, func(s ColdSize) float64 { return div(cost(pass(s)), b) })
