@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,10 +60,6 @@ type RunLookup struct {
 	Force bool
 	Seq   uint64
 	Done  *bool
-	// Retracted, when not nil, receives why the partition is retracted
-	// ("" when it is not; always "" for a forced lookup), as
-	// QueueRetracted says it.
-	Retracted *string
 }
 
 type lookupRow struct {
@@ -91,26 +86,14 @@ func QueueLookupRuns(b *pgx.Batch, ls []RunLookup) error {
 		return fmt.Errorf("audit: ledger: %w", err)
 	}
 	b.Queue(`
-		SELECT i.ord, `+groupDoneSQL+`, CASE WHEN NOT i.force THEN (`+groupRetractedSQL+`) END
+		SELECT i.ord, `+groupDoneSQL+`
 		  FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, force boolean, seq bigint)
 		 ORDER BY i.ord`, string(data)).Query(func(rs pgx.Rows) error {
 		var done bool
-		var why *string
-		return eachAnswer(rs, len(ls), 0, "ledger", []any{&done, &why}, func(i int) {
-			*ls[i].Done = done
-			if r := ls[i].Retracted; r != nil {
-				*r = ""
-				if why != nil {
-					*r = *why
-				}
-			}
-		})
+		return eachAnswer(rs, len(ls), 0, "ledger", []any{&done}, func(i int) { *ls[i].Done = done })
 	})
 	return nil
 }
-
-// groupRetractedSQL is retractedSQL for the row i of a group statement.
-var groupRetractedSQL = strings.NewReplacer("$1", "i.dag", "$2", "i.task", "$3", "i.part").Replace(retractedSQL)
 
 // groupDoneSQL is "done?" for the row i of a group statement (i.dag,
 // i.task, i.part, i.run, i.force, i.seq), as beginSQL, QueueLookupRun and

@@ -103,6 +103,15 @@ func perEventStatements(t *testing.T) []planStatement {
 		add("begin group", b, lookups, []string{dateIdx})
 	}
 	{
+		// A partition's retraction: its latest success found through the
+		// partition's index, never by reading the audit back from its
+		// newest row.
+		b := &pgx.Batch{}
+		var why string
+		QueueRetracted(b, attempt("p-7", false, 0).RunKey, &why)
+		add("retracted", b, []string{partIdx}, []string{auditPK})
+	}
+	{
 		b := &pgx.Batch{}
 		var done bool
 		QueueLookupRun(b, attempt("p-7", false, 0).RunKey, &done)
