@@ -3,7 +3,8 @@ package audit_test
 // Retention under the least-privilege role of deploy/postgres/grants.sql:
 // the role deletes nothing in schema idem, prunes through the functions of
 // schema v25, and cannot make them delete anything younger than
-// idem.retention_floor.
+// idem.retention_floor; a dataset's kept versions are trimmed through the
+// function of schema v26.
 
 import (
 	"context"
@@ -354,6 +355,7 @@ func TestGrantsRefuseDeletesAndFloorChanges(t *testing.T) {
 	fns := []string{
 		"idem.prune_audit(interval, bigint, integer)", "idem.prune_source_waits(interval)",
 		"idem.purge_outbox(interval, integer)", "idem.prune_archived_versions(interval, text)",
+		"idem.trim_archived_versions(text, text, text, integer, bigint[])",
 	}
 	for _, fn := range fns {
 		var definer, public, granted bool
@@ -389,9 +391,8 @@ func TestGrantsRefuseDeletesAndFloorChanges(t *testing.T) {
 func TestPruneVersionsUnderGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, loader, role := underGrants(t)
-	// What docs/STRATEGIES.md asks of a role that may not create schemas.
-	db.Exec(t, "CREATE SCHEMA "+audit.ArchiveSchema+"; GRANT USAGE, CREATE ON SCHEMA "+audit.ArchiveSchema+" TO "+pgx.Identifier{role}.Sanitize())
+	db, loader, _ := underGrants(t)
+	// Schema idem_archive is the migration's; the role creates its tables.
 	_, err := loader.Exec(ctx, "CREATE TABLE idem_archive.analytics__t (idem_version bigint, v int)")
 	require.NoError(t, err)
 	var ids []int64
@@ -420,4 +421,117 @@ func TestPruneVersionsUnderGrants(t *testing.T) {
 	_, err = loader.Exec(ctx, "DELETE FROM idem.archived_versions")
 	requireDenied(t, err, "DELETE FROM idem.archived_versions")
 	require.EqualValues(t, 2, db.Int(t, "SELECT count(*) FROM idem.archived_versions"))
+}
+
+// TestKeepVersionsUnderGrants: a dataset that keeps 2 versions loads as
+// the role of grants.sql. Each load archives the partition's rows in
+// schema idem_archive, which `idem migrate` created, and keeps the newest
+// 2 versions through idem.trim_archived_versions; the role still cannot
+// delete a version's record by itself, and the function, called directly,
+// deletes nothing of another partition and never a partition's newest
+// version.
+func TestKeepVersionsUnderGrants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, loader, _ := underGrants(t)
+	const day, otherDay = "2026-11-25", "2026-11-26"
+	a := &audit.Archive{Pipeline: "shop", Dataset: "orders", TargetSchema: "analytics", TargetTable: "fact_orders",
+		PartitionColumn: "event_date", Keep: 2}
+
+	// load replaces the partition's rows with n rows of run (run in their
+	// status) as the role, in one transaction, archiving first the rows it
+	// replaces, as a load with keep_versions does. It returns the version
+	// saved (0: the partition held no run's rows).
+	load := func(partition, run string, n int) int64 {
+		t.Helper()
+		var id int64
+		err := pgx.BeginFunc(ctx, loader, func(tx pgx.Tx) error {
+			var err error
+			if id, err = a.Save(ctx, tx, partition); err != nil {
+				return err
+			}
+			if _, err := a.Empty(ctx, tx, partition); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `
+				WITH r AS (
+				     INSERT INTO analytics.fact_orders (order_id, customer_id, total, status, event_date)
+				     SELECT g, g, g, $2, $1::text::date FROM generate_series(1, $3::int) g),
+				ins AS (
+				     INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, row_count, finished_at)
+				     VALUES ('shop', 'orders', $1, $2, 'success', 1, $3, clock_timestamp())
+				     RETURNING id)
+				INSERT INTO idem.run_ledger (dag_id, task_id, partition_key, run_id, audit_id)
+				SELECT 'shop', 'orders', $1, $2, id FROM ins`, partition, run, n)
+			return err
+		})
+		require.NoError(t, err, "load %s of %s", run, partition)
+		return id
+	}
+	text := func(q string, args ...any) string {
+		t.Helper()
+		var s *string
+		require.NoError(t, db.Pool.QueryRow(ctx, q, args...).Scan(&s), q)
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	const versionsSQL = "SELECT string_agg(id || ':' || run_id || ':' || row_count, ',' ORDER BY id) FROM idem.archived_versions WHERE partition_key = $1"
+	const rowsSQL = `
+		SELECT string_agg(idem_version || ':' || status || ':' || n, ',' ORDER BY idem_version)
+		  FROM (SELECT idem_version, status, count(*) AS n FROM idem_archive.analytics__fact_orders
+		         WHERE event_date = $1::text::date GROUP BY 1, 2) v`
+
+	require.Zero(t, load(day, "r0", 1), "the first load replaces nothing a run wrote")
+	var ids []int64
+	for i, run := range []string{"r1", "r2", "r3", "r4"} {
+		id := load(day, run, i+2)
+		require.NotZero(t, id, "run %s archives the rows of the run before it", run)
+		ids = append(ids, id)
+	}
+	require.Equal(t, fmt.Sprintf("%d:r2:3,%d:r3:4", ids[2], ids[3]), text(versionsSQL, day), "the newest 2 versions")
+	require.Equal(t, fmt.Sprintf("%d:r2:3,%d:r3:4", ids[2], ids[3]), text(rowsSQL, day), "and their rows, only theirs")
+	require.EqualValues(t, 5, db.Int(t, "SELECT count(*) FROM analytics.fact_orders WHERE status = 'r4'"))
+
+	// Another partition, with a version of its own.
+	load(otherDay, "o1", 1)
+	other := load(otherDay, "o2", 1)
+	require.NotZero(t, other)
+
+	_, err := loader.Exec(ctx, "DELETE FROM idem.archived_versions")
+	requireDenied(t, err, "DELETE FROM idem.archived_versions")
+	_, err = loader.Exec(ctx, "DELETE FROM idem.archived_versions WHERE id = $1", ids[2])
+	requireDenied(t, err, "DELETE FROM idem.archived_versions WHERE id = ...")
+
+	// Called directly, whatever it keeps or spares, the function deletes
+	// nothing of another partition and never a partition's newest
+	// version: with keep 0 the newest stays.
+	trim := func(partition string, keep, spare any) []int64 {
+		t.Helper()
+		var gone []int64
+		require.NoError(t, loader.QueryRow(ctx, `
+			SELECT coalesce(array_agg(id ORDER BY id), '{}')
+			  FROM idem.trim_archived_versions('shop', 'orders', $1, $2::int, $3::bigint[]) AS id`,
+			partition, keep, spare).Scan(&gone))
+		return gone
+	}
+	type call struct{ keep, spare any }
+	for _, c := range []call{{1, []int64{ids[2]}}, {0, []int64{ids[2]}}, {2, []int64{}}} {
+		require.Empty(t, trim(day, c.keep, c.spare), "keep %v, spare %v", c.keep, c.spare)
+	}
+	require.Equal(t, []int64{ids[2]}, trim(day, 0, []int64{}), "keep 0 keeps the newest")
+	for _, c := range []call{{0, []int64{}}, {-5, []int64{}}, {nil, nil}, {0, []int64{ids[2]}}, {1, []int64{other, -1, -2}}, {0, []int64{other}}} {
+		require.Empty(t, trim(day, c.keep, c.spare), "keep %v, spare %v", c.keep, c.spare)
+	}
+	require.Empty(t, trim(otherDay, 0, []int64{}))
+	require.Empty(t, trim("2026-11-27", 0, []int64{}), "a partition without versions")
+	require.Equal(t, fmt.Sprintf("%d:r3:4", ids[3]), text(versionsSQL, day))
+	require.Equal(t, fmt.Sprintf("%d:o1:1", other), text(versionsSQL, otherDay))
+
+	// The next load keeps the newest 2 again.
+	newest := load(day, "r5", 1)
+	require.Equal(t, fmt.Sprintf("%d:r3:4,%d:r4:5", ids[3], newest), text(versionsSQL, day))
+	require.Equal(t, fmt.Sprintf("%d:r2:3,%d:r3:4,%d:r4:5", ids[2], ids[3], newest), text(rowsSQL, day),
+		"a direct call deletes records only: the rows of r2 stay in the role's table")
 }

@@ -99,7 +99,20 @@ func (a *Archive) ensure(ctx context.Context, tx pgx.Tx) ([]column, error) {
 		return nil, err
 	}
 	if len(have) == 0 {
-		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{ArchiveSchema}.Sanitize()+";"+
+		// Since schema v26 `idem migrate` creates the schema, and a role
+		// that may not create schemas makes its tables there with CREATE
+		// on it. CREATE SCHEMA IF NOT EXISTS asks for CREATE on the
+		// database even when the schema exists, so it runs only when the
+		// schema does not.
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL`, ArchiveSchema).Scan(&exists); err != nil {
+			return nil, err
+		}
+		ddl := ""
+		if !exists {
+			ddl = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{ArchiveSchema}.Sanitize() + ";"
+		}
+		_, err := tx.Exec(ctx, ddl+
 			"CREATE TABLE "+a.ident()+" AS SELECT NULL::bigint AS "+versionColumn+", t.* FROM "+a.target()+" t WITH NO DATA;"+
 			"CREATE INDEX ON "+a.ident()+" ("+versionColumn+")")
 		return target, err
@@ -206,16 +219,17 @@ func (a *Archive) Save(ctx context.Context, tx pgx.Tx, partition string, keep ..
 }
 
 // prune deletes the partition's versions beyond the newest Keep, but for
-// those of keep.
+// those of keep. The version rows go through the database's function
+// idem.trim_archived_versions, which runs as its owner (idem's role may
+// not DELETE in schema idem) and never deletes the partition's newest
+// version; the archived rows, in the table idem created, in the same
+// statement. The statement reads every id the function returns, so the
+// function runs to the end even when the archive table holds no row.
 func (a *Archive) prune(ctx context.Context, tx pgx.Tx, partition string, keep []int64) error {
 	_, err := tx.Exec(ctx, `
-		WITH old AS (
-		     DELETE FROM idem.archived_versions
-		      WHERE id IN (SELECT id FROM idem.archived_versions
-		                    WHERE dag_id = $1 AND task_id = $2 AND partition_key = $3 AND id <> ALL($5::bigint[])
-		                    ORDER BY id DESC OFFSET greatest($4::int - cardinality($5::bigint[]), 0))
-		     RETURNING id)
-		DELETE FROM `+a.ident()+` WHERE `+versionColumn+` IN (SELECT id FROM old)`,
+		WITH old AS (SELECT id FROM idem.trim_archived_versions($1, $2, $3, $4::int, $5::bigint[]) AS id),
+		     gone AS (DELETE FROM `+a.ident()+` WHERE `+versionColumn+` IN (SELECT id FROM old))
+		SELECT count(*) FROM old`,
 		a.Pipeline, a.Dataset, partition, a.Keep, keep)
 	return err
 }

@@ -99,7 +99,7 @@ func TestKeepVersionsZeroArchivesNothing(t *testing.T) {
 	e.mustLoad(versionsPartition, "a", false)
 	e.stage(versionsPartition, 1, 3, 2, 1)
 	e.mustLoad(versionsPartition, "b", false)
-	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM pg_namespace WHERE nspname = 'idem_archive'"))
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM pg_tables WHERE schemaname = 'idem_archive'"), "no archive table")
 	require.Zero(t, e.versions())
 	_, err := e.operator(true, "")
 	require.ErrorIs(t, err, handlers.ErrRefused)

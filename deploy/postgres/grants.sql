@@ -59,6 +59,15 @@ GRANT EXECUTE ON FUNCTION idem.prune_audit(interval, bigint, integer),
                           idem.prune_archived_versions(interval, text) TO idem_loader;
 REVOKE INSERT, UPDATE ON idem.retention_floor FROM idem_loader;
 
+-- keep_versions: a load copies the rows it replaces into a table of
+-- schema idem_archive, which `idem migrate` creates; idem_loader creates
+-- those tables, one per target, and so owns them. It deletes the records of
+-- the versions a load lets go only through idem.trim_archived_versions,
+-- which runs as the role that ran `idem migrate` and deletes only one
+-- partition's versions beyond the newest the load keeps, never its newest.
+GRANT USAGE, CREATE ON SCHEMA idem_archive TO idem_loader;
+GRANT EXECUTE ON FUNCTION idem.trim_archived_versions(text, text, text, integer, bigint[]) TO idem_loader;
+
 -- Sources: read only.
 GRANT USAGE ON SCHEMA staging TO idem_loader;
 GRANT SELECT ON staging.orders, staging.customers, staging.events TO idem_loader;
