@@ -11,9 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,14 +22,6 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
-
-// loaderSeq names each test's role: roles belong to the cluster, which
-// the tests share.
-var loaderSeq atomic.Int64
-
-// psqlIf matches grants.sql's \if ... \endif block, which sets the password
-// from a psql variable: the test sets it itself.
-var psqlIf = regexp.MustCompile(`(?s)\\if .*?\\endif\n`)
 
 // underGrants is a database laid out by deploy/postgres/example-schema.sql,
 // migrated by its administrator, and a login role set up by exactly
@@ -48,22 +37,9 @@ func underGrants(t *testing.T) (db *pgtest.DB, loader *pgxpool.Pool, role string
 	_, err = audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 
-	role = fmt.Sprintf("idem_loader_audit_%d_%d", os.Getpid(), loaderSeq.Add(1))
-	grants, err := os.ReadFile("../deploy/postgres/grants.sql")
+	role, roleURL := db.LoaderRole(t, "../deploy/postgres/grants.sql", nil)
+	cfg, err := pgxpool.ParseConfig(roleURL)
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = db.Pool.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
-		_, _ = db.Pool.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
-	})
-	db.Exec(t, strings.ReplaceAll(psqlIf.ReplaceAllString(string(grants), ""), "idem_loader", role))
-	const password = "rt-pw-7f3a"
-	db.Exec(t, "ALTER ROLE "+pgx.Identifier{role}.Sanitize()+" PASSWORD '"+password+"'")
-
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, password
 	loader, err = pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(loader.Close)

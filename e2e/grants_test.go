@@ -10,11 +10,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
@@ -25,12 +22,6 @@ import (
 	"github.com/idem-data/idem/internal/embeddednats"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
-
-var roleSeq atomic.Int64
-
-// psqlIf matches a psql \if ... \endif block: grants.sql sets the password
-// there from a psql variable, which the test sets by itself.
-var psqlIf = regexp.MustCompile(`(?s)\\if .*?\\endif\n`)
 
 // leastPrivilege is a database laid out by deploy/postgres/example-schema.sql,
 // migrated by its administrator, with a login role set up by
@@ -52,31 +43,9 @@ func newLeastPrivilege(t *testing.T, editGrants func(string) string, adminSQL st
 	code, out := runIdem(t, nil, "migrate", "--database-url", db.URL)
 	require.Equal(t, 0, code, out)
 
-	role := fmt.Sprintf("idem_loader_%d_%d", os.Getpid(), roleSeq.Add(1))
-	grants, err := os.ReadFile(repoPath(t, "deploy/postgres/grants.sql"))
+	role, roleURL := db.LoaderRole(t, repoPath(t, "deploy/postgres/grants.sql"), editGrants)
+	u, err := url.Parse(roleURL)
 	require.NoError(t, err)
-	sql := strings.ReplaceAll(psqlIf.ReplaceAllString(string(grants), ""), "idem_loader", role)
-	if editGrants != nil {
-		sql = editGrants(sql)
-	}
-	// Roles belong to the cluster: remove this one before pgtest drops the database.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, u := range []string{db.URL, pgtest.AdminURL()} {
-			if c, err := pgx.Connect(ctx, u); err == nil {
-				_, _ = c.Exec(ctx, "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
-				_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
-				_ = c.Close(ctx)
-			}
-		}
-	})
-	db.Exec(t, sql)
-	const password = "lp-pw-2c8e"
-	db.Exec(t, "ALTER ROLE "+pgx.Identifier{role}.Sanitize()+" PASSWORD '"+password+"'")
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	u.User = url.UserPassword(role, password)
 
 	dir := t.TempDir()
 	ns, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(dir, "js")})
