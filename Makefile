@@ -49,7 +49,7 @@ recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler
 # (apt holds one lock): make test does it beside go vet, whose compiling
 # wants the CPU while this mostly waits for the network and the disk.
 test-tools: ## install or build what the tests run when missing (PostgreSQL, pgbouncer, chromium, the recipes' tools, promtool, versitygw)
-	@$(MAKE) --no-print-directory postgres pgbouncer chromium recipe-tools alerts-test s3-server
+	@$(MAKE) --no-print-directory -j1 postgres pgbouncer chromium recipe-tools alerts-test s3-server
 
 s3-server: ## build the versitygw S3 server the object-store tests run, when missing (once, into ~/.cache/idem-tools)
 	@bash scripts/ensure-versitygw.sh

@@ -11,6 +11,8 @@ apt_install() {
   fi
   echo "installing $why (Debian package $pkg)..." >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+  # Another apt (an unattended upgrade, a second install) may hold dpkg's
+  # lock for a while: wait for it rather than fail.
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$pkg" >/dev/null
 }
