@@ -25,7 +25,7 @@ TEST_FLAGS = -vet=off -count=1 -ldflags=-w -timeout 15m
 FUZZTIME ?= 30s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build postgres pgbouncer chromium recipe-tools test-tools test-apt s3-server test test-statement-modes test-short tidy-check alerts-test vet lint fuzz demo clean
+.PHONY: help build postgres pgbouncer chromium recipe-tools test-tools s3-server test test-statement-modes test-short tidy-check alerts-test vet lint fuzz demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -46,16 +46,10 @@ recipe-tools: ## install curl, jq, flock and python3 when missing (the scheduler
 	@bash scripts/ensure-recipe-tools.sh
 
 # What the tests run, installed or built when missing, one after another
-# (apt holds one lock; MAKEFLAGS emptied so that a make -j does not run
-# them at once): make test installs the packages beside go vet, whose
-# compiling wants the CPU while apt mostly waits for the network and disk.
-TEST_APT = postgres pgbouncer chromium recipe-tools alerts-test
-
+# (apt holds one lock): make test does it beside go vet, whose compiling
+# wants the CPU while this mostly waits for the network and the disk.
 test-tools: ## install or build what the tests run when missing (PostgreSQL, pgbouncer, chromium, the recipes' tools, promtool, versitygw)
-	@MAKEFLAGS= $(MAKE) --no-print-directory $(TEST_APT) s3-server
-
-test-apt:
-	@MAKEFLAGS= $(MAKE) --no-print-directory $(TEST_APT)
+	@$(MAKE) --no-print-directory -j1 postgres pgbouncer chromium recipe-tools alerts-test s3-server
 
 s3-server: ## build the versitygw S3 server the object-store tests run, when missing (once, into ~/.cache/idem-tools)
 	@bash scripts/ensure-versitygw.sh
@@ -63,20 +57,14 @@ s3-server: ## build the versitygw S3 server the object-store tests run, when mis
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-# versitygw builds in the background from the start: the object-store
-# tests that need it wait for it on its lock (testkit/s3test), the rest of
-# the run does not.
 test: ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
+	@$(MAKE) --no-print-directory -j3 test-tools vet tidy-check
 ifeq ($(PKGS),./...)
-	@s3log=$$(mktemp); bash scripts/ensure-versitygw.sh >$$s3log 2>&1 & s3=$$!; \
-	$(MAKE) --no-print-directory -j3 test-apt vet tidy-check || { wait $$s3; rm -f $$s3log; exit 1; }; \
-	$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) $(HARNESS_PKGS) & harness=$$!; \
+	@$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) $(HARNESS_PKGS) & harness=$$!; \
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(TEST_FIRST) $$($(GO) list ./... | grep -vE '/idem/(e2e|bench|bench/chaos)$$'); race=$$?; \
 	wait $$harness; harness=$$?; \
-	wait $$s3 || { echo "make test: the versitygw build failed:"; cat $$s3log; }; rm -f $$s3log; \
 	if [ $$race -ne 0 ] || [ $$harness -ne 0 ]; then echo "make test: FAIL (race run exit $$race, harness run exit $$harness)"; exit 1; fi
 else
-	@$(MAKE) --no-print-directory -j3 test-tools vet tidy-check
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(PKGS)
 endif
 
