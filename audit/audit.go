@@ -180,6 +180,11 @@ type Begun struct {
 	// sequence) that ran before: rows left `started` (the process died) and
 	// transient failures. Skipped, unavailable and interrupted rows do not
 	// count: they never reached the load, or the environment stopped it.
+	// Nor does a row left `started` before the warehouse last started
+	// (pg_postmaster_start_time): the warehouse went down under that load,
+	// as in a crash of the whole site, which is not the message's fault. A
+	// message that kills its replica while the warehouse lives is counted,
+	// so the crash-loop guard still dead-letters it after its budget.
 	Prior int
 	// LastDied reports that the latest of those was left `started`.
 	LastDied bool
@@ -263,7 +268,8 @@ prior AS (
        FROM (SELECT id, status FROM idem.pipeline_audit
               WHERE dag_id = $1 AND task_id = $2 AND partition_key = $4 AND run_id = $5
                 AND stream_seq IS NOT DISTINCT FROM $7
-                AND (status = 'started' OR (status = 'failed' AND error_kind = 'transient'))
+                AND (status = 'started' AND started_at >= pg_postmaster_start_time()
+                     OR (status = 'failed' AND error_kind = 'transient'))
               ORDER BY id DESC LIMIT nullif($10::int, 0)) s),
 ins AS (
      INSERT INTO idem.pipeline_audit

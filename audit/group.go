@@ -19,7 +19,8 @@ const priorSQL = `
               FROM (SELECT a.id, a.status FROM idem.pipeline_audit a
                      WHERE a.dag_id = i.dag AND a.task_id = i.task AND a.partition_key = i.part AND a.run_id = i.run
                        AND a.stream_seq IS NOT DISTINCT FROM i.seq
-                       AND (a.status = 'started' OR (a.status = 'failed' AND a.error_kind = 'transient'))
+                       AND (a.status = 'started' AND a.started_at >= pg_postmaster_start_time()
+                            OR (a.status = 'failed' AND a.error_kind = 'transient'))
                      ORDER BY a.id DESC LIMIT nullif(i.budget, 0)) s) p`
 
 // beginRow is one attempt of a group as beginGroupSQL reads it.
