@@ -206,6 +206,20 @@ func (r *ColdResults) table() (string, []Verdict) {
 	targeted("idem serve CPU µs per event, cold", " µs", atMost250us, func(s ColdSize) float64 { return s.Cold.cpu().Idem })
 	targeted("idem serve CPU µs per event, warm", " µs", atMost250us, func(s ColdSize) float64 { return s.Warm.cpu().Idem })
 	pair("nats-server CPU µs per event, cold / warm", func(p *ColdPass) float64 { return p.cpu().NATS })
+	// What the per-process CPU projects on a bigger machine, were the CPU
+	// the only limit (it ignores locks, fsyncs and round trips; pgbench's
+	// own client is not counted): cores ÷ CPU per event, idem's over
+	// pgbench's.
+	for _, cores := range []float64{4, 8} {
+		plain(fmt.Sprintf("projected on %.0f cores, cold: idem ÷ pgbench -c 4 events/s (CPU-bound)", cores), func(s ColdSize) string {
+			c := s.Cold.cpu()
+			idem, pg := c.Postgres+c.Idem+c.NATS, s.Pgbench4.cpuPerTx()
+			if idem == 0 || pg == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%s ÷ %s = %.2f×", num(cores*1e6/idem), num(cores*1e6/pg), pg/idem)
+		})
+	}
 	peak := func(p *ColdPass) float64 {
 		if p == nil {
 			return 0
