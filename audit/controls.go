@@ -154,6 +154,16 @@ func ResumeDataset(ctx context.Context, db Querier, pipeline, dataset, by, reaso
 	return p, nil
 }
 
+// DatabaseNow is the database's clock: what idem.dataset_pauses, the
+// leases and the audit's times are kept by.
+func DatabaseNow(ctx context.Context, db Querier) (time.Time, error) {
+	var t time.Time
+	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("audit: the database's clock: %w", err)
+	}
+	return t, nil
+}
+
 // PausesInForce returns the pipeline's pauses in force now, by dataset.
 func PausesInForce(ctx context.Context, db Querier, pipeline string) (map[string]Pause, error) {
 	rows, err := db.Query(ctx, `SELECT `+pauseColumns+` FROM idem.dataset_pauses

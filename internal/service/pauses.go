@@ -26,32 +26,50 @@ type pauses struct {
 	m        *metrics.Metrics
 	log      zerolog.Logger
 
-	cur    atomic.Pointer[map[string]audit.Pause]
+	cur    atomic.Pointer[map[string]time.Time]
 	failed bool
+	// now is this replica's clock (time.Now; a test steps it).
+	now func() time.Time
 }
 
-// Paused is consumer.Config.Paused. A pause whose until passed ends here at
-// once, without waiting for the next read.
+// Paused is consumer.Config.Paused: whether dataset is paused, and until
+// when (zero: until resumed) on this replica's clock. A pause whose until
+// passed ends here at once, without waiting for the next read.
+//
+// The pauses are read by the database's clock; each until is kept as a
+// deadline on this replica's, measured from the read (time.Now carries a
+// monotonic reading, which a step of the wall clock does not move). A
+// replica whose clock is an hour off, or steps an hour, holds a pause as
+// long as the database says, no longer and no shorter.
 func (p *pauses) Paused(dataset string) (time.Time, bool) {
 	m := p.cur.Load()
 	if m == nil {
 		return time.Time{}, false
 	}
-	ps, ok := (*m)[dataset]
-	if !ok || !ps.InForceAt(time.Now()) {
+	deadline, ok := (*m)[dataset]
+	if !ok || !deadline.IsZero() && !p.clock().Before(deadline) {
 		return time.Time{}, false
 	}
-	if ps.Until != nil {
-		return *ps.Until, true
+	return deadline, true
+}
+
+func (p *pauses) clock() time.Time {
+	if p.now != nil {
+		return p.now()
 	}
-	return time.Time{}, true
+	return time.Now()
 }
 
 // refresh reads the pauses once; on an error the last ones read stay.
 func (p *pauses) refresh(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	in, err := audit.PausesInForce(rctx, p.db, p.pipeline)
+	dbNow, err := audit.DatabaseNow(rctx, p.db)
+	local := p.clock()
+	var in map[string]audit.Pause
+	if err == nil {
+		in, err = audit.PausesInForce(rctx, p.db, p.pipeline)
+	}
 	if err != nil {
 		if !p.failed && ctx.Err() == nil {
 			p.log.Warn().Err(err).Msg("pauses not read: the last ones read stay in force until the database answers")
@@ -60,14 +78,21 @@ func (p *pauses) refresh(ctx context.Context) {
 		return
 	}
 	p.failed = false
-	p.cur.Store(&in)
+	deadlines := make(map[string]time.Time, len(in))
+	for name, ps := range in {
+		var d time.Time // until resumed
+		if ps.Until != nil {
+			d = local.Add(ps.Until.Sub(dbNow))
+		}
+		deadlines[name] = d
+	}
+	p.cur.Store(&deadlines)
 	if p.m == nil {
 		return
 	}
-	now := time.Now()
 	for _, name := range p.cfg.Load().DatasetNames() {
 		v := 0.0
-		if ps, ok := in[name]; ok && ps.InForceAt(now) {
+		if _, ok := p.Paused(name); ok {
 			v = 1
 		}
 		p.m.DatasetPaused.WithLabelValues(name).Set(v)
