@@ -243,11 +243,11 @@ const cancellationColumns = `id, coalesce(run_id, ''), coalesce(task_id, ''), co
 // at partition of run runID published at published, or nil: one of its
 // run, or one of a range holding partition made after published.
 func CancellationOf(ctx context.Context, db Querier, pipeline, dataset, partition, runID string, published time.Time) (*Cancellation, error) {
-	rows, err := db.Query(ctx, `SELECT `+cancellationColumns+` FROM idem.cancellations
-		 WHERE dag_id = $1 AND (run_id = $4
-		       OR (run_id IS NULL AND task_id = $2 AND $3 BETWEEN from_key AND to_key AND cancelled_at > $5))
-		 ORDER BY id LIMIT 1`, pipeline, dataset, partition, runID, published)
-	return firstCancellation(rows, err)
+	cs, err := CancellationsOf(ctx, db, []CancelQuery{{RunKey: RunKey{Pipeline: pipeline, Dataset: dataset, Partition: partition, RunID: runID}, Published: published}})
+	if err != nil {
+		return nil, err
+	}
+	return cs[0], nil
 }
 
 // CancelQuery is one event CancellationsOf asks about.
@@ -256,8 +256,8 @@ type CancelQuery struct {
 	Published time.Time
 }
 
-// CancellationsOf is CancellationOf for several events, in one statement:
-// the answer at i is qs[i]'s cancellation, or nil.
+// CancellationsOf is CancellationOf for several events (a group's), in one
+// statement: the answer at i is qs[i]'s cancellation, or nil.
 func CancellationsOf(ctx context.Context, db Querier, qs []CancelQuery) ([]*Cancellation, error) {
 	type in struct {
 		Ord       int       `json:"ord"`
@@ -308,11 +308,6 @@ func RunCancellation(ctx context.Context, db Querier, pipeline, dataset, runID s
 		 WHERE dag_id = $1 AND (run_id = $3
 		       OR (run_id IS NULL AND task_id = $2 AND from_key <= $6 AND to_key >= $5 AND cancelled_at > $4))
 		 ORDER BY id LIMIT 1`, pipeline, dataset, runID, since, from, to)
-	return firstCancellation(rows, err)
-}
-
-// firstCancellation is the first cancellation of a query's rows, or nil.
-func firstCancellation(rows pgx.Rows, err error) (*Cancellation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: cancellation: %w", err)
 	}

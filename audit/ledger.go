@@ -127,11 +127,10 @@ type Success struct {
 }
 
 // QueueMarkSucceeded queues on b, inside the loads' transaction, what
-// makes each of ss a success: one statement each marks its started row
-// `success` with the row counts, enters its run in the ledger (with force,
-// replacing the entry and counting the load) and writes its result, when it
-// has one, into the outbox; then one statement records all their checks'
-// outcomes. The server checks both conditions, so a batch that ends with
+// makes each of ss a success: it marks the started row `success` with the
+// row counts, enters the run in the ledger (with force, replacing the entry
+// and counting the load) and writes the result, when there is one, into
+// the outbox; then one statement records all their checks' outcomes. The server checks both conditions, so a batch that ends with
 // COMMIT never commits past them: a row that was not `started` leaves the
 // ledger's audit_id NULL (23502), and without force a second success of a
 // run violates the ledger's primary key (23505). SuccessError turns those
@@ -142,17 +141,17 @@ type Success struct {
 // where another must fail on it, goes in a statement of its own.
 func QueueMarkSucceeded(b *pgx.Batch, ss []Success) error {
 	var checks []checkRow
-	forced := false
+	together := len(ss) > 1
 	for _, s := range ss {
-		forced = forced || s.Force
+		together = together && !s.Force
 	}
-	if len(ss) > 1 && !forced {
+	if together {
 		if err := queueGroupSucceeded(b, ss); err != nil {
 			return err
 		}
 	}
 	for _, s := range ss {
-		if len(ss) == 1 || forced {
+		if !together {
 			queueMarkSucceeded(b, s.RunKey, s.ID, s.Rows, s.Force, s.Result)
 		}
 		for _, c := range s.Checks {
@@ -189,24 +188,18 @@ type successRow struct {
 // queueGroupSucceeded queues groupSucceedSQL for ss, none of them forced.
 func queueGroupSucceeded(b *pgx.Batch, ss []Success) error {
 	rows := make([]successRow, len(ss))
+	ids := make([]int64, len(ss))
 	for i, s := range ss {
-		r := successRow{Ord: i, Pipeline: s.Pipeline, Dataset: s.Dataset, Part: s.Partition, RunID: s.RunID, ID: s.ID,
-			Written: s.Rows.Written(), Inserted: s.Rows.Inserted, Updated: s.Rows.Updated}
+		rows[i] = successRow{Ord: i, Pipeline: s.Pipeline, Dataset: s.Dataset, Part: s.Partition, RunID: s.RunID, ID: s.ID,
+			Written: s.Rows.Written(), Inserted: s.Rows.Inserted, Updated: s.Rows.Updated, Result: s.Result}
 		if s.Rows.Deleted >= 0 {
-			r.Deleted = &s.Rows.Deleted
+			rows[i].Deleted = &s.Rows.Deleted
 		}
-		if s.Result != nil {
-			r.Result = s.Result
-		}
-		rows[i] = r
+		ids[i] = s.ID
 	}
 	data, err := json.Marshal(rows)
 	if err != nil {
 		return fmt.Errorf("audit: group successes: %w", err)
-	}
-	ids := make([]int64, len(ss))
-	for i, s := range ss {
-		ids[i] = s.ID
 	}
 	b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
 	b.Queue(groupSucceedSQL, string(data), ids)

@@ -7,17 +7,14 @@ import (
 )
 
 // cancelled asks, before an attempt starts, whether an operator cancelled
-// the event's backfill (audit.CancellationOf: its run, or its partition's
+// the event's backfill (audit.CancellationsOf: its run, or its partition's
 // range after the event was published). A cancelled event is recorded as a
 // finished `cancelled` attempt naming who cancelled it, and handled: the
 // consumer acknowledges it without a load. A load that began before the
 // cancellation finishes; it is one transaction, so nothing is half-loaded.
 func (h *Handler) cancelled(ctx context.Context, a audit.Attempt, m Meta) (Outcome, bool, error) {
-	c, err := audit.CancellationOf(ctx, h.DB, a.Pipeline, a.Dataset, a.Partition, a.RunID, m.Published)
-	if err != nil {
-		return Outcome{}, false, classifyBeforeLoad(err)
-	}
-	return h.recordCancelled(ctx, a, c)
+	outs, done, errs := h.cancelledEach(ctx, []audit.Attempt{a}, []Meta{m})
+	return outs[0], done[0], errs[0]
 }
 
 // cancelledEach is cancelled for a group's events, asked in one statement:

@@ -48,8 +48,10 @@
 //
 // A lock another load holds costs a round trip (a group leaves that event
 // to load alone after it). A group runs the same round trips for all its
-// events, and the same finish; if anything fails in it, it rolls back and
-// each event loads alone.
+// events, with set-based statements (one for their audit rows, one DELETE
+// and one INSERT for their rows with delete_insert, one for their
+// successes), and the same finish; if anything fails in it, it rolls back
+// and each event loads alone.
 //
 // This package must never talk to NATS.
 package handlers

@@ -303,38 +303,21 @@ func (s *AppendDedupe) DescribeShared(b *pgx.Batch, p Params, first *Plan) *Plan
 // share one transaction.
 func (s *AppendDedupe) Groupable() bool { return true }
 
-// QueueLoad queues the load of p on b, as Execute runs it, for a caller
-// that sends the loads of several partitions in one round trip.
-func (s *AppendDedupe) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Params, b *pgx.Batch) (*Result, func(error) error, error) {
-	if err := s.resolve(ctx, tx, dp); err != nil {
-		return nil, nil, err
-	}
-	stmt, err := s.plan(dp)
-	if err != nil {
-		return nil, nil, dp.stale(err)
-	}
-	res := &Result{Route: "append"}
-	b.Queue(stmt, p.args()).Exec(func(ct pgconn.CommandTag) error { res.Inserted = ct.RowsAffected(); return nil })
-	return res, queuedFinish(dp, res, s.spec.AllowEmpty), nil
-}
-
-// QueueLoads queues each partition's INSERT, as QueueLoad does: each load
-// takes a load_seq of its own.
+// QueueLoads queues each partition's INSERT on b, as Execute runs it:
+// each load takes a load_seq of its own.
 func (s *AppendDedupe) QueueLoads(ctx context.Context, tx pgx.Tx, dps []*Plan, ps []Params, b *pgx.Batch) ([]*Result, func(error) error, error) {
 	res := make([]*Result, len(ps))
-	fins := make([]func(error) error, len(ps))
-	for i := range ps {
-		var err error
-		if res[i], fins[i], err = s.QueueLoad(ctx, tx, dps[i], ps[i], b); err != nil {
+	for i, dp := range dps {
+		if err := s.resolve(ctx, tx, dp); err != nil {
 			return nil, nil, err
 		}
-	}
-	return res, func(err error) error {
-		for _, f := range fins {
-			if ferr := f(err); ferr != nil {
-				return ferr
-			}
+		stmt, err := s.plan(dp)
+		if err != nil {
+			return nil, nil, dp.stale(err)
 		}
-		return nil
-	}, nil
+		r := &Result{Route: "append"}
+		b.Queue(stmt, ps[i].args()).Exec(func(ct pgconn.CommandTag) error { r.Inserted = ct.RowsAffected(); return nil })
+		res[i] = r
+	}
+	return res, queuedFinish(dps[0], res, s.spec.AllowEmpty), nil
 }

@@ -349,25 +349,7 @@ func (s *DeleteInsert) DescribeShared(b *pgx.Batch, p Params, first *Plan) *Plan
 	return s.cat.describe(b, s.spec, p, true, first)
 }
 
-// Groupable: loads of several partitions may share one transaction, each
-// with its own DELETE and INSERT, unless truncate_partition (a TRUNCATE
-// takes an exclusive lock per child, and waits for readers).
+// Groupable: loads of several partitions may share one transaction, and
+// one DELETE and one INSERT (QueueLoads), unless truncate_partition (a
+// TRUNCATE takes an exclusive lock per child, and waits for readers).
 func (s *DeleteInsert) Groupable() bool { return !s.spec.TruncatePartition }
-
-// QueueLoad resolves dp (a changed target reads the catalog again, in tx)
-// and queues the load of p on b, for a caller that sends the loads of
-// several partitions in one round trip. finish, given the batch's error,
-// returns the load's: a stale description of the source, or an empty
-// partition, as Execute would say.
-func (s *DeleteInsert) QueueLoad(ctx context.Context, tx pgx.Tx, dp *Plan, p Params, b *pgx.Batch) (*Result, func(error) error, error) {
-	if err := dp.resolve(ctx, tx); err != nil {
-		return nil, nil, err
-	}
-	pl, err := s.plan(dp, p)
-	if err != nil {
-		return nil, nil, dp.stale(err)
-	}
-	res := &Result{Route: pl.route, Deleted: -1}
-	pl.queue(b, p, res)
-	return res, queuedFinish(dp, res, s.spec.AllowEmpty), nil
-}

@@ -10,7 +10,7 @@
 //     view that keeps the latest row per key.
 //
 // Every statement is set-based SQL inside a pgx.Tx that the caller owns, run
-// there or queued on the caller's batch (Describe, GroupLoader's QueueLoad):
+// there or queued on the caller's batch (Describe, GroupLoader's QueueLoads):
 // rows never travel through Go. Identifiers are quoted with pgx.Identifier; the
 // partition and run_id are bound parameters (@partition, @run_id), never text
 // spliced into SQL. The source SQL is the user's, embedded as a subquery.

@@ -56,7 +56,7 @@ func (s *DeleteInsert) QueueLoads(ctx context.Context, tx pgx.Tx, dps []*Plan, p
 			res[i] = &Result{Route: pl.route, Deleted: -1}
 			pl.queue(b, ps[i], res[i])
 		}
-		return res, groupFinish(dps[0], res, s.spec.AllowEmpty), nil
+		return res, queuedFinish(dps[0], res, s.spec.AllowEmpty), nil
 	}
 	keys := make([]string, len(ps))
 	for i, p := range ps {
@@ -79,22 +79,7 @@ func (s *DeleteInsert) QueueLoads(ctx context.Context, tx pgx.Tx, dps []*Plan, p
 		b.Queue(set.ins, pgx.NamedArgs{"idem_keys": lit, "idem_keys_source": lit, "idem_keys_check": lit, "idem_keys_text": lit}).
 			Query(countInto(res, func(r *Result, n int64) { r.Inserted = n }))
 	}
-	return res, groupFinish(dps[0], res, s.spec.AllowEmpty), nil
-}
-
-// groupFinish is queuedFinish for a group's results.
-func groupFinish(dp *Plan, res []*Result, allowEmpty bool) func(error) error {
-	return func(err error) error {
-		if err != nil {
-			return dp.stale(err)
-		}
-		for _, r := range res {
-			if r.Inserted == 0 && !allowEmpty {
-				return ErrEmptySource
-			}
-		}
-		return nil
-	}
+	return res, queuedFinish(dps[0], res, s.spec.AllowEmpty), nil
 }
 
 // countInto reads a group statement's answer, one row per partition that

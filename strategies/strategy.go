@@ -133,9 +133,6 @@ type GroupLoader interface {
 	// DescribeShared is Describe for a load after first in the same group:
 	// one fingerprint of the target for the group.
 	DescribeShared(b *pgx.Batch, p Params, first *Plan) *Plan
-	// QueueLoad queues on b the load of p that pl describes; finish maps
-	// the batch's error (nil when it went through) to the load's.
-	QueueLoad(ctx context.Context, tx pgx.Tx, pl *Plan, p Params, b *pgx.Batch) (res *Result, finish func(error) error, err error)
 	// QueueLoads queues on b the loads of a group's partitions ps, pls[i]
 	// describing ps[i]'s, in as few statements as the strategy can;
 	// finish maps the batch's error (nil when it went through) to the
@@ -320,16 +317,18 @@ func explain(ctx context.Context, tx pgx.Tx, p Params, stmts ...string) error {
 	return nil
 }
 
-// queuedFinish is a queued load's finish: the batch's error as the load's
-// (a stale description of the source), or an empty partition, as Execute
-// would say.
-func queuedFinish(dp *Plan, res *Result, allowEmpty bool) func(error) error {
+// queuedFinish is the finish of a group's queued loads (dp describes the
+// target and source they share): the batch's error as the loads' (a stale
+// description of the source), or an empty partition, as Execute would say.
+func queuedFinish(dp *Plan, res []*Result, allowEmpty bool) func(error) error {
 	return func(err error) error {
 		if err != nil {
 			return dp.stale(err)
 		}
-		if res.Inserted == 0 && !allowEmpty {
-			return ErrEmptySource
+		for _, r := range res {
+			if r.Inserted == 0 && !allowEmpty {
+				return ErrEmptySource
+			}
 		}
 		return nil
 	}
