@@ -233,8 +233,38 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 	return out
 }
 
-// shortFault draws one short fault by weight, planned at at.
-func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
+// extraFaultWeights are the kinds drawn only when Options.Kinds names
+// them: faults that need more than the default campaign sets up.
+var extraFaultWeights = []weightedKind{}
+
+// allWeights is every drawable kind once, with its weight.
+func allWeights() []weightedKind {
+	var out []weightedKind
+	for _, w := range slices.Concat(faultWeights, clusterFaultWeights, extraFaultWeights,
+		[]weightedKind{{FaultPoolerRestart, poolerWeight(faultWeights)}}) {
+		if !slices.ContainsFunc(out, func(o weightedKind) bool { return o.kind == w.kind }) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// knownKind says whether the schedule can draw kind.
+func knownKind(kind string) bool {
+	return slices.ContainsFunc(allWeights(), func(w weightedKind) bool { return w.kind == kind })
+}
+
+// drawnWeights are the kinds o's schedule draws from.
+func drawnWeights(o Options) []weightedKind {
+	if len(o.Kinds) > 0 {
+		var out []weightedKind
+		for _, w := range allWeights() {
+			if slices.Contains(o.Kinds, w.kind) {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
 	weights := faultWeights
 	if o.Cluster {
 		weights = clusterFaultWeights
@@ -242,6 +272,12 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 	if o.pooled() {
 		weights = append(slices.Clone(weights), weightedKind{FaultPoolerRestart, poolerWeight(weights)})
 	}
+	return weights
+}
+
+// shortFault draws one short fault by weight, planned at at.
+func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
+	weights := drawnWeights(o)
 	total := 0
 	for _, w := range weights {
 		total += w.weight

@@ -123,6 +123,11 @@ type Options struct {
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
+	// Kinds, when set, are the only short faults the schedule draws, each
+	// with its weight from the tables of faults.go (1 if it has none): a
+	// focused campaign for one fault kind or a few. Set LongRounds to -1
+	// to leave the long faults out too.
+	Kinds []string
 
 	// Bin is the idem binary, built with -tags idemtest. Required.
 	Bin string
@@ -194,6 +199,11 @@ func (o Options) Validate() error {
 	}
 	if o.PoolMode != "" && o.Pooler == nil {
 		add("Pooler is required with PoolMode %q: a function that starts the pooler in front of the URL it is given", o.PoolMode)
+	}
+	for _, k := range o.Kinds {
+		if !knownKind(k) {
+			add("Kinds: %q is no fault kind of the schedule", k)
+		}
 	}
 	if o.Replicas < 1 || o.Replicas > 9 {
 		add("Replicas %d: use 1 to 9", o.Replicas)

@@ -362,3 +362,20 @@ func TestPoolerShortScheduleHasPoolerRestarts(t *testing.T) {
 	require.GreaterOrEqual(t, early, 2, "seed %d: pooler restarts in the first half of the phase", o.Seed)
 	require.Equal(t, map[string]int{FaultWarehouseDown: 1, FaultNATSDown: 1, FaultRollingRestart: 1, FaultFailover: 1}, long)
 }
+
+// TestKindsRestrictTheDraw: a focused campaign draws only the kinds it
+// names, and Validate refuses a kind the schedule does not know.
+func TestKindsRestrictTheDraw(t *testing.T) {
+	o := Options{Seed: 7, Kinds: []string{FaultPGTerminate, FaultNATSReset}, LongRounds: -1}.WithDefaults()
+	seen := map[string]int{}
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 0))) {
+		seen[f.Kind]++
+	}
+	if len(seen) != 2 || seen[FaultPGTerminate] == 0 || seen[FaultNATSReset] == 0 {
+		t.Fatalf("drawn %v, want only and both of %v", seen, o.Kinds)
+	}
+	o.Kinds = []string{"disk_on_fire"}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), `"disk_on_fire"`) {
+		t.Fatalf("Validate with an unknown kind: %v", err)
+	}
+}
