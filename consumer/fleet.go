@@ -36,10 +36,15 @@ const (
 
 // Member is one live replica's entry in the fleet bucket.
 type Member struct {
-	Replica  string    `json:"replica"`
-	Version  string    `json:"version"` // the config's version (a hash)
-	Datasets []string  `json:"datasets"`
-	Updated  time.Time `json:"updated"`
+	Replica  string   `json:"replica"`
+	Version  string   `json:"version"` // the config's version (a hash)
+	Datasets []string `json:"datasets"`
+	// Updated is when the replica wrote the entry, by its own clock: shown,
+	// never compared. Liveness is judged by Stored.
+	Updated time.Time `json:"updated"`
+	// Stored is when the bucket stored the entry, by the NATS server's
+	// clock, so that no replica's clock decides whether another is alive.
+	Stored time.Time `json:"-"`
 	// Definitions holds each dataset's definition as its caller wrote it,
 	// so that a new config can be compared with the one the fleet runs
 	// (`idem validate --fleet`). The consumer never reads it; replicas of
@@ -79,6 +84,13 @@ type fleet struct {
 	mu      sync.Mutex
 	members []Member
 	read    time.Time
+
+	// The NATS server's clock, as this replica's last refresh read it: the
+	// time the bucket stored the entry, and this process's monotonic
+	// reading right after (serverNow).
+	clockMu   sync.Mutex
+	serverAt  time.Time
+	readLocal time.Time
 }
 
 // EnsureFleet creates the fleet bucket when missing (`idem streams`, and
@@ -140,8 +152,29 @@ func (f *fleet) publish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.kv.Put(ctx, f.key(), b)
-	return err
+	if _, err := f.kv.Put(ctx, f.key(), b); err != nil {
+		return err
+	}
+	if e, err := f.kv.Get(ctx, f.key()); err == nil {
+		f.clockMu.Lock()
+		f.serverAt, f.readLocal = e.Created(), time.Now()
+		f.clockMu.Unlock()
+	}
+	return nil
+}
+
+// serverNow is the NATS server's clock now, as far as this replica can
+// tell: the time its last refresh was stored, plus the time passed since
+// by this process's monotonic clock. A step of the local wall clock (NTP
+// after a VM is restored from a snapshot) moves neither; before the first
+// refresh is read back it is the local clock.
+func (f *fleet) serverNow() time.Time {
+	f.clockMu.Lock()
+	defer f.clockMu.Unlock()
+	if f.serverAt.IsZero() {
+		return time.Now()
+	}
+	return f.serverAt.Add(time.Since(f.readLocal))
 }
 
 // run refreshes the entry until ctx ends, then removes it: a replica that
@@ -173,8 +206,9 @@ func (f *fleet) knows(ctx context.Context, dataset string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	now := f.serverNow()
 	for _, m := range members {
-		if m.Replica != f.cfg.Replica && time.Since(m.Updated) < 3*f.cfg.Refresh {
+		if m.Replica != f.cfg.Replica && now.Sub(m.Stored) < 3*f.cfg.Refresh {
 			if _, ok := slices.BinarySearch(m.Datasets, dataset); ok {
 				return true, nil
 			}
@@ -200,10 +234,16 @@ func (f *fleet) view(ctx context.Context, fresh bool) ([]Member, error) {
 }
 
 // ReadFleet lists the live replicas in bucket, sorted by name, without a
-// running Consumer (`idem validate --fleet`). An entry older than three
-// DefaultFleetRefresh is not live, even when the bucket still holds it.
-// A missing bucket is jetstream.ErrBucketNotFound.
+// running Consumer (`idem validate --fleet`). An entry stored three
+// DefaultFleetRefresh before the newest one is not live, even when the
+// bucket still holds it: both times are the NATS server's, so neither this
+// host's clock nor a replica's decides. A missing bucket is
+// jetstream.ErrBucketNotFound.
 func ReadFleet(ctx context.Context, js jetstream.JetStream, bucket string) ([]Member, error) {
+	return readFleet(ctx, js, bucket, DefaultFleetRefresh)
+}
+
+func readFleet(ctx context.Context, js jetstream.JetStream, bucket string, refresh time.Duration) ([]Member, error) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, err
@@ -212,9 +252,15 @@ func ReadFleet(ctx context.Context, js jetstream.JetStream, bucket string) ([]Me
 	if err != nil {
 		return nil, err
 	}
+	var newest time.Time
+	for _, m := range all {
+		if m.Stored.After(newest) {
+			newest = m.Stored
+		}
+	}
 	live := all[:0]
 	for _, m := range all {
-		if time.Since(m.Updated) < 3*DefaultFleetRefresh {
+		if newest.Sub(m.Stored) < 3*refresh {
 			live = append(live, m)
 		}
 	}
@@ -236,6 +282,7 @@ func readMembers(ctx context.Context, kv jetstream.KeyValue) ([]Member, error) {
 		}
 		var m Member
 		if json.Unmarshal(e.Value(), &m) == nil {
+			m.Stored = e.Created()
 			slices.Sort(m.Datasets)
 			out = append(out, m)
 		}

@@ -26,13 +26,10 @@ func TestReadFleet(t *testing.T) {
 	_, err := ReadFleet(ctx, js, "idem_fleet_idem")
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
 
-	cfg := FleetConfig{
-		Bucket: "idem_fleet_idem", Replica: "host-a 1", Version: "v2",
-		Definitions: map[string]json.RawMessage{"orders": json.RawMessage(`{"source":"SELECT 2"}`)},
-	}
-	_, err = openFleet(ctx, js, cfg, []string{"orders"}, zerolog.Nop())
+	// The bucket as idem serve makes it, with its TTL of three refreshes.
+	_, err = EnsureFleet(ctx, js, FleetConfig{Bucket: "idem_fleet_idem"})
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	kv, err := js.KeyValue(ctx, "idem_fleet_idem")
 	require.NoError(t, err)
 	put := func(key string, m Member) {
 		b, err := json.Marshal(m)
@@ -40,20 +37,91 @@ func TestReadFleet(t *testing.T) {
 		_, err = kv.Put(ctx, key, b)
 		require.NoError(t, err)
 	}
-	put("host-b", Member{Replica: "host-b", Version: "v1", Datasets: []string{"orders", "customers"}, Updated: time.Now().UTC()})
 	// A replica that stopped refreshing: the bucket's TTL has not removed
-	// it yet, its age already says it is gone.
-	put("host-c", Member{Replica: "host-c", Version: "v0", Datasets: []string{"orders"}, Updated: time.Now().Add(-3 * DefaultFleetRefresh)})
+	// it yet, its age by the server's clock already says it is gone, though
+	// the time it wrote is its own clock's, an hour ahead.
+	const refresh = 200 * time.Millisecond
+	put("host-c", Member{Replica: "host-c", Version: "v0", Datasets: []string{"orders"}, Updated: time.Now().Add(time.Hour)})
+	time.Sleep(3 * refresh)
 
-	members, err := ReadFleet(ctx, js, cfg.Bucket)
+	cfg := FleetConfig{
+		Bucket: "idem_fleet_idem", Replica: "host-a 1", Version: "v2",
+		Definitions: map[string]json.RawMessage{"orders": json.RawMessage(`{"source":"SELECT 2"}`)},
+	}
+	_, err = openFleet(ctx, js, cfg, []string{"orders"}, zerolog.Nop())
 	require.NoError(t, err)
-	require.Len(t, members, 2)
+	// A live replica whose clock is an hour behind.
+	put("host-b", Member{Replica: "host-b", Version: "v1", Datasets: []string{"orders", "customers"}, Updated: time.Now().Add(-time.Hour).UTC()})
+
+	members, err := readFleet(ctx, js, cfg.Bucket, refresh)
+	require.NoError(t, err)
+	require.Len(t, members, 2, "%+v", members)
 	require.Equal(t, "host-a 1", members[0].Replica)
 	require.Equal(t, "v2", members[0].Version)
 	require.JSONEq(t, `{"source":"SELECT 2"}`, string(members[0].Definitions["orders"]))
 	require.Equal(t, "host-b", members[1].Replica)
 	require.Equal(t, []string{"customers", "orders"}, members[1].Datasets)
 	require.Empty(t, members[1].Definitions)
+
+	members, err = ReadFleet(ctx, js, cfg.Bucket)
+	require.NoError(t, err)
+	require.Len(t, members, 3, "within the default refresh, host-c still counts")
+}
+
+// TestFleetLivenessIgnoresReplicaClocks: whether another replica is alive
+// is judged by the NATS server's clock, never by the time a replica wrote
+// by its own: one whose clock is an hour behind is alive while it
+// refreshes, one whose clock is an hour ahead is gone once it stops.
+func TestFleetLivenessIgnoresReplicaClocks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js := natstest.JetStream(t, natstest.RunServer(t))
+	const refresh = 200 * time.Millisecond
+	f, err := openFleet(ctx, js, FleetConfig{Bucket: "fleet", Replica: "me", Refresh: refresh}, []string{"orders"}, zerolog.Nop())
+	require.NoError(t, err)
+	put := func(m Member) {
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		_, err = f.kv.Put(ctx, m.Replica, b)
+		require.NoError(t, err)
+	}
+	knows := func(dataset string) bool {
+		t.Helper()
+		f.mu.Lock()
+		f.read = time.Time{} // past the view's cache
+		f.mu.Unlock()
+		ok, err := f.knows(ctx, dataset)
+		require.NoError(t, err)
+		return ok
+	}
+	put(Member{Replica: "behind", Datasets: []string{"customers"}, Updated: time.Now().Add(-time.Hour)})
+	put(Member{Replica: "ahead", Datasets: []string{"invoices"}, Updated: time.Now().Add(time.Hour)})
+	require.True(t, knows("customers"), "a live replica whose clock is an hour behind counts as gone")
+	require.True(t, knows("invoices"))
+
+	time.Sleep(3*refresh + 50*time.Millisecond)
+	require.NoError(t, f.publish(ctx)) // this replica refreshes; the others have stopped
+	put(Member{Replica: "behind", Datasets: []string{"customers"}, Updated: time.Now().Add(-time.Hour)})
+	require.True(t, knows("customers"))
+	require.False(t, knows("invoices"), "a replica whose clock is an hour ahead counts as alive after it stopped")
+}
+
+// TestUnknownDatasetGraceIgnoresTheLocalClock: the grace an event for an
+// unknown dataset waits is measured from the stream's clock to the
+// server's, so a replica whose clock stepped two hours forward still lets
+// the event wait instead of dead-lettering it at once.
+func TestUnknownDatasetGraceIgnoresTheLocalClock(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Datasets = map[string]Dataset{"orders": c.Datasets["orders"]}
+		c.Fleet = &FleetConfig{Bucket: "fleet", Replica: "stepped", Grace: time.Minute}
+		c.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	})
+	var loaded calls
+	e.start(func(_ context.Context, m *Message) error { loaded.add(m); return nil })
+	e.publish("idem.ready.customers", event("customers", "2026-11-01", "r1"), nil)
+	e.hook.waitEvent(t, InvalidDataset+"/"+string(OutcomeDeferred), 1)
+	require.Zero(t, e.streamMsgs(testDLQ), "the event was dead-lettered: its age was read off the stepped clock")
+	require.Zero(t, loaded.count())
 }
 
 // newJitteredEnv is newEnv with jitter drawn from a seeded generator, and

@@ -146,7 +146,10 @@ func (c *Consumer) unknownDataset(ctx context.Context, d *delivery) error {
 	fctx, cancel := context.WithTimeout(ctx, c.cfg.AckTimeout)
 	defer cancel()
 	known, err := f.knows(fctx, d.token)
-	age := c.cfg.Now().Sub(d.m.Published)
+	// Published is the events stream's clock: compared with the server's
+	// clock as the fleet reads it, a step of this host's clock neither
+	// dead-letters an event at once nor keeps one waiting an hour.
+	age := f.serverNow().Sub(d.m.Published)
 	switch {
 	case known:
 		return errElsewhere
