@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/defaults"
 )
 
@@ -147,7 +148,7 @@ func (f *fleet) publish(ctx context.Context) error {
 	f.selfMu.Lock()
 	m := f.self
 	f.selfMu.Unlock()
-	m.Updated = time.Now().UTC()
+	m.Updated = clock.Local().UTC()
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -172,7 +173,7 @@ func (f *fleet) serverNow() time.Time {
 	f.clockMu.Lock()
 	defer f.clockMu.Unlock()
 	if f.serverAt.IsZero() {
-		return time.Now()
+		return clock.Local()
 	}
 	return f.serverAt.Add(time.Since(f.readLocal))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/checks"
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/strategies"
@@ -82,6 +83,10 @@ type Handler struct {
 	Pipeline string // audit dag_id
 	Datasets map[string]*Dataset
 	Log      zerolog.Logger
+	// Now is the clock a source's readiness is judged by (ready rules,
+	// wait_up_to): the site's (clock.Site.Now) in idem serve; nil is
+	// clock.Local.
+	Now func() time.Time
 	// Enqueued, when set, is called after a commit that queued downstream
 	// events, so the relay publishes them without waiting for its next poll.
 	Enqueued func()
@@ -585,4 +590,11 @@ func Predict(ctx context.Context, db interface {
 		return changes, Fatal(ReasonSchemaMismatch, err)
 	}
 	return changes, nil
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return clock.Local()
 }

@@ -127,7 +127,7 @@ func (h *Handler) recordWait(ctx context.Context, a audit.Attempt, upTo time.Dur
 		return
 	}
 	if published.IsZero() {
-		published = time.Now()
+		published = h.now()
 	}
 	if err := audit.RecordWait(ctx, h.DB, a.RunKey, reason, published, published.Add(upTo), gaveUp); err != nil {
 		h.Log.Warn().Err(err).Str("dataset", a.Dataset).Str("partition", a.Partition).Msg("could not record the wait")
@@ -148,7 +148,7 @@ func (h *Handler) sourceReady(ctx context.Context, ds *Dataset, ev schemas.Event
 				return nil, classifyBeforeLoad(err)
 			}
 		}
-		st, err := s.ready(ctx, ev.Key, m.Published, time.Now())
+		st, err := s.ready(ctx, ev.Key, m.Published, h.now())
 		if err != nil {
 			h.recordWait(ctx, a, s.WaitUpTo, m.Published, err)
 			return nil, err
@@ -156,7 +156,7 @@ func (h *Handler) sourceReady(ctx context.Context, ds *Dataset, ev schemas.Event
 		return st, s.newColumns(ctx, h.DB, ds.Target, st)
 	}
 	if ds.Ready != nil {
-		if err := ds.Ready.check(ctx, h.DB, a.RunKey, ev, m.Published, time.Now()); err != nil {
+		if err := ds.Ready.check(ctx, h.DB, a.RunKey, ev, m.Published, h.now()); err != nil {
 			h.recordWait(ctx, a, ds.Ready.WaitUpTo, m.Published, err)
 			return nil, err
 		}

@@ -235,7 +235,9 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 
 // extraFaultWeights are the kinds drawn only when Options.Kinds names
 // them: faults that need more than the default campaign sets up.
-var extraFaultWeights = []weightedKind{}
+var extraFaultWeights = []weightedKind{
+	{FaultClockStep, clockStepWeight},
+}
 
 // allWeights is every drawable kind once, with its weight.
 func allWeights() []weightedKind {
@@ -322,6 +324,11 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		f.Node, f.Hold, f.Param = natsLinkTarget(rng), ms(2000, 8000), 20+rng.IntN(280)
 	case FaultNATSReset:
 		f.Node, f.Hold, f.Param = natsLinkTarget(rng), ms(500, 3000), rng.IntN(300)
+	case FaultClockStep:
+		f.Hold, f.Param = ms(5000, 20000), 60
+		if rng.IntN(2) == 0 {
+			f.Param = -60
+		}
 	case FaultNATSBlackhole:
 		// Param 0: data dropped until the toxic goes; otherwise the
 		// connection is also closed after Param ms.
@@ -460,6 +467,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return n.withToxic(ctx, f, "reset_peer", fmt.Sprintf(`{"timeout":%d}`, f.Param), "upstream")
 	case FaultTimeout:
 		return n.withToxic(ctx, f, "timeout", fmt.Sprintf(`{"timeout":%d}`, f.Param), "upstream")
+	case FaultClockStep:
+		return n.clockStep(ctx, f)
 	default:
 		return n.injectCluster(ctx, heal, f)
 	}

@@ -118,7 +118,7 @@ func (r *replica) start(inc int, logPath string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	cmd := exec.Command(r.bin, "serve", "--config", r.cfg, "--grace", "10s")
-	cmd.Env = append(os.Environ(), "IDEM_LOG_LEVEL=info")
+	cmd.Env = append(os.Environ(), "IDEM_LOG_LEVEL=info", "IDEM_TEST_CLOCK_FILE="+r.clockFile())
 	if r.prob > 0 {
 		cmd.Env = append(cmd.Env,
 			fmt.Sprintf("IDEM_TEST_CRASH_AFTER_COMMIT_PROB=%g", r.prob),

@@ -29,7 +29,7 @@ var layers = []struct {
 }{
 	// The core: what an event is, how a partition is loaded, what happened.
 	{"leaves: formats and pure helpers, no idem import", []string{
-		"internal/calendar", "internal/sqlcheck", "internal/tracing",
+		"internal/calendar", "internal/clock", "internal/sqlcheck", "internal/tracing",
 		"internal/deadletter", "internal/results", "internal/defaults", "internal/pgerr",
 	}},
 	{"schemas: the event", []string{"schemas"}},

@@ -131,16 +131,14 @@ func outdatedIn(ctx context.Context, db audit.Querier, cfg *config.Config, datas
 	return out, nil
 }
 
-// FleetAgrees reports whether every live member of the fleet runs dataset
-// with the definition hash want: none of them an older or newer one, none
-// without the dataset or too old to report definitions. No live member is
-// no agreement.
-func FleetAgrees(members []consumer.Member, dataset, want string, now time.Time) bool {
+// FleetAgrees reports whether every member of the fleet runs dataset with
+// the definition hash want: none of them an older or newer one, none
+// without the dataset or too old to report definitions. members are the
+// live ones, as consumer.ReadFleet judges them by the NATS server's clock.
+// No member is no agreement.
+func FleetAgrees(members []consumer.Member, dataset, want string) bool {
 	live := 0
 	for _, m := range members {
-		if now.Sub(m.Updated) >= 3*consumer.DefaultFleetRefresh {
-			continue
-		}
 		live++
 		fields, ok := m.Definitions[dataset]
 		if !ok {
@@ -201,7 +199,7 @@ func ReloadOutdated(ctx context.Context, db audit.Querier, js jetstream.JetStrea
 	}
 	hash := d.DefinitionHash()
 	r := AutoReload{RunID: OutdatedRunID(hash)}
-	if r.Agreed = FleetAgrees(members, dataset, hash, time.Now()); !r.Agreed {
+	if r.Agreed = FleetAgrees(members, dataset, hash); !r.Agreed {
 		return r, nil
 	}
 	rep, err := FindOutdated(ctx, db, cfg, dataset, "", "")

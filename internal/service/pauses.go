@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
 )
@@ -30,6 +31,8 @@ type pauses struct {
 	failed bool
 	// now is this replica's clock (time.Now; a test steps it).
 	now func() time.Time
+	// site, when set, learns the database's clock at each read.
+	site *clock.Site
 }
 
 // Paused is consumer.Config.Paused: whether dataset is paused, and until
@@ -78,6 +81,9 @@ func (p *pauses) refresh(ctx context.Context) {
 		return
 	}
 	p.failed = false
+	if p.site != nil {
+		p.site.Learn(dbNow)
+	}
 	deadlines := make(map[string]time.Time, len(in))
 	for name, ps := range in {
 		var d time.Time // until resumed

@@ -20,6 +20,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/handlers"
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/internal/metrics"
@@ -129,7 +130,11 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		return err
 	}
 	tracer := tp.Tracer()
-	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, Tracer: tracer,
+	// The site's clock: the database's, learned at each read of the pauses.
+	// Calendars, late alerts, watches and waits decide by it, so a step of
+	// this host's clock moves none of them.
+	site := &clock.Site{}
+	h := &handlers.Handler{DB: pool, Pipeline: cfg.Pipeline, Datasets: dss, Log: log, Tracer: tracer, Now: site.Now,
 		Started: func(_, runID string, _ int) { crashHook("before_load", runID) }}
 	if ra, err := ServerRemoteApply(ctx, pool, cfg.Postgres.URL); err != nil {
 		log.Warn().Err(err).Msg("could not read the server's synchronous_commit: loads commit with on")
@@ -221,7 +226,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	if err := ensureStreamsWaiting(ctx, js, streamsConfig(cfg, ccfg), log); err != nil {
 		return err
 	}
-	ps := &pauses{db: pool, pipeline: cfg.Pipeline, cfg: &cfgNow, m: m, log: log}
+	ps := &pauses{db: pool, pipeline: cfg.Pipeline, cfg: &cfgNow, m: m, log: log, site: site}
 	ps.refresh(ctx)
 	ccfg.Paused = ps.Paused
 	ccfg.GroupHandler = groupFunc(h, m)
@@ -245,7 +250,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 		}
 		return ""
 	})
-	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, log)
+	st := newStatus(&cfgNow, pool, nc, js, c, &current, m, site, log)
 	st.route = route
 	st.rv = rv
 	st.h = h
@@ -302,7 +307,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	}()
 	startRetention(bgCtx, &wg, pool, &cfgNow, m, log)
 	startOutdatedReload(bgCtx, &wg, pool, js, c, &cfgNow, log)
-	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, m, log)
+	startWatches(bgCtx, &wg, pool, js, nc, &cfgNow, m, site, log)
 	startRechecks(bgCtx, &wg, pool, js, h, &cfgNow, m, log)
 	if plans != nil && route.StatementMode == config.StatementPrepare {
 		wg.Add(1)

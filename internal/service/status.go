@@ -17,6 +17,7 @@ import (
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/backfill"
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/internal/metrics"
@@ -58,6 +59,8 @@ type status struct {
 	h       *handlers.Handler    // restores and retracts a partition
 	route   Route
 
+	site *clock.Site
+
 	mu       sync.Mutex
 	dlqAt    time.Time
 	dlq      []statuspage.DeadLetter
@@ -66,15 +69,15 @@ type status struct {
 }
 
 func newStatus(cfg *atomic.Pointer[config.Config], pool *pgxpool.Pool, nc *nats.Conn, js jetstream.JetStream, c *consumer.Consumer,
-	version *atomic.Pointer[string], m *metrics.Metrics, log zerolog.Logger) *status {
-	s := &status{cfg: cfg, pool: pool, nc: nc, js: js, c: c, version: version, log: log}
+	version *atomic.Pointer[string], m *metrics.Metrics, site *clock.Site, log zerolog.Logger) *status {
+	s := &status{cfg: cfg, pool: pool, nc: nc, js: js, c: c, version: version, site: site, log: log}
 	cur := cfg.Load()
 	s.obs = observer.New(observer.Config{
 		JS: js, Stream: cur.NATS.Stream, Consumer: cur.NATS.Consumer, DLQStream: cur.NATS.DLQStream,
 		BackfillConsumer: StreamsConfig(cur).BackfillName(),
 		DLQSubjectPrefix: cur.NATS.DLQSubjectPrefix, DB: pool, Pipeline: cur.Pipeline,
 		Calendars: s.calendars, Datasets: func() []string { return s.cfg.Load().DatasetNames() }, Replicas: s.replicas, Ready: func(ctx context.Context) bool { return len(readiness(ctx, nc, c, pool)) == 0 },
-		Metrics: m, Log: log,
+		Metrics: m, Log: log, Now: site.Now,
 	})
 	return s
 }
@@ -116,6 +119,7 @@ func (s *status) page() (*statuspage.Page, error) {
 		Reload:      s.reload,
 		Versions:    s.versions,
 		Why:         s.why,
+		Now:         s.site.Now,
 	})
 }
 
@@ -304,7 +308,7 @@ func (s *status) reload(ctx context.Context, dataset, partition, who, reason str
 	if _, ok := cfg.Datasets[dataset]; !ok {
 		return "", fmt.Errorf("dataset %q is not configured", dataset)
 	}
-	now := time.Now()
+	now := s.site.Now()
 	ev := schemas.PartitionReady{Dataset: dataset, Partition: partition, RunID: reloadRunID(now), Force: true,
 		Attributes: map[string]string{reloadByAttribute: who}}
 	if reason != "" {

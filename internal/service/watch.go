@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/config"
 	"github.com/idem-data/idem/internal/metrics"
 	"github.com/idem-data/idem/internal/watch"
@@ -22,7 +23,7 @@ import (
 // changed is restarted, one whose dataset went is stopped. Every replica
 // watches; they publish the same message ids, which JetStream keeps once.
 func startWatches(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, js jetstream.JetStream, nc *nats.Conn,
-	cfg *atomic.Pointer[config.Config], m *metrics.Metrics, log zerolog.Logger) {
+	cfg *atomic.Pointer[config.Config], m *metrics.Metrics, site *clock.Site, log zerolog.Logger) {
 	first := cfg.Load()
 	w := &watch.Watcher{
 		Pipeline: first.Pipeline, DB: pool, JS: js, Conn: nc,
@@ -31,6 +32,7 @@ func startWatches(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, j
 		Window: first.NATS.DuplicateWindow(),
 		Queue:  "idem_watch_" + first.NATS.Consumer + "_",
 		Log:    log,
+		Now:    site.Now,
 	}
 	if m != nil {
 		w.Published = func(dataset, reason string) { m.WatchPublished.WithLabelValues(dataset, reason).Inc() }

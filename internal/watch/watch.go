@@ -36,6 +36,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
+	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 )
@@ -89,6 +90,9 @@ type Watcher struct {
 	// each listing or publish that failed, for the metrics.
 	Published func(dataset, reason string)
 	Failed    func(dataset string)
+	// Now is the clock the newest partitions are counted back from: the
+	// site's (clock.Site.Now) in idem serve; nil is clock.Local.
+	Now func() time.Time
 
 	mu   sync.Mutex
 	sent map[string]time.Time // message id → when published
@@ -316,10 +320,10 @@ func (w *Watcher) Run(ctx context.Context, ds *Dataset) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			keys = Newest(cal, ds.Last, time.Now())
+			keys = Newest(cal, ds.Last, w.now())
 			tick.Reset(ds.Every)
 		case <-wake:
-			now := time.Now()
+			now := w.now()
 			mu.Lock()
 			for k := range pending {
 				if expected(cal, k, now) {
@@ -332,8 +336,15 @@ func (w *Watcher) Run(ctx context.Context, ds *Dataset) error {
 		if len(keys) == 0 {
 			continue
 		}
-		if _, err := w.Check(ctx, ds, keys, time.Now()); err != nil && ctx.Err() == nil {
+		if _, err := w.Check(ctx, ds, keys, w.now()); err != nil && ctx.Err() == nil {
 			w.Log.Warn().Err(err).Str("dataset", ds.Name).Msg("watch: pass failed; the next one tries again")
 		}
 	}
+}
+
+func (w *Watcher) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return clock.Local()
 }

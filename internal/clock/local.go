@@ -1,0 +1,7 @@
+//go:build !idemtest
+
+package clock
+
+import "time"
+
+func local() time.Time { return time.Now() }
