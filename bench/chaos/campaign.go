@@ -63,6 +63,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.NoFaults {
 		r.CrashProb = 0
 	}
+	r.LeastPrivilege = o.LeastPrivilege
 	for _, d := range datasets {
 		r.Datasets = append(r.Datasets, d.name+"("+d.strategy+")")
 	}
@@ -148,6 +149,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if c.pooler != nil {
 		c.checkPooled(ctx, r)
+	}
+	if o.LeastPrivilege {
+		c.checkGrants(ctx, r)
 	}
 
 	stopReader()
@@ -265,6 +269,13 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 			}
 			o.Logf("chaos: idem %s failed (try %d), again: %s", args[0], try, strings.TrimSpace(string(out)))
 			sleepCtx(ctx, 2*time.Second)
+		}
+	}
+	if o.LeastPrivilege {
+		// migrate and streams ran as the administrator; the replicas run
+		// as the loader, with the config written again for it.
+		if err := c.asLoader(ctx, clientURL, pgURL); err != nil {
+			return err
 		}
 	}
 	connect := func(url, name string) (*nats.Conn, jetstream.JetStream, error) {

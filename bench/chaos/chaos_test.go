@@ -111,6 +111,7 @@ func runCampaign(t *testing.T, o Options) *Report {
 		t.Fatal(err)
 	}
 	o.Bin, o.PG = binary(t), pg(t)
+	o.GrantsPath = filepath.Join("..", "..", "deploy", "postgres", "grants.sql")
 	if o.PoolMode != "" && o.Pooler == nil {
 		mode := o.PoolMode
 		o.Pooler = func(upstreamURL string) (Pooler, error) {
@@ -171,7 +172,7 @@ func TestChaosShort(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") == "1" {
 		t.Skip("CHAOS_LONG=1 runs TestChaosCampaign instead")
 	}
-	r := runCampaign(t, Options{Seed: shortSeed})
+	r := runCampaign(t, Options{Seed: shortSeed, LeastPrivilege: true})
 	requireLongFaults(t, r)
 }
 
@@ -183,7 +184,7 @@ func TestChaosCampaign(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") != "1" {
 		t.Skip("the long campaign runs with CHAOS_LONG=1 (make chaos)")
 	}
-	r := runCampaign(t, Options{Events: 30000, Duration: 25 * time.Minute, Partitions: 100, DrainBound: 3 * time.Minute,
+	r := runCampaign(t, Options{LeastPrivilege: true, Events: 30000, Duration: 25 * time.Minute, Partitions: 100, DrainBound: 3 * time.Minute,
 		LongRounds: 4, WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 3 * time.Minute, NATSDown: 30 * time.Second})
 	requireLongFaults(t, r)
 }
@@ -308,7 +309,7 @@ func TestChaosClusterCampaign(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") != "1" {
 		t.Skip("the long cluster campaign runs with CHAOS_LONG=1 (make chaos-cluster)")
 	}
-	r := runCampaign(t, Options{Cluster: true, Events: 100000, Duration: 60 * time.Minute, Partitions: 100,
+	r := runCampaign(t, Options{LeastPrivilege: true, Cluster: true, Events: 100000, Duration: 60 * time.Minute, Partitions: 100,
 		DrainBound: 3 * time.Minute, LongRounds: 4, WarehouseDownMin: 30 * time.Second, WarehouseDownMax: 2 * time.Minute,
 		FaultGapMin: 500 * time.Millisecond, FaultGapMax: 2 * time.Second})
 	requireLongFaults(t, r)

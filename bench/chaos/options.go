@@ -123,6 +123,15 @@ type Options struct {
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
+	// LeastPrivilege runs the replicas as the role deploy/postgres/
+	// grants.sql makes (GrantsPath), with the campaign's own sources and
+	// targets granted as its examples grant theirs; migrate and streams run
+	// as the administrator. Any refusal in the replicas' logs, and a phase
+	// long enough for a retention pass without one, is a violation.
+	LeastPrivilege bool
+	// GrantsPath is deploy/postgres/grants.sql. Required with
+	// LeastPrivilege.
+	GrantsPath string
 	// Kinds, when set, are the only short faults the schedule draws, each
 	// with its weight from the tables of faults.go (1 if it has none): a
 	// focused campaign for one fault kind or a few. Set LongRounds to -1
@@ -199,6 +208,12 @@ func (o Options) Validate() error {
 	}
 	if o.PoolMode != "" && o.Pooler == nil {
 		add("Pooler is required with PoolMode %q: a function that starts the pooler in front of the URL it is given", o.PoolMode)
+	}
+	if o.LeastPrivilege && o.GrantsPath == "" {
+		add("GrantsPath is required with LeastPrivilege: deploy/postgres/grants.sql")
+	}
+	if o.LeastPrivilege && o.PoolMode != "" {
+		add("LeastPrivilege with PoolMode: the pooler logs in as the administrator; use one or the other")
 	}
 	for _, k := range o.Kinds {
 		if !knownKind(k) {

@@ -15,13 +15,15 @@ type Report struct {
 	Topology string `json:"topology"`
 	// Pooler is the pool mode of the pooler in front of PostgreSQL; empty
 	// without one.
-	Pooler     string   `json:"pooler,omitempty"`
-	Replicas   int      `json:"replicas"`
-	Datasets   []string `json:"datasets"`
-	Partitions int      `json:"partitions_per_dataset"`
-	AckWait    string   `json:"ack_wait"`
-	CrashProb  float64  `json:"crash_prob"`
-	NoFaults   bool     `json:"no_faults,omitempty"`
+	Pooler string `json:"pooler,omitempty"`
+	// LeastPrivilege: the replicas ran as grants.sql's role.
+	LeastPrivilege bool     `json:"least_privilege,omitempty"`
+	Replicas       int      `json:"replicas"`
+	Datasets       []string `json:"datasets"`
+	Partitions     int      `json:"partitions_per_dataset"`
+	AckWait        string   `json:"ack_wait"`
+	CrashProb      float64  `json:"crash_prob"`
+	NoFaults       bool     `json:"no_faults,omitempty"`
 	// The retry settings every dataset ran with, and the longest a
 	// message's retries can wait in all: every warehouse_down outlasts it.
 	Retries              int     `json:"retries"`
@@ -199,6 +201,12 @@ type CheckFigures struct {
 	Panics     int  `json:"panics"`
 	Drained    bool `json:"drained_within_bound"`
 	CleanStops bool `json:"clean_final_stops"`
+
+	// With Options.LeastPrivilege: the lines of the replicas' logs where
+	// the database refused the loader role, and whether a retention pass
+	// ran (took its lease) under its grants.
+	Refusals     int  `json:"refusals,omitempty"`
+	RetentionRan bool `json:"retention_ran,omitempty"`
 }
 
 // OK reports whether every invariant held.
@@ -273,6 +281,9 @@ func (r *Report) Print(w io.Writer) {
 		c.FatalRedelivered, c.FatalRedeliveredExpl, c.ValidEventsDeadLettered, c.TransientDeadLtrs, c.TransientExplained,
 		c.ValidDeadLetteredInOutage, c.ValidJudgedFatal, c.UnknownDeadLetters)
 	fmt.Fprintf(w, "processes     panics %d, drained within bound %v, clean final stops %v\n", c.Panics, c.Drained, c.CleanStops)
+	if r.LeastPrivilege {
+		fmt.Fprintf(w, "grants        least privilege: %d refusals, a retention pass ran %v\n", c.Refusals, c.RetentionRan)
+	}
 	if r.Pooler != "" {
 		fmt.Fprintf(w, "pooler        %s mode: %d pooler_restart, longest %.1fs down; %d things left on pooled server connections after the final stop\n",
 			r.Pooler, r.Faults.ByKind[FaultPoolerRestart], r.Faults.LongestPoolerOutageSeconds, c.PooledLeftovers)
