@@ -18,10 +18,14 @@ import (
 // js_storage_full, whose seed fills each of the four streams at least once
 // in the first faults (TestStorageFullShortScheduleFillsEveryStream), and a
 // fatal share high enough that a dead-letter stream held full for a few
-// seconds refuses dead letters.
+// seconds refuses dead letters. Loads last up to a second (SlowLoad), so
+// that loads are in flight when the events stream fills, and their
+// downstream events are refused: idem keeps up with the publisher, and
+// with 80 ms loads nothing is left to commit once the publisher's events
+// are refused.
 var storageFullShortOptions = Options{
 	Seed: 20261213, Kinds: []string{FaultJSStorageFull}, LongRounds: -1,
-	Duration: 50 * time.Second, Events: 400, Replicas: 2, FatalShare: 0.1,
+	Duration: 50 * time.Second, Events: 400, Replicas: 2, FatalShare: 0.1, SlowLoad: time.Second,
 }
 
 // TestStorageFullShortScheduleFillsEveryStream: the focused campaign's
