@@ -151,3 +151,56 @@ func TestChaosStorageFullShort(t *testing.T) {
 		t.Errorf("no downstream loads: %+v", r.Downstream)
 	}
 }
+
+// checkDownstream sees each way a downstream event can go wrong: an
+// upstream load without its outbox row, a row never published, a
+// downstream run lost or loaded twice, a downstream load of a run the
+// upstream never loaded, and a downstream table unlike its upstream's.
+func TestCheckDownstreamSeesLostDoubledAndUnsent(t *testing.T) {
+	ctx := context.Background()
+	db := checkerDB(t)
+	require.NoError(t, createDownstream(ctx, db))
+	_, err := db.Exec(ctx, `INSERT INTO `+downstreamTarget+` SELECT `+columns+` FROM analytics.replace`)
+	require.NoError(t, err)
+	o := Options{Downstream: true}
+
+	// Clean: two upstream loads, each with its row sent and its downstream
+	// run loaded once.
+	_, err = db.Exec(ctx, `
+WITH up AS (
+  INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at)
+  VALUES ('chaos', 'replace', '2026-01-01', 'a', 'success', 1, now()), ('chaos', 'replace', '2026-01-02', 'b', 'success', 1, now())
+  RETURNING id, partition_key, run_id)
+INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, sent_at) SELECT 'replace_down', partition_key, run_id, id, now() FROM up;
+INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at)
+VALUES ('chaos', 'replace_down', '2026-01-01', 'a', 'success', 1, now()), ('chaos', 'replace_down', '2026-01-02', 'b', 'success', 1, now()),
+       ('chaos', 'replace_down', '2026-01-02', 'b', 'skipped', 1, now())`)
+	require.NoError(t, err)
+	r := &Report{}
+	require.NoError(t, checkDownstream(ctx, db, o, r))
+	require.Empty(t, r.Violations)
+	require.Equal(t, DownstreamFigures{UpstreamLoads: 2, Rows: 2, LoadedOnce: 2, TableEqualsUp: true}, *r.Downstream)
+
+	// b loaded twice; c's row never sent and its run never loaded; d
+	// without a row; x loaded downstream only; a row gone from the table.
+	_, err = db.Exec(ctx, `
+INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at)
+VALUES ('chaos', 'replace_down', '2026-01-02', 'b', 'success', 2, now()), ('chaos', 'replace_down', '2026-01-03', 'x', 'success', 1, now()),
+       ('chaos', 'replace', '2026-01-04', 'd', 'success', 1, now());
+WITH up AS (
+  INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at)
+  VALUES ('chaos', 'replace', '2026-01-03', 'c', 'success', 1, now()) RETURNING id, partition_key, run_id)
+INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id) SELECT 'replace_down', partition_key, run_id, id FROM up;
+DELETE FROM `+downstreamTarget+` WHERE id = (SELECT min(id) FROM `+downstreamTarget+`)`)
+	require.NoError(t, err)
+	r = &Report{}
+	require.NoError(t, checkDownstream(ctx, db, o, r))
+	require.Equal(t, DownstreamFigures{UpstreamLoads: 4, Rows: 3, Unsent: 1, Missing: 1, LoadedOnce: 1, NotOnce: 3, Unexpected: 1}, *r.Downstream)
+	require.Len(t, r.Violations, 5, "%q", r.Violations)
+
+	// Without downstream events the check does nothing.
+	r = &Report{}
+	require.NoError(t, checkDownstream(ctx, db, Options{}, r))
+	require.Nil(t, r.Downstream)
+	require.Empty(t, r.Violations)
+}
