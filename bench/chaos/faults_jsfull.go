@@ -306,9 +306,9 @@ func downstreamYAML(o Options) string {
 		return ""
 	}
 	return fmt.Sprintf("  %s:\n    strategy: delete_insert\n    target: %s\n    partition_column: event_date\n"+
-		"    source: SELECT %s FROM analytics.replace WHERE event_date = @partition\n"+
+		"    source: SELECT %s FROM analytics.%s WHERE event_date = @partition\n"+
 		"    retry_delay: %s\n    max_retry_delay: %s\n    timeout: 20s\n",
-		downstreamDataset, downstreamTarget, columns, RetryDelay, MaxRetryDelay)
+		downstreamDataset, downstreamTarget, columns, downstreamOf, RetryDelay, MaxRetryDelay)
 }
 
 func thenYAML(o Options, d dataset) string {
