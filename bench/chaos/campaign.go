@@ -143,6 +143,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	} else {
 		o.Logf("chaos: outbox published %.1fs after the drain", waited.Seconds())
 	}
+	if err := c.waitDownstream(ctx, 2*time.Minute); err != nil {
+		r.violate("downstream events not all published and loaded within 2m after the drain: %v", err)
+	}
 	o.Logf("chaos: stopping replicas")
 	for _, rep := range c.replicas {
 		rep.stop(40 * time.Second)
@@ -182,6 +185,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return r, err
 	}
 	if err := checkResults(cctx, c.db, c.js, h, r); err != nil {
+		return r, err
+	}
+	if err := checkDownstream(cctx, c.db, o, r); err != nil {
+		return r, err
+	}
+	if err := storageFullFigures(cctx, c.db, c.logs, pub, h, r); err != nil {
 		return r, err
 	}
 	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
@@ -224,6 +233,11 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	}
 	if err := createSchema(ctx, c.db, o.Partitions, o.SlowLoad, rand.New(rand.NewPCG(uint64(o.Seed), 3))); err != nil {
 		return err
+	}
+	if o.downstream() {
+		if err := createDownstream(ctx, c.db); err != nil {
+			return err
+		}
 	}
 	var clientURL, directURL string
 	if o.Cluster {

@@ -171,6 +171,8 @@ datasets:
 		fmt.Fprintf(&b, "  %s:\n    strategy: %s\n    target: %s\n%s    source: %s\n", d.name, d.strategy, d.target, d.yaml, sourceSQL(d))
 		// No retries line: idem's default (Retries) is what the campaign proves.
 		fmt.Fprintf(&b, "    retry_delay: %s\n    max_retry_delay: %s\n    timeout: 20s\n", RetryDelay, MaxRetryDelay)
+		b.WriteString(thenYAML(o, d))
 	}
+	b.WriteString(downstreamYAML(o))
 	return b.String()
 }

@@ -237,6 +237,7 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 // them: faults that need more than the default campaign sets up.
 var extraFaultWeights = []weightedKind{
 	{FaultClockStep, clockStepWeight},
+	{FaultJSStorageFull, 10},
 }
 
 // allWeights is every drawable kind once, with its weight.
@@ -336,6 +337,8 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		if rng.IntN(2) == 0 {
 			f.Param = 500 + rng.IntN(4500)
 		}
+	case FaultJSStorageFull:
+		storageFullFault(f, rng)
 	}
 	return f
 }
@@ -391,7 +394,7 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
 			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
-				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling:
+				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
@@ -448,6 +451,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return err
 	case FaultPoolerRestart:
 		return n.poolerRestart(ctx, heal, f)
+	case FaultJSStorageFull:
+		return n.storageFull(ctx, heal, f)
 	case FaultRollingRestart:
 		// A deploy: one replica at a time, the next only once its
 		// predecessor's successor has started.

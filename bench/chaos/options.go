@@ -137,6 +137,11 @@ type Options struct {
 	// focused campaign for one fault kind or a few. Set LongRounds to -1
 	// to leave the long faults out too.
 	Kinds []string
+	// Downstream adds a dataset that `then:` runs after every load of
+	// replace (faults_jsfull.go), so the relay publishes downstream events
+	// into the events stream; the checker matches them with the upstream
+	// loads. Kinds naming js_storage_full turns it on too.
+	Downstream bool
 
 	// Bin is the idem binary, built with -tags idemtest. Required.
 	Bin string

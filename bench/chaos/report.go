@@ -43,6 +43,10 @@ type Report struct {
 	Exits    ExitFigures     `json:"process_exits"`
 	Reverify ReverifyFigures `json:"reverify"`
 	Check    CheckFigures    `json:"check"`
+	// StorageFull and Downstream are set by campaigns with js_storage_full
+	// and with downstream events (faults_jsfull.go).
+	StorageFull *StorageFullFigures `json:"storage_full,omitempty"`
+	Downstream  *DownstreamFigures  `json:"downstream,omitempty"`
 
 	// Violations lists every invariant that failed, one line each; empty
 	// means the campaign passed.

@@ -263,6 +263,9 @@ type publisher struct {
 	// warehouse is down for minutes, each mutation tries once, so the
 	// publisher keeps its pace and idem gets events to hold.
 	dbDown bool
+	// storageRefused counts the publishes JetStream refused because the
+	// stream was full (js_storage_full): retried like any other.
+	storageRefused int
 }
 
 func (p *publisher) run(ctx context.Context, start time.Time, items []item) {
@@ -336,6 +339,9 @@ func (p *publisher) publish(ctx context.Context, cp *pubCopy) {
 		}
 		p.mu.Lock()
 		p.retries++
+		if storageRefused(err) {
+			p.storageRefused++
+		}
 		p.mu.Unlock()
 		sleepCtx(ctx, 200*time.Millisecond)
 	}

@@ -1,0 +1,432 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FaultJSStorageFull fills a JetStream stream: its MaxBytes is lowered to
+// what it holds, with DiscardNew, so that every new message is refused
+// ("maximum bytes exceeded", error 10077) as when a stream reaches its
+// limit; held for a few seconds, then the stream's own config is put back.
+// It is drawn only when Options.Kinds names it (extraFaultWeights).
+const FaultJSStorageFull = "js_storage_full"
+
+// storageFullTarget is one stream js_storage_full fills, and whose writes
+// that refuses.
+type storageFullTarget struct {
+	name   string // the fault's Param names it: Param is the index
+	stream string
+	writes string
+}
+
+// storageFullTargets are the streams js_storage_full fills, one per fault,
+// by Param. The relay publishes downstream events into the events stream,
+// so "downstream" fills the same stream as "events": the two differ in the
+// writes the campaign watches while it holds.
+var storageFullTargets = []storageFullTarget{
+	{"events", eventsStream, "the scheduler's publishes (the campaign's publisher)"},
+	{"dlq", dlqStream, "idem's dead letters"},
+	{"results", resultsStream, "idem's results (relay) and dead letters' results"},
+	{"downstream", eventsStream, "the relay's downstream events (then:)"},
+}
+
+// Bounds of one js_storage_full: how long the stream stays full, and how
+// long after the limit is lifted the outbox rows written before it may
+// take to go out (the relay's backoff reaches a minute only after about
+// a minute of failures; the hold is far shorter).
+const (
+	storageFullHoldMin  = 3 * time.Second
+	storageFullHoldMax  = 6 * time.Second
+	storageFullRecovery = 60 * time.Second
+)
+
+// downstreamDataset is the dataset `then:` runs after each load of
+// downstreamOf when the campaign runs with downstream events
+// (Options.downstream): a copy of its upstream's target, so the relay
+// publishes one downstream event per upstream success into the events
+// stream.
+const (
+	downstreamDataset = "replace_down"
+	downstreamOf      = "replace"
+	downstreamTarget  = "analytics.replace_down"
+)
+
+// downstream says whether the campaign configures the downstream dataset:
+// asked for, or needed by js_storage_full, which fills the stream the relay
+// publishes downstream events into.
+func (o Options) downstream() bool {
+	return o.Downstream || slices.Contains(o.Kinds, FaultJSStorageFull)
+}
+
+// storageFullFault draws a js_storage_full: its stream (Param) and hold.
+func storageFullFault(f *fault, rng *rand.Rand) {
+	f.Param = rng.IntN(len(storageFullTargets))
+	f.Hold = storageFullHoldMin + time.Duration(rng.Int64N(int64(storageFullHoldMax-storageFullHoldMin)+1))
+	f.Server = storageFullTargets[f.Param].label()
+}
+
+func (t storageFullTarget) label() string { return t.stream + ":" + t.name }
+
+// storageFull fills f's stream for f.Hold through the nemesis's direct
+// JetStream handle, then restores the stream's config as it was, and waits
+// until the outbox rows written before the restore have gone out. f.Outage
+// is how long the limit held; f.Resumed how long after the restore the
+// outbox had caught up (0 if not within storageFullRecovery). A stream that
+// stored a message while full is an error in f: the fault did not hold.
+func (n *nemesis) storageFull(ctx, heal context.Context, f *fault) error {
+	t := storageFullTargets[f.Param]
+	f.Server = t.label()
+	orig, held, err := fillStream(heal, n.js, t.stream)
+	if err != nil {
+		return err
+	}
+	full := time.Now()
+	sleepCtx(ctx, f.Hold)
+	gained, err := restoreStream(heal, n.js, orig, held)
+	lifted := time.Now()
+	f.Outage = lifted.Sub(full)
+	if err != nil {
+		return err
+	}
+	if gained > 0 {
+		return fmt.Errorf("%s stored %d messages while full: the limit did not hold", t.stream, gained)
+	}
+	f.Resumed = n.waitOutboxBefore(ctx, lifted)
+	return nil
+}
+
+// fillStream sets stream's MaxBytes to the bytes it holds now (at least
+// one byte: 0 means no limit), with DiscardNew, and returns the config to
+// restore and the last sequence when it filled. DiscardNew refuses new
+// messages and removes none: JetStream enforces a lowered MaxBytes by
+// deleting the oldest only under DiscardOld.
+func fillStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.StreamConfig, uint64, error) {
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(actx, stream)
+	if err != nil {
+		return jetstream.StreamConfig{}, 0, fmt.Errorf("look up %s: %w", stream, err)
+	}
+	info, err := s.Info(actx)
+	if err != nil {
+		return jetstream.StreamConfig{}, 0, fmt.Errorf("info of %s: %w", stream, err)
+	}
+	orig := info.Config
+	cfg := orig
+	cfg.Discard = jetstream.DiscardNew
+	cfg.MaxBytes = max(int64(info.State.Bytes), 1)
+	upd, err := js.UpdateStream(actx, cfg)
+	if err != nil {
+		return jetstream.StreamConfig{}, 0, fmt.Errorf("fill %s: %w", stream, err)
+	}
+	return orig, upd.CachedInfo().State.LastSeq, nil
+}
+
+// restoreStream puts orig back, retrying for a minute (the stream's
+// config must not stay lowered), and returns how many messages the stream
+// stored since it was filled at sequence held.
+func restoreStream(ctx context.Context, js jetstream.JetStream, orig jetstream.StreamConfig, held uint64) (uint64, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		// What the stream stored while full, read before the restore.
+		var last uint64
+		s, err := js.Stream(actx, orig.Name)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = s.Info(actx); err == nil {
+				last = info.State.LastSeq
+				_, err = js.UpdateStream(actx, orig)
+			}
+		}
+		cancel()
+		if err == nil {
+			return last - min(last, held), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("restore %s: %w", orig.Name, err)
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+}
+
+// waitOutboxBefore waits until every outbox row written before t has been
+// published, and returns how long after t that was; 0 if not within
+// storageFullRecovery.
+func (n *nemesis) waitOutboxBefore(ctx context.Context, t time.Time) time.Duration {
+	for time.Since(t) < storageFullRecovery && ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var left int
+		err := n.db.QueryRow(qctx, `SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL AND created_at <= $1`, t).Scan(&left)
+		cancel()
+		if err == nil && left == 0 {
+			return max(time.Since(t), time.Millisecond)
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	return 0
+}
+
+// JetStream's error codes for a message refused for want of storage: the
+// stream's own limit (10077, "maximum bytes exceeded" under DiscardNew) and
+// the account's or server's (10047). nats.go names neither.
+const (
+	jsErrStoreFailed           jetstream.ErrorCode = 10077
+	jsErrInsufficientResources jetstream.ErrorCode = 10047
+)
+
+// storageRefused says err is JetStream refusing a message because the
+// stream is at its limit (or the account's or server's storage is).
+func storageRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == jsErrStoreFailed || api.ErrorCode == jsErrInsufficientResources) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "maximum bytes exceeded") || strings.Contains(s, "insufficient resources")
+}
+
+// StorageFullFigures count, per stream, the js_storage_full faults and the
+// writes they refused, as the campaign saw them.
+type StorageFullFigures struct {
+	// ByTarget counts the faults per target ("IDEM_DLQ:dlq").
+	ByTarget map[string]int `json:"by_target"`
+	// PublisherRefused: the campaign publisher's publishes refused
+	// (retried until stored).
+	PublisherRefused int `json:"publisher_refused"`
+	// DeadLettersRefused: idem's dead-letter publishes refused (the
+	// message nak'ed and dead-lettered on a later delivery).
+	DeadLettersRefused int `json:"dead_letters_refused"`
+	// DeadLetterResultsGivenUp: results of dead letters idem gave up on
+	// (a waiter still finds the dead letter).
+	DeadLetterResultsGivenUp int `json:"dead_letter_results_given_up"`
+	// ResultsRetried, DownstreamRetried: outbox rows sent only after a
+	// failed publish.
+	ResultsRetried    int `json:"results_retried"`
+	DownstreamRetried int `json:"downstream_retried"`
+	// SlowestOutboxRecoverySeconds is the longest time from a limit lifted
+	// to every outbox row written before it published.
+	SlowestOutboxRecoverySeconds float64 `json:"slowest_outbox_recovery_seconds"`
+}
+
+// storageFullFigures fills r.StorageFull from the history, the replicas'
+// logs (under logs) and the outbox, and reports a violation for a fault
+// after which the outbox did not catch up by itself.
+func storageFullFigures(ctx context.Context, db querier, logs string, pub *publisher, h history, r *Report) error {
+	var fs []*fault
+	for _, f := range h.faults {
+		if f.Kind == FaultJSStorageFull && f.Skipped == "" {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	sf := &StorageFullFigures{ByTarget: map[string]int{}}
+	r.StorageFull = sf
+	for _, f := range fs {
+		sf.ByTarget[storageFullTargets[f.Param].label()]++
+		sf.SlowestOutboxRecoverySeconds = max(sf.SlowestOutboxRecoverySeconds, f.Resumed.Seconds())
+		if f.Resumed == 0 && f.Err == "" {
+			r.violate("js_storage_full of %s at %s: the outbox rows written before the limit was lifted were not all published within %s of it",
+				f.Server, f.Start.Format(time.RFC3339), storageFullRecovery)
+		}
+		if f.Err != "" {
+			r.violate("js_storage_full of %s at %s: %s", f.Server, f.Start.Format(time.RFC3339), f.Err)
+		}
+	}
+	pub.mu.Lock()
+	sf.PublisherRefused = pub.storageRefused
+	pub.mu.Unlock()
+	paths, _ := filepath.Glob(filepath.Join(logs, "replica*.log"))
+	for _, p := range paths {
+		dl, res := countRefusals(p)
+		sf.DeadLettersRefused += dl
+		sf.DeadLetterResultsGivenUp += res
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE result IS NOT NULL), count(*) FILTER (WHERE result IS NULL AND lineage IS NULL)
+		FROM idem.outbox WHERE attempts > 1`).Scan(&sf.ResultsRetried, &sf.DownstreamRetried); err != nil {
+		return fmt.Errorf("chaos: read outbox: %w", err)
+	}
+	var targets []string
+	for t, k := range sf.ByTarget {
+		targets = append(targets, fmt.Sprintf("%s %d", t, k))
+	}
+	slices.Sort(targets)
+	r.note("js_storage_full: %s; refused: %d scheduler publishes, %d dead letters (%d dead-letter results given up); outbox rows sent after a refusal: %d results, %d downstream events; outbox caught up %.1fs after a lift at the slowest",
+		strings.Join(targets, ", "), sf.PublisherRefused, sf.DeadLettersRefused, sf.DeadLetterResultsGivenUp,
+		sf.ResultsRetried, sf.DownstreamRetried, sf.SlowestOutboxRecoverySeconds)
+	return nil
+}
+
+// countRefusals counts the lines of an idem log where a dead letter, or a
+// dead letter's result, was refused for want of storage.
+func countRefusals(path string) (deadLetters, results int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.Contains(l, "maximum bytes exceeded") && !strings.Contains(l, "insufficient resources") {
+			continue
+		}
+		switch {
+		case strings.Contains(l, "dead letter not published"):
+			deadLetters++
+		case strings.Contains(l, "result not published"):
+			results++
+		}
+	}
+	return deadLetters, results
+}
+
+// downstreamYAML is the downstream dataset's config, and thenYAML the
+// `then:` line of its upstream; both empty without Options.downstream.
+func downstreamYAML(o Options) string {
+	if !o.downstream() {
+		return ""
+	}
+	return fmt.Sprintf("  %s:\n    strategy: delete_insert\n    target: %s\n    partition_column: event_date\n"+
+		"    source: SELECT %s FROM analytics.%s WHERE event_date = @partition\n"+
+		"    retry_delay: %s\n    max_retry_delay: %s\n    timeout: 20s\n",
+		downstreamDataset, downstreamTarget, columns, downstreamOf, RetryDelay, MaxRetryDelay)
+}
+
+func thenYAML(o Options, d dataset) string {
+	if !o.downstream() || d.name != downstreamOf {
+		return ""
+	}
+	return "    then: [" + downstreamDataset + "]\n"
+}
+
+// createDownstream creates the downstream dataset's target.
+func createDownstream(ctx context.Context, db *pgxpool.Pool) error {
+	_, err := db.Exec(ctx, `CREATE TABLE `+downstreamTarget+` (id bigint, event_date date NOT NULL, amount numeric(12,2), note text, version int);
+CREATE INDEX ON `+downstreamTarget+` (event_date);`)
+	if err != nil {
+		return fmt.Errorf("chaos: create %s: %w", downstreamTarget, err)
+	}
+	return nil
+}
+
+// waitDownstream waits, with downstream events on, until the outbox is
+// empty and the consumer has nothing pending, for at most bound: a
+// downstream event the relay published late (its row backed off while the
+// events stream was full) is loaded before the replicas stop.
+func (c *campaign) waitDownstream(ctx context.Context, bound time.Duration) error {
+	if !c.o.downstream() {
+		return nil
+	}
+	deadline := time.Now().Add(bound)
+	var last string
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var left int
+		err := c.db.QueryRow(qctx, "SELECT count(*) FROM idem.outbox WHERE sent_at IS NULL").Scan(&left)
+		var ci *jetstream.ConsumerInfo
+		if err == nil {
+			var cons jetstream.Consumer
+			if cons, err = c.js.Consumer(qctx, eventsStream, durableConsumer); err == nil {
+				ci, err = cons.Info(qctx)
+			}
+		}
+		cancel()
+		if err == nil {
+			if left == 0 && ci.NumPending == 0 && ci.NumAckPending == 0 {
+				return nil
+			}
+			last = fmt.Sprintf("%d outbox rows unpublished, consumer: %d pending, %d awaiting ack", left, ci.NumPending, ci.NumAckPending)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.New(last)
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+}
+
+// DownstreamFigures compare the downstream dataset with its upstream.
+type DownstreamFigures struct {
+	UpstreamLoads int  `json:"upstream_loads"` // successes of the upstream
+	Rows          int  `json:"rows"`           // downstream outbox rows
+	Unsent        int  `json:"unsent"`         // of which never published
+	Missing       int  `json:"missing"`        // upstream successes without their outbox row
+	LoadedOnce    int  `json:"loaded_once"`    // upstream runs whose downstream run loaded exactly once
+	NotOnce       int  `json:"not_once"`       // upstream runs whose downstream run loaded 0 or 2+ times
+	Unexpected    int  `json:"unexpected"`     // downstream loads of a run the upstream never loaded
+	TableEqualsUp bool `json:"table_equals_upstream"`
+}
+
+// checkDownstream, with downstream events on: every upstream success wrote
+// exactly one downstream outbox row, each row was published, each upstream
+// run's downstream run loaded exactly once (it inherits the run_id), no
+// downstream load names a run the upstream did not load, and the
+// downstream table ends equal to its upstream's.
+func checkDownstream(ctx context.Context, db querier, o Options, r *Report) error {
+	if !o.downstream() {
+		return nil
+	}
+	d := &DownstreamFigures{}
+	r.Downstream = d
+	err := db.QueryRow(ctx, `
+WITH up AS (SELECT id, partition_key, run_id FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $2 AND status = 'success'),
+     ob AS (SELECT audit_id, sent_at FROM idem.outbox WHERE dataset = $3 AND result IS NULL AND lineage IS NULL),
+     down AS (SELECT partition_key, run_id, count(*) AS n FROM idem.pipeline_audit
+               WHERE dag_id = $1 AND task_id = $3 AND status = 'success' GROUP BY 1, 2)
+SELECT (SELECT count(*) FROM up),
+       (SELECT count(*) FROM ob),
+       (SELECT count(*) FROM ob WHERE sent_at IS NULL),
+       (SELECT count(*) FROM up WHERE (SELECT count(*) FROM ob WHERE ob.audit_id = up.id) <> 1),
+       (SELECT count(*) FROM up JOIN down USING (partition_key, run_id) WHERE down.n = 1),
+       (SELECT count(*) FROM up LEFT JOIN down USING (partition_key, run_id) WHERE coalesce(down.n, 0) <> 1),
+       (SELECT count(*) FROM down WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.partition_key = down.partition_key AND up.run_id = down.run_id))`,
+		pipeline, downstreamOf, downstreamDataset).Scan(&d.UpstreamLoads, &d.Rows, &d.Unsent, &d.Missing, &d.LoadedOnce, &d.NotOnce, &d.Unexpected)
+	if err != nil {
+		return fmt.Errorf("chaos: check downstream: %w", err)
+	}
+	var up, down string
+	if err := db.QueryRow(ctx, checksumSQL("SELECT "+columns+" FROM analytics."+downstreamOf)).Scan(&up); err != nil {
+		return err
+	}
+	if err := db.QueryRow(ctx, checksumSQL("SELECT "+columns+" FROM "+downstreamTarget)).Scan(&down); err != nil {
+		return err
+	}
+	d.TableEqualsUp = up == down
+	for _, v := range []struct {
+		n    int
+		what string
+	}{
+		{d.Missing, "upstream loads of " + downstreamOf + " without exactly one downstream outbox row"},
+		{d.Unsent, "downstream outbox rows never published"},
+		{d.NotOnce, "upstream runs whose downstream run did not load exactly once (lost or loaded twice)"},
+		{d.Unexpected, "downstream loads of runs the upstream never loaded"},
+	} {
+		if v.n > 0 {
+			r.violate("%d %s", v.n, v.what)
+		}
+	}
+	if !d.TableEqualsUp {
+		r.violate("%s has checksum %s, its upstream analytics.%s %s: the last downstream event was lost or loaded too early", downstreamTarget, down, downstreamOf, up)
+	}
+	return nil
+}
