@@ -1,11 +1,14 @@
 package consumer
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/internal/deadletter"
@@ -40,4 +43,31 @@ func TestDeadLetterEnvelope(t *testing.T) {
 	p := &deadLetterer{prefix: "idem.dlq"}
 	require.Equal(t, "idem.dlq.orders", p.subject("orders"))
 	require.Equal(t, "idem.dlq._invalid", p.subject(""))
+}
+
+// TestSlowDeadLetteredHookKeepsTheMessage: while the DeadLettered hook
+// waits (the event's result, for a results stream that is full) past the
+// ack wait, the message stays owned: it is dead-lettered once, and the
+// hook runs once, not again for a redelivery.
+func TestSlowDeadLetteredHookKeepsTheMessage(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	e := newEnv(t, func(c *Config) {
+		c.DeadLettered = func(context.Context, deadletter.Envelope, int, *jetstream.PubAck) {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			time.Sleep(3 * c.AckWait)
+		}
+	})
+	e.start(func(context.Context, *Message) error { return nil })
+	e.publish("idem.ready.orders", []byte(`{"dataset":`), nil)
+	e.deadLetters(1)
+	// Past the hook's wait and one more ack wait: a redelivery would have
+	// called it again by now.
+	time.Sleep(3*e.cfg.AckWait + e.cfg.AckWait + time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, calls, "the hook ran for a redelivery of a message being dead-lettered")
+	require.EqualValues(t, 1, e.consumerInfo().Delivered.Consumer, "the message was delivered again")
 }

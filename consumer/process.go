@@ -286,7 +286,17 @@ func (c *Consumer) deadLetter(d *delivery, in Input, f Fate, log zerolog.Logger)
 	// dead letter carries its trace context.
 	sctx, span := c.startSettle(d, tracing.SettleTerm)
 	defer span.End()
+	// The publish and the hook that follows it (the event's result, which
+	// waits for a results stream that is full) may outlast the ack wait:
+	// the message stays owned meanwhile, or it would come back and be
+	// dead-lettered again.
+	hb := startHeartbeat(max(c.cfg.AckWait/3, time.Millisecond), d.msg.InProgress, func(err error) {
+		if err != nil {
+			log.Warn().Err(err).Msg("heartbeat not sent while dead-lettering: the message may come back, deduplicated by Nats-Msg-Id")
+		}
+	})
 	ack, err := c.dl.publish(sctx, d.dataset, dl)
+	hb.Stop()
 	if err != nil {
 		span.SetStatus(codes.Error, "dead letter not published")
 		log.Error().Err(err).AnErr("cause", in.Err).Dur("retry_in", f.Delay).
