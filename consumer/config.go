@@ -161,7 +161,7 @@ type Config struct {
 	// letter (or already held it: a redelivery dead-lettered again), before
 	// the message is terminated, with the letter, the loads the handler
 	// counted (0: unknown) and the dead letter's PubAck. idem publishes the
-	// event's result from it. It must not block for long.
+	// event's result from it. Heartbeats keep the message meanwhile.
 	DeadLettered func(ctx context.Context, dl deadletter.Envelope, attempt int, ack *jetstream.PubAck)
 	// GroupHandler, with GroupSize, loads several fetched messages of one
 	// dataset at once (see GroupHandler); MaxGroup, the most GroupSize
