@@ -172,5 +172,6 @@ datasets:
 		// No retries line: idem's default (Retries) is what the campaign proves.
 		fmt.Fprintf(&b, "    retry_delay: %s\n    max_retry_delay: %s\n    timeout: 20s\n", RetryDelay, MaxRetryDelay)
 	}
+	b.WriteString(sourceYAML(o))
 	return b.String()
 }

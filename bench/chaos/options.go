@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -128,6 +129,12 @@ type Options struct {
 	// focused campaign for one fault kind or a few. Set LongRounds to -1
 	// to leave the long faults out too.
 	Kinds []string
+	// PGSource adds a PostgreSQL source (pgsource.go): a second PostgreSQL
+	// with a streaming standby, two datasets whose `postgres:` source reads
+	// it, corrections of its rows during the phase, and the checks that
+	// hold every load and the final tables to it. replica_source_failover
+	// needs it.
+	PGSource bool
 
 	// Bin is the idem binary, built with -tags idemtest. Required.
 	Bin string
@@ -204,6 +211,9 @@ func (o Options) Validate() error {
 		if !knownKind(k) {
 			add("Kinds: %q is no fault kind of the schedule", k)
 		}
+	}
+	if slices.Contains(o.Kinds, FaultSourceFailover) && !o.PGSource {
+		add("Kinds: %q needs PGSource", FaultSourceFailover)
 	}
 	if o.Replicas < 1 || o.Replicas > 9 {
 		add("Replicas %d: use 1 to 9", o.Replicas)
