@@ -179,6 +179,8 @@ type fault struct {
 	// Variant is which form of its kind the fault took, when the kind has
 	// several (replica_source_failover: faults_source.go).
 	Variant string `json:"variant,omitempty"`
+	// Lag is how long the fault held a standby's replay back after it.
+	Lag time.Duration `json:"lag_ns,omitempty"`
 }
 
 // schedule draws the faults of a phase of length o.Duration from rng. The

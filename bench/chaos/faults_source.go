@@ -21,8 +21,10 @@ import (
 //	                           -m immediate (a crash: the copy's connection
 //	                           ends without a word), down 0-2 s, started
 //	                           again; meanwhile the multi-host URL leads
-//	                           idem to the primary, and once it is back the
-//	                           standby must catch up through replay
+//	                           idem to the primary; once it is back, its
+//	                           replay is paused for 0-5 s (Lag) while it
+//	                           receives WAL: a standby that lags, which
+//	                           idem must not read past max_replica_lag
 //	standby_promote            the primary fenced (pg_ctl stop -m fast, so
 //	                           the standby receives its last WAL), the
 //	                           standby promoted while copies stream from it,
@@ -54,6 +56,7 @@ func sourceFaultParams(f *fault, rng *rand.Rand) {
 	}
 	if f.Variant != sourcePromote {
 		f.Hold = time.Duration(rng.IntN(2001)) * time.Millisecond
+		f.Lag = time.Duration(rng.IntN(5001)) * time.Millisecond
 	}
 }
 
@@ -96,8 +99,14 @@ func (n *nemesis) sourceFailover(ctx, heal context.Context, f *fault) error {
 		s.mu.Lock()
 		s.restarts++
 		s.mu.Unlock()
-		n.logf("chaos: %s: the source's standby on port %d %s, down %s, %d copies in flight",
-			f.Kind, st.Port, f.Variant, f.Outage.Round(time.Millisecond), f.Param)
+		if err := holdReplay(ctx, heal, st, f.Lag); err != nil {
+			return fmt.Errorf("hold the source standby's replay: %w", err)
+		}
+		s.mu.Lock()
+		s.held += f.Lag
+		s.mu.Unlock()
+		n.logf("chaos: %s: the source's standby on port %d %s, down %s, %d copies in flight, replay held %s",
+			f.Kind, st.Port, f.Variant, f.Outage.Round(time.Millisecond), f.Param, f.Lag)
 		return nil
 	case sourcePromote:
 		return n.sourcePromote(heal, f, s, st)
@@ -158,4 +167,25 @@ func copiesInFlight(ctx context.Context, node *localpg.Server, within time.Durat
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
 	return 0
+}
+
+// holdReplay pauses node's replay for d (it keeps receiving WAL), then
+// resumes it, whatever ctx says.
+func holdReplay(ctx, heal context.Context, node *localpg.Server, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	hctx, cancel := context.WithTimeout(heal, time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(hctx, node.URL(srcDBName))
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(hctx))
+	if _, err := c.Exec(hctx, "SELECT pg_wal_replay_pause()"); err != nil {
+		return err
+	}
+	sleepCtx(ctx, d)
+	_, err = c.Exec(hctx, "SELECT pg_wal_replay_resume()")
+	return err
 }

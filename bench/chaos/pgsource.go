@@ -142,7 +142,8 @@ type sourceDB struct {
 	fixFails int
 	promotes int
 	restarts int
-	inFlight int // copies found in flight on the node a fault hit
+	inFlight int           // copies found in flight on the node a fault hit
+	held     time.Duration // how long faults held the standby's replay in all
 }
 
 // srcPartitions is how many partitions the source has.
@@ -426,6 +427,14 @@ type SourceFigures struct {
 	// CopiesCut counts the copies from the source that were in flight on
 	// the node a fault stopped or promoted, at that moment.
 	CopiesInFlight int `json:"copies_in_flight_at_faults"`
+	// ReplayHeldSeconds is how long the restarts held the standby's
+	// replay back in all: time during which it lagged.
+	ReplayHeldSeconds float64 `json:"replay_held_seconds"`
+	// LagWaits counts the partitions of the source datasets whose last
+	// event waited for the lagging standby (idem.source_waits), and
+	// LagChecks how often that wait was checked: the gate held loads.
+	LagWaits  int `json:"lag_waits"`
+	LagChecks int `json:"lag_checks"`
 	// LoadsChecked counts src_append's loads read whole from its raw
 	// table, and src_replace's successes read from the audit; Partial,
 	// Torn and Stale those that were not one complete, fresh enough
@@ -509,7 +518,7 @@ func (s *sourceDB) check(ctx context.Context, db querier, r *Report) error {
 		return nil
 	}
 	f := &SourceFigures{Partitions: s.parts, Events: len(s.events), Promotions: s.promotes, Restarts: s.restarts,
-		CopiesInFlight: s.inFlight, CorrectionFails: s.fixFails, TablesEqual: true}
+		CopiesInFlight: s.inFlight, CorrectionFails: s.fixFails, ReplayHeldSeconds: s.held.Seconds(), TablesEqual: true}
 	r.Source = f
 	for _, x := range s.fixes {
 		if x.done {
@@ -607,6 +616,10 @@ func (s *sourceDB) check(ctx context.Context, db querier, r *Report) error {
 		r.note("%d source corrections acknowledged by the old primary were not kept by the promotion; the source's final content is the reference",
 			f.LostCorrections)
 	}
+	if err := db.QueryRow(ctx, `SELECT count(*), coalesce(sum(checks), 0) FROM idem.source_waits
+		WHERE dag_id = $1 AND task_id IN ('src_replace', 'src_append')`, pipeline).Scan(&f.LagWaits, &f.LagChecks); err != nil {
+		return fmt.Errorf("chaos: read the source waits: %w", err)
+	}
 	loads, err := s.readLoads(ctx, db)
 	if err != nil {
 		return err
@@ -614,10 +627,6 @@ func (s *sourceDB) check(ctx context.Context, db querier, r *Report) error {
 	for _, v := range judgeLoads(loads, s.rows, acked, f) {
 		r.violate("%s", v)
 	}
-	r.note("pg source: %d partitions, %d events, %d corrections (%d given up), %d promotions, %d standby restarts, %d copies in flight at those faults; "+
-		"%d loads checked: %d partial, %d torn, %d stale; tables equal the source: %v",
-		f.Partitions, f.Events, f.Corrections, f.CorrectionFails, f.Promotions, f.Restarts, f.CopiesInFlight,
-		f.LoadsChecked, f.Partial, f.Torn, f.Stale, f.TablesEqual)
 	return nil
 }
 

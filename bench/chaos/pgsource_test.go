@@ -50,6 +50,9 @@ func TestChaosSourceFailoverShort(t *testing.T) {
 	if r.Source.CopiesInFlight == 0 {
 		t.Errorf("no fault found a copy in flight: none landed mid-COPY")
 	}
+	if r.Source.LagWaits == 0 {
+		t.Errorf("no load waited for the lagging standby: max_replica_lag was never tested")
+	}
 	if r.Source.Corrections == 0 || r.Source.LoadsChecked == 0 {
 		t.Errorf("%d corrections, %d loads checked: the source workload did not run", r.Source.Corrections, r.Source.LoadsChecked)
 	}
@@ -223,6 +226,26 @@ func TestSourceFailoverCutsCopiesCleanly(t *testing.T) {
 		}
 	}
 	// The roles swapped, and the old primary's place streams from the new one.
+	require.NoError(t, s.caughtUp(ctx, 30*time.Second))
+
+	// A standby whose replay is held while a correction arrives lags: a
+	// copy made past max_replica_lag waits (NotReady) and reads nothing.
+	held := make(chan error, 1)
+	go func() { held <- holdReplay(ctx, ctx, s.standby(), srcMaxLag+2*time.Second) }()
+	time.Sleep(200 * time.Millisecond)
+	fix := &srcFix{p: 0, gen: 1}
+	s.correct(ctx, fix)
+	require.True(t, fix.done, fix.err)
+	time.Sleep(srcMaxLag + 500*time.Millisecond)
+	tx, err := dst.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `CREATE TEMPORARY TABLE stage (id bigint, event_date date, amount numeric(12,2), note text, gen int) ON COMMIT DROP`)
+	require.NoError(t, err)
+	_, err = pgsource.Copy(ctx, spec, pgsource.Params{Partition: partitionKey(0), RunID: "r"}, tx, pgsource.Target{Table: pgx.Identifier{"pg_temp", "stage"}})
+	var notReady interface{ NotReady() bool }
+	require.True(t, errors.As(err, &notReady) && notReady.NotReady(), "a copy from a standby held %s behind: %v", srcMaxLag, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, <-held)
 	require.NoError(t, s.caughtUp(ctx, 30*time.Second))
 	var inRecovery bool
 	require.NoError(t, s.pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
