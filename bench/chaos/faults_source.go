@@ -22,7 +22,7 @@ import (
 //	                           ends without a word), down 0-2 s, started
 //	                           again; meanwhile the multi-host URL leads
 //	                           idem to the primary; once it is back, its
-//	                           replay is paused for 0-5 s (Lag) while it
+//	                           replay is paused for 3-8 s (Lag) while it
 //	                           receives WAL: a standby that lags, which
 //	                           idem must not read past max_replica_lag
 //	standby_promote            the primary fenced (pg_ctl stop -m fast, so
@@ -56,7 +56,7 @@ func sourceFaultParams(f *fault, rng *rand.Rand) {
 	}
 	if f.Variant != sourcePromote {
 		f.Hold = time.Duration(rng.IntN(2001)) * time.Millisecond
-		f.Lag = time.Duration(rng.IntN(5001)) * time.Millisecond
+		f.Lag = time.Duration(3000+rng.IntN(5001)) * time.Millisecond
 	}
 }
 

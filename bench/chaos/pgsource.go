@@ -231,7 +231,8 @@ func (s *sourceDB) fill(ctx context.Context, rng *rand.Rand) error {
 
 // plan draws the source's events and corrections: a quarter as many events
 // as the main plan, over the phase, each for a dataset and partition, 1 or
-// 2 copies; before half of the replays a correction of the partition.
+// 2 copies; before half of the replays a correction of the partition, whose
+// event follows it at once or, half the time, 3.5 to 4.5 s later.
 func (s *sourceDB) plan(o Options, rng *rand.Rand) {
 	n := max(o.Events/4, 20)
 	gen := make([]int, s.parts)
@@ -245,16 +246,22 @@ func (s *sourceDB) plan(o Options, rng *rand.Rand) {
 		seen[[2]int{di, p}] = true
 		ev.body = validBody(ev.dataset, ev.partition, ev.runID)
 		ev.msgID = ev.dataset + ":" + ev.partition + ":" + ev.runID
+		pubAt := at
 		if ev.replay && rng.IntN(2) == 0 {
 			gen[p]++
 			f := &srcFix{at: at, p: p, gen: gen[p]}
 			s.fixes = append(s.fixes, f)
 			s.items = append(s.items, srcItem{at: at, fix: f})
+			if rng.IntN(2) == 0 {
+				// Published past max_replica_lag after the correction: a
+				// load that reads a lagging standby must see it, or wait.
+				pubAt = min(at+srcMaxLag+srcLagSlack+time.Duration(500+rng.IntN(1000))*time.Millisecond, o.Duration)
+			}
 		}
 		for c := range 1 + rng.IntN(2) {
-			cp := &pubCopy{ev: ev, n: c, at: at, msgID: rng.IntN(2) == 0}
+			cp := &pubCopy{ev: ev, n: c, at: pubAt, msgID: rng.IntN(2) == 0}
 			if c > 0 {
-				cp.at = min(at+time.Duration(200+rng.IntN(4800))*time.Millisecond, o.Duration)
+				cp.at = min(pubAt+time.Duration(200+rng.IntN(4800))*time.Millisecond, o.Duration)
 			}
 			ev.copies = append(ev.copies, cp)
 			s.items = append(s.items, srcItem{at: cp.at, cp: cp})
