@@ -442,6 +442,10 @@ type SourceFigures struct {
 	// LagChecks how often that wait was checked: the gate held loads.
 	LagWaits  int `json:"lag_waits"`
 	LagChecks int `json:"lag_checks"`
+	// LagAttempts counts the attempts that failed because the standby
+	// fell behind between the gate asked before the attempt and the
+	// copy's own gate: such an attempt counts, as idem's code says.
+	LagAttempts int `json:"lag_attempts"`
 	// LoadsChecked counts src_append's loads read whole from its raw
 	// table, and src_replace's successes read from the audit; Partial,
 	// Torn and Stale those that were not one complete, fresh enough
@@ -626,6 +630,11 @@ func (s *sourceDB) check(ctx context.Context, db querier, r *Report) error {
 	if err := db.QueryRow(ctx, `SELECT count(*), coalesce(sum(checks), 0) FROM idem.source_waits
 		WHERE dag_id = $1 AND task_id IN ('src_replace', 'src_append')`, pipeline).Scan(&f.LagWaits, &f.LagChecks); err != nil {
 		return fmt.Errorf("chaos: read the source waits: %w", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM idem.pipeline_audit
+		WHERE dag_id = $1 AND task_id IN ('src_replace', 'src_append') AND status = 'failed' AND error LIKE '%lags behind its primary%'`,
+		pipeline).Scan(&f.LagAttempts); err != nil {
+		return fmt.Errorf("chaos: read the source attempts: %w", err)
 	}
 	loads, err := s.readLoads(ctx, db)
 	if err != nil {

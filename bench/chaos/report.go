@@ -281,9 +281,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if s := r.Source; s != nil {
 		fmt.Fprintf(w, "pg source     %d partitions, %d events, %d corrections (%d given up); %d promotions, %d standby restarts, %d copies in flight at them, "+
-			"replay held %.1fs (%d partitions waited for it, %d checks); %d loads checked: %d partial, %d torn, %d stale; tables equal the source: %v\n",
+			"replay held %.1fs (%d partitions waited for it, %d checks, %d attempts failed on it); %d loads checked: %d partial, %d torn, %d stale; "+
+			"tables equal the source: %v\n",
 			s.Partitions, s.Events, s.Corrections, s.CorrectionFails, s.Promotions, s.Restarts, s.CopiesInFlight, s.ReplayHeldSeconds,
-			s.LagWaits, s.LagChecks, s.LoadsChecked, s.Partial, s.Torn, s.Stale, s.TablesEqual)
+			s.LagWaits, s.LagChecks, s.LagAttempts, s.LoadsChecked, s.Partial, s.Torn, s.Stale, s.TablesEqual)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)
