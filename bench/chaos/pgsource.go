@@ -531,6 +531,9 @@ func (s *sourceDB) check(ctx context.Context, db querier, r *Report) error {
 	f := &SourceFigures{Partitions: s.parts, Events: len(s.events), Promotions: s.promotes, Restarts: s.restarts,
 		CopiesInFlight: s.inFlight, CorrectionFails: s.fixFails, ReplayHeldSeconds: s.held.Seconds(), TablesEqual: true}
 	r.Source = f
+	for _, d := range srcDatasets {
+		r.Datasets = append(r.Datasets, d.name+"("+d.strategy+", postgres source)")
+	}
 	for _, x := range s.fixes {
 		if x.done {
 			f.Corrections++

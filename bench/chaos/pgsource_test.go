@@ -51,6 +51,9 @@ func TestChaosSourceFailoverShort(t *testing.T) {
 	if r.Source.CopiesInFlight == 0 {
 		t.Errorf("no fault found a copy in flight: none landed mid-COPY")
 	}
+	if n := r.Check.ValidEventsDeadLettered; n > 0 {
+		t.Errorf("%d valid events dead-lettered: a cut copy is retried, a lagging standby waited for", n)
+	}
 	if r.Source.LagWaits == 0 {
 		t.Errorf("no load waited for the lagging standby: max_replica_lag was never tested")
 	}
