@@ -92,8 +92,11 @@ BEGIN
 END $$;
 `
 
-// srcRowsSQL writes partition $1's rows at generation $2: inserted when $3
-// rows are given, updated otherwise. Values depend on (id, gen) only.
+// How the source's rows are written. srcInsertSQL inserts partition $1's
+// $3 rows from id $2 (placeholders, which fill then sets with srcValues and
+// srcNote); srcFixSQL sets partition $1 to generation $2 with the same
+// expressions, so values depend on (id, gen) only, and srcLogSQL logs that
+// correction in the same transaction.
 const (
 	srcValues    = `((id * 13 + gen * 7) % 100000) + 0.5`
 	srcNote      = `'src row ' || id || ' gen ' || gen || ' it''s ünïcode ' || repeat('x', 40)`
