@@ -30,6 +30,7 @@ type campaign struct {
 	cluster  *natsCluster // the cluster topology; nil with one server
 	link     *dbLink
 	pooler   Pooler     // between the replicas and the link; nil without Options.PoolMode
+	src      *sourceDB  // the PostgreSQL source; nil without Options.PGSource
 	nc       *nats.Conn // the checker's: the servers' own ports, never a proxy
 	js       jetstream.JetStream
 	pubNC    *nats.Conn // the publisher's: through the proxies in a cluster
@@ -86,7 +87,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
 	nem := &nemesis{replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
-		link: c.link, pooler: c.pooler, logf: o.Logf}
+		link: c.link, pooler: c.pooler, src: c.src, logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
 	rd := &reader{}
@@ -102,6 +103,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer stopPub()
 	pubDone := make(chan struct{})
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
+	srcDone := c.src.publish(pubCtx, start, pub)
 	// The nemesis starts no fault after the phase, but lets the last one run
 	// its length: a warehouse outage is never cut short.
 	nemErr := nem.run(ctx, start, start.Add(o.Duration), sched)
@@ -109,6 +111,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		sleepCtx(ctx, time.Until(start.Add(o.Duration)))
 	}
 	<-pubDone
+	<-srcDone
 	if nemErr != nil {
 		return nil, nemErr
 	}
@@ -126,6 +129,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.disableCrash()
 	}
 	settle := settleEvents(o, o.Events)
+	settle = append(settle, c.src.settle(ctx, r, o.Events+len(settle), settle[0].runID)...)
 	for _, ev := range settle {
 		pub.publish(ctx, ev.copies[0])
 	}
@@ -166,6 +170,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	h := history{events: append(append([]*event(nil), pl.events...), settle...), faults: nem.faults()}
+	h.events = append(h.events, c.src.phaseEvents()...)
 	for _, rep := range c.replicas {
 		h.exits = append(h.exits, rep.history()...)
 	}
@@ -191,6 +196,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return r, err
 	}
 	if err := storageFullFigures(cctx, c.db, c.logs, pub, h, r); err != nil {
+		return r, err
+	}
+	if err := c.src.check(cctx, c.db, r); err != nil {
 		return r, err
 	}
 	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
@@ -237,6 +245,14 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	if o.downstream() {
 		if err := createDownstream(ctx, c.db); err != nil {
 			return err
+		}
+	}
+	if o.PGSource {
+		if c.src, err = startSource(ctx, o); err != nil {
+			return err
+		}
+		if _, err := c.db.Exec(ctx, sourceTargetsSQL); err != nil {
+			return fmt.Errorf("chaos: the source datasets' targets: %w", err)
 		}
 	}
 	var clientURL, directURL string
@@ -615,6 +631,7 @@ func (c *campaign) close() {
 	if c.db != nil {
 		c.db.Close()
 	}
+	c.src.close()
 	if c.wh != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

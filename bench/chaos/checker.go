@@ -118,7 +118,7 @@ var (
 	// connection without a word, so only the next connect tells idem
 	// whether the warehouse is gone).
 	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultFailover, FaultResetPeer, FaultTimeout,
-		FaultPoolerRestart}
+		FaultPoolerRestart, FaultSourceFailover}
 	// diedFaults are the attemptFaults that leave an attempt without a
 	// verdict, which a "crashed" dead letter reports.
 	diedFaults = []string{FaultKill, FaultCrashCommit, FaultPause}

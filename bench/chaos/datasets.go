@@ -174,5 +174,6 @@ datasets:
 		b.WriteString(thenYAML(o, d))
 	}
 	b.WriteString(downstreamYAML(o))
+	b.WriteString(sourceYAML(o))
 	return b.String()
 }

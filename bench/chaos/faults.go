@@ -27,6 +27,9 @@ const (
 	FaultTimeout     = "timeout"
 	// FaultPoolerRestart is drawn only with Options.PoolMode (pooler.go).
 	FaultPoolerRestart = "pooler_restart"
+	// FaultSourceFailover is drawn only when Options.Kinds names it, with
+	// Options.PGSource (faults_source.go).
+	FaultSourceFailover = "replica_source_failover"
 
 	// The cluster faults (Options.Cluster): servers of the NATS cluster
 	// killed, stopped, partitioned away or restarted one by one, and the
@@ -172,6 +175,12 @@ type fault struct {
 	lost      []runKey
 	Skipped   string `json:"skipped,omitempty"` // why it did not happen
 	Err       string `json:"error,omitempty"`
+
+	// Variant is which form of its kind the fault took, when the kind has
+	// several (replica_source_failover: faults_source.go).
+	Variant string `json:"variant,omitempty"`
+	// Lag is how long the fault held a standby's replay back after it.
+	Lag time.Duration `json:"lag_ns,omitempty"`
 }
 
 // schedule draws the faults of a phase of length o.Duration from rng. The
@@ -238,6 +247,7 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 var extraFaultWeights = []weightedKind{
 	{FaultClockStep, clockStepWeight},
 	{FaultJSStorageFull, 10},
+	{FaultSourceFailover, 10},
 }
 
 // allWeights is every drawable kind once, with its weight.
@@ -311,6 +321,8 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		f.Hold, f.Param = ms(500, 3000), rng.IntN(300)
 	case FaultTimeout:
 		f.Hold, f.Param = ms(1000, 5000), 200+rng.IntN(2800)
+	case FaultSourceFailover:
+		sourceFaultParams(f, rng)
 	case FaultLeaderKill, FaultFollowerKill:
 		// Replica picks the follower among the two.
 		f.Hold = ms(0, 3000)
@@ -367,6 +379,8 @@ type nemesis struct {
 	pooler   Pooler // nil without Options.PoolMode
 	logf     func(string, ...any)
 
+	src *sourceDB // nil without Options.PGSource
+
 	mu      sync.Mutex
 	history []*fault
 }
@@ -394,7 +408,7 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
 			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
-				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull:
+				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull, FaultSourceFailover:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
@@ -453,6 +467,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return n.poolerRestart(ctx, heal, f)
 	case FaultJSStorageFull:
 		return n.storageFull(ctx, heal, f)
+	case FaultSourceFailover:
+		return n.sourceFailover(ctx, heal, f)
 	case FaultRollingRestart:
 		// A deploy: one replica at a time, the next only once its
 		// predecessor's successor has started.

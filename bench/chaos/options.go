@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -142,6 +143,12 @@ type Options struct {
 	// into the events stream; the checker matches them with the upstream
 	// loads. Kinds naming js_storage_full turns it on too.
 	Downstream bool
+	// PGSource adds a PostgreSQL source (pgsource.go): a second PostgreSQL
+	// with a streaming standby, two datasets whose `postgres:` source reads
+	// it, corrections of its rows during the phase, and the checks that
+	// hold every load and the final tables to it. replica_source_failover
+	// needs it.
+	PGSource bool
 
 	// Bin is the idem binary, built with -tags idemtest. Required.
 	Bin string
@@ -224,6 +231,9 @@ func (o Options) Validate() error {
 		if !knownKind(k) {
 			add("Kinds: %q is no fault kind of the schedule", k)
 		}
+	}
+	if slices.Contains(o.Kinds, FaultSourceFailover) && !o.PGSource {
+		add("Kinds: %q needs PGSource", FaultSourceFailover)
 	}
 	if o.Replicas < 1 || o.Replicas > 9 {
 		add("Replicas %d: use 1 to 9", o.Replicas)

@@ -47,6 +47,8 @@ type Report struct {
 	// and with downstream events (faults_jsfull.go).
 	StorageFull *StorageFullFigures `json:"storage_full,omitempty"`
 	Downstream  *DownstreamFigures  `json:"downstream,omitempty"`
+	// Source is the PostgreSQL source's, with Options.PGSource.
+	Source *SourceFigures `json:"pg_source,omitempty"`
 
 	// Violations lists every invariant that failed, one line each; empty
 	// means the campaign passed.
@@ -291,6 +293,13 @@ func (r *Report) Print(w io.Writer) {
 	if r.Pooler != "" {
 		fmt.Fprintf(w, "pooler        %s mode: %d pooler_restart, longest %.1fs down; %d things left on pooled server connections after the final stop\n",
 			r.Pooler, r.Faults.ByKind[FaultPoolerRestart], r.Faults.LongestPoolerOutageSeconds, c.PooledLeftovers)
+	}
+	if s := r.Source; s != nil {
+		fmt.Fprintf(w, "pg source     %d partitions, %d events, %d corrections (%d given up); %d promotions, %d standby restarts, %d copies in flight at them, "+
+			"replay held %.1fs (%d partitions waited for it, %d checks, %d attempts failed on it); %d loads checked: %d partial, %d torn, %d stale; "+
+			"tables equal the source: %v\n",
+			s.Partitions, s.Events, s.Corrections, s.CorrectionFails, s.Promotions, s.Restarts, s.CopiesInFlight, s.ReplayHeldSeconds,
+			s.LagWaits, s.LagChecks, s.LagAttempts, s.LoadsChecked, s.Partial, s.Torn, s.Stale, s.TablesEqual)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)

@@ -42,7 +42,8 @@
 // snapshot is taken: now() - pg_last_xact_replay_timestamp(), the age of the
 // primary's last commit the standby has replayed. A standby that streams
 // (its WAL receiver runs) and has replayed everything it received
-// (pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()) counts as lag 0,
+// (pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(); after a restart
+// replay stands past what the stream has brought again) counts as lag 0,
 // because an idle primary commits nothing and the last commit only grows
 // old; a standby whose stream is down does not, as it cannot know what it
 // misses. If the lag stays above the

@@ -124,8 +124,11 @@ const (
 // caughtUpSQL says a standby has replayed all the WAL it received and is
 // receiving more: a WAL receiver runs (every role sees its pid) and, where
 // the role may see it (pg_read_all_stats), streams. Without a receiver, a
-// standby cut off from its primary would look caught up forever.
-const caughtUpSQL = `coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+// standby cut off from its primary would look caught up forever. Replay
+// may stand past the received position: a restarted standby streams again
+// from the start of the WAL segment it stands in, so until its primary
+// writes again it has received less than it replayed (from its own WAL).
+const caughtUpSQL = `coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()
     AND EXISTS (SELECT FROM pg_stat_wal_receiver WHERE pid IS NOT NULL AND coalesce(status, 'streaming') = 'streaming'), false)`
 
 // lagSQL reads a standby's replay: in recovery, caught up (caughtUpSQL),
