@@ -363,7 +363,18 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 	l.recordChecks(ctx, b.ID, err)
 	kind := audit.KindTransient
 	var refused *checks.Error
+	var lag interface{ NotReady() bool }
 	switch {
+	case l.ds.Stage != nil && errors.As(err, &lag) && lag.NotReady() && !IsFatal(err):
+		// The source's standby fell behind between the gate asked before
+		// the attempt and the copy's own: a wait, as the gate's would have
+		// been, recorded unavailable so that it spends no attempt; past
+		// wait_up_to, fatal.
+		err = l.ds.Stage.wait(err, l.m.Published, h.now())
+		kind = audit.KindUnavailable
+		if IsFatal(err) {
+			kind = audit.KindFatal
+		}
 	case errors.As(err, &refused):
 		kind = audit.KindCheck
 	case IsFatal(err):

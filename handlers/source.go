@@ -256,8 +256,8 @@ func (st *staging) copyInto(ctx context.Context, tx pgx.Tx, p schemas.Partition,
 		}
 		res, err := pgsource.Copy(ctx, *s.Postgres, pgsource.Params{Partition: p.Key, RunID: runID}, tx,
 			pgsource.Target{Table: table, Columns: cols, Where: where})
-		// A standby that fell behind since ready asked is an ordinary
-		// transient failure here: the attempt already counts.
+		// A standby that fell behind since ready asked fails the attempt
+		// with its *LagError, which failed turns into a wait.
 		return res.Rows, err
 	}
 	t := st.target(p)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parquet-go/parquet-go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/lineage"
+	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
@@ -399,4 +401,78 @@ func TestFilesSourceLineageNamesTheFilesRead(t *testing.T) {
 	require.Equal(t, read[0].Files[0].URL, f.Files[0].URL)
 	require.Equal(t, int64(2), f.Files[0].Rows)
 	require.Equal(t, read[0].Files[0].SHA256, f.Files[0].SHA256)
+}
+
+// A standby that falls behind between the lag gate asked before the
+// attempt and the copy's own: the attempt ends as a wait (recorded
+// unavailable, no attempt spent), as the gate's would have been, and once
+// replay resumes the partition loads, once, with the primary's rows.
+func TestPostgresSourceLagAfterTheGateWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, err := localpg.Start(ctx, localpg.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Close() })
+	standby, err := primary.Standby(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Close() })
+	pc, err := pgx.Connect(ctx, primary.URL(""))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pc.Close(ctx) })
+	sc, err := pgx.Connect(ctx, standby.URL(""))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sc.Close(ctx) })
+	_, err = pc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
+		INSERT INTO src SELECT g, '2026-11-28', g, 'row ' || g FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var n int
+		return sc.QueryRow(ctx, "SELECT count(*) FROM src").Scan(&n) == nil && n == 5
+	}, 30*time.Second, 20*time.Millisecond, "the standby caught up")
+
+	db := audittest.NewDB(t)
+	_, err = audit.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	db.Exec(t, "CREATE SCHEMA analytics;"+stagedDDL)
+	sspec := strategies.Spec{Dataset: "ds", Source: handlers.StageSQL, Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"}
+	st, err := strategies.New("delete_insert", sspec)
+	require.NoError(t, err)
+	pg := pgsource.Spec{URL: standby.URL(""), SQL: "SELECT id, event_date, amount, note FROM src WHERE event_date = @partition",
+		MaxReplicaLag: time.Second}.WithDefaults()
+	require.NoError(t, pg.Validate())
+	ds := &handlers.Dataset{Name: "ds", Strategy: st, Target: "analytics.t", Stage: &handlers.Staged{Postgres: &pg, WaitUpTo: time.Hour, PartitionColumn: "event_date"}}
+	held := false
+	h := &handlers.Handler{DB: db.Pool, Pipeline: "test", Datasets: map[string]*handlers.Dataset{"ds": ds}, Log: zerolog.Nop(),
+		Started: func(string, string, int) {
+			if held {
+				return
+			}
+			held = true
+			// After the gate, before the copy: replay held behind a
+			// commit for longer than max_replica_lag.
+			_, err := sc.Exec(ctx, "SELECT pg_wal_replay_pause()")
+			require.NoError(t, err)
+			_, err = pc.Exec(ctx, "INSERT INTO src SELECT g, '2026-11-28', g, 'late ' || g FROM generate_series(6, 8) g")
+			require.NoError(t, err)
+			time.Sleep(1500 * time.Millisecond)
+		}}
+	require.Empty(t, h.Prepare(ctx))
+	e := &stagedEnv{t: t, db: db, h: h}
+
+	_, err = e.load("2026-11-28", "r1", time.Now())
+	var w interface{ WaitFor() time.Duration }
+	require.ErrorAs(t, err, &w, "a lag found by the copy is a wait: %v", err)
+	var kind string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT error_kind FROM idem.pipeline_audit WHERE status = 'failed'").Scan(&kind))
+	require.Equal(t, "unavailable", kind)
+	require.Zero(t, db.Int(t, "SELECT count(*) FROM analytics.t"), "nothing loaded from the lagging standby")
+
+	_, err = sc.Exec(ctx, "SELECT pg_wal_replay_resume()")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := e.load("2026-11-28", "r1", time.Now())
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Equal(t, int64(8), db.Int(t, "SELECT count(*) FROM analytics.t"), "the primary's rows, once")
+	require.Equal(t, int64(1), db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"), "the wait spent an attempt")
 }
