@@ -445,9 +445,9 @@ type SourceFigures struct {
 	// LagChecks how often that wait was checked: the gate held loads.
 	LagWaits  int `json:"lag_waits"`
 	LagChecks int `json:"lag_checks"`
-	// LagAttempts counts the attempts that failed because the standby
-	// fell behind between the gate asked before the attempt and the
-	// copy's own gate: such an attempt counts, as idem's code says.
+	// LagAttempts counts the attempts that spent the message's budget
+	// (failed transient) because the standby lagged: a lag found by the
+	// copy's own gate is a wait too, so any is a violation.
 	LagAttempts int `json:"lag_attempts"`
 	// LoadsChecked counts src_append's loads read whole from its raw
 	// table, and src_replace's successes read from the audit; Partial,
@@ -638,9 +638,12 @@ func (s *sourceDB) check(ctx context.Context, db querier, r *Report) error {
 		return fmt.Errorf("chaos: read the source waits: %w", err)
 	}
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM idem.pipeline_audit
-		WHERE dag_id = $1 AND task_id IN ('src_replace', 'src_append') AND status = 'failed' AND error LIKE '%lags behind its primary%'`,
+		WHERE dag_id = $1 AND task_id IN ('src_replace', 'src_append') AND status = 'failed' AND error_kind = 'transient' AND error LIKE '%lags behind its primary%'`,
 		pipeline).Scan(&f.LagAttempts); err != nil {
 		return fmt.Errorf("chaos: read the source attempts: %w", err)
+	}
+	if f.LagAttempts > 0 {
+		r.violate("%d attempts of the source datasets spent the budget on a lagging standby: a lag is a wait", f.LagAttempts)
 	}
 	loads, err := s.readLoads(ctx, db)
 	if err != nil {
