@@ -519,6 +519,7 @@ func (c *campaign) figures(r *Report, pl *plan, settle []*event, pub *publisher,
 		case FaultRollingRestart:
 			r.Faults.ReplicasRolled += f.Param
 		}
+		siteFaultFigures(r, f)
 		switch {
 		case f.Err != "" && f.Kind == FaultRollingRestart:
 			// A replica that does not stop on SIGTERM, or whose successor

@@ -110,7 +110,10 @@ func runCampaign(t *testing.T, o Options) *Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Bin, o.PG = binary(t), pg(t)
+	o.Bin = binary(t)
+	if o.PG == nil {
+		o.PG = pg(t)
+	}
 	o.GrantsPath = filepath.Join("..", "..", "deploy", "postgres", "grants.sql")
 	if o.PoolMode != "" && o.Pooler == nil {
 		mode := o.PoolMode

@@ -110,7 +110,7 @@ var (
 	// In a cluster, every fault of NATS or of the links to it is one too:
 	// none of them runs a load, so none may spend a message's budget.
 	outageFaults = append([]string{FaultWarehouseDown, FaultPGFast, FaultPGTerminate, failoverOutage, FaultNATSDown, FaultNATSRestart,
-		FaultRollingRestart, FaultJSStorageFull}, natsClusterFaults...)
+		FaultRollingRestart, FaultJSStorageFull, FaultSiteCrash, FaultPGDiskFull}, natsClusterFaults...)
 	// attemptFaults end a load that ran: the process dies in it (kill,
 	// crash_commit), stops in it past the ack wait (pause), or its
 	// connection is lost mid-load (a server crash, a failover's SIGKILL of
@@ -125,7 +125,7 @@ var (
 	// redeliveryFaults can make JetStream deliver a message again without
 	// any failure: its process died or stopped, its ack was lost, or a
 	// shutdown handed it back.
-	redeliveryFaults = append([]string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart, FaultNATSDown, FaultRollingRestart, FaultJSStorageFull},
+	redeliveryFaults = append([]string{FaultKill, FaultCrashCommit, FaultPause, FaultNATSRestart, FaultNATSDown, FaultRollingRestart, FaultJSStorageFull, FaultSiteCrash},
 		natsClusterFaults...)
 	// natsClusterFaults lose acks and pulls in flight, or hand a consumer
 	// to a new leader: they redeliver without any failure of idem's.
@@ -154,6 +154,9 @@ const (
 // that kills or stops the process, for an exhausted one any.
 func judgeTransient(ws []window, sentAt time.Time, dl deadLetter) (verdict, string) {
 	if k := overlapping(ws, dl.failedAt, dl.failedAt, outageFaults...); k != "" {
+		return inOutage, k
+	}
+	if k := siteCrashedDeadLetter(ws, sentAt, dl); k != "" {
 		return inOutage, k
 	}
 	kinds := attemptFaults

@@ -248,6 +248,8 @@ var extraFaultWeights = []weightedKind{
 	{FaultClockStep, clockStepWeight},
 	{FaultJSStorageFull, 10},
 	{FaultSourceFailover, 10},
+	{FaultSiteCrash, 1},
+	{FaultPGDiskFull, 1},
 }
 
 // allWeights is every drawable kind once, with its weight.
@@ -351,6 +353,10 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		}
 	case FaultJSStorageFull:
 		storageFullFault(f, rng)
+	case FaultSiteCrash:
+		drawSiteCrash(o, f, rng)
+	case FaultPGDiskFull:
+		drawDiskFull(f, rng)
 	}
 	return f
 }
@@ -408,7 +414,8 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
 			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
-				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull, FaultSourceFailover:
+				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull, FaultSourceFailover,
+				FaultSiteCrash, FaultPGDiskFull:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
@@ -469,6 +476,10 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return n.storageFull(ctx, heal, f)
 	case FaultSourceFailover:
 		return n.sourceFailover(ctx, heal, f)
+	case FaultSiteCrash:
+		return n.siteCrash(ctx, heal, f)
+	case FaultPGDiskFull:
+		return n.diskFull(ctx, heal, f)
 	case FaultRollingRestart:
 		// A deploy: one replica at a time, the next only once its
 		// predecessor's successor has started.

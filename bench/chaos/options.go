@@ -235,6 +235,7 @@ func (o Options) Validate() error {
 	if slices.Contains(o.Kinds, FaultSourceFailover) && !o.PGSource {
 		add("Kinds: %q needs PGSource", FaultSourceFailover)
 	}
+	errs = append(errs, o.validateSiteKinds()...)
 	if o.Replicas < 1 || o.Replicas > 9 {
 		add("Replicas %d: use 1 to 9", o.Replicas)
 	}

@@ -51,6 +51,7 @@ type replica struct {
 	killAsked   bool
 	restartAsk  bool
 	paused      bool
+	held        bool // no new process until released (site_crash)
 	stopping    bool
 	exits       []exit
 	curLog      string
@@ -65,6 +66,7 @@ func newReplica(id int, bin, cfg, dir string, seed int64, crashProb float64) *re
 func (r *replica) supervise() {
 	defer close(r.done)
 	for {
+		r.waitReleased()
 		r.mu.Lock()
 		if r.stopping {
 			r.mu.Unlock()

@@ -1,0 +1,147 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// FaultPGDiskFull fills the filesystem of PostgreSQL's data directory with
+// a ballast file until a write fails with ENOSPC, holds it full for a few
+// seconds, then removes the ballast. Loads fail with disk full (SQLSTATE
+// 53100, which idem takes for an unusable warehouse and holds its messages
+// through), or PostgreSQL PANICs on a WAL write and restarts. Drawn only
+// when Options.Kinds names it, and only for a data directory on a
+// filesystem of its own no larger than diskFullMaxFS (a sized tmpfs or a
+// loop-mounted image): the ballast must never fill a disk the machine
+// needs.
+const FaultPGDiskFull = "pg_disk_full"
+
+// diskFullMaxFS is the largest filesystem pg_disk_full fills.
+const diskFullMaxFS = 4 << 30
+
+// ballastName is the ballast file, at the root of the data directory's
+// filesystem (the data directory's parent).
+const ballastName = "chaos-ballast"
+
+// drawDiskFull sets how long the disk stays full: 3 to 8 s.
+func drawDiskFull(f *fault, rng *rand.Rand) {
+	f.Hold = time.Duration(3000+rng.IntN(5001)) * time.Millisecond
+}
+
+// sizeLimited says why the filesystem of dataDir's parent may not be filled:
+// it must be a filesystem of its own (a mount point), no larger than
+// diskFullMaxFS.
+func sizeLimited(dataDir string) error {
+	root := filepath.Dir(dataDir)
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(root, &fs); err != nil {
+		return err
+	}
+	if size := fs.Blocks * uint64(fs.Bsize); size > diskFullMaxFS {
+		return fmt.Errorf("%s is on a filesystem of %d MiB; use one of at most %d MiB of its own (a sized tmpfs)",
+			root, size>>20, diskFullMaxFS>>20)
+	}
+	var st, parent syscall.Stat_t
+	if err := syscall.Stat(root, &st); err != nil {
+		return err
+	}
+	if err := syscall.Stat(filepath.Dir(root), &parent); err != nil {
+		return err
+	}
+	if st.Dev == parent.Dev {
+		return fmt.Errorf("%s is not a mount point: the ballast would fill the filesystem it shares", root)
+	}
+	return nil
+}
+
+// diskFull fills the data directory's filesystem, holds it full for
+// f.Hold, removes the ballast, and waits until idem has finished a load
+// again (f.Resumed). f.Param is the ballast's size in MiB; f.Outage how
+// long the disk was full; f.Server says what PostgreSQL did: how many
+// PANICs its log gained, and whether it had stopped and the nemesis (as a
+// service manager would) started it again.
+func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
+	pg := n.wh.primary()
+	if err := sizeLimited(pg.DataDir); err != nil {
+		f.Skipped = err.Error()
+		return nil
+	}
+	panicsBefore := countPanics(pg.LogFile)
+	path := filepath.Join(filepath.Dir(pg.DataDir), ballastName)
+	written, err := fillBallast(path)
+	f.Param = int(written >> 20)
+	defer func() { _ = os.Remove(path) }()
+	if err != nil {
+		return err
+	}
+	full := time.Now()
+	sleepCtx(ctx, f.Hold)
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove the ballast: %w", err)
+	}
+	f.Outage = time.Since(full)
+	up := time.Now()
+	restarted := false
+	if !pg.Running() {
+		// The startup process could not write its end-of-recovery
+		// checkpoint on the full disk and the postmaster gave up: started
+		// again as systemd's Restart=on-failure would.
+		restarted = true
+		if err := n.startPG(heal); err != nil {
+			return err
+		}
+	}
+	f.Server = fmt.Sprintf("panics=%d restarted=%v", countPanics(pg.LogFile)-panicsBefore, restarted)
+	f.Resumed = n.waitResumed(ctx, up)
+	return nil
+}
+
+// fillBallast writes zeros to path until the filesystem is full, and
+// returns how many bytes it wrote. ENOSPC is the expected end; any other
+// error is returned.
+func fillBallast(path string) (int64, error) {
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("ballast: %w", err)
+	}
+	defer fh.Close()
+	var total int64
+	for _, size := range []int{1 << 20, 4 << 10, 512} {
+		buf := make([]byte, size)
+		for {
+			k, err := fh.Write(buf)
+			total += int64(k)
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			return total, fmt.Errorf("ballast: %w", err)
+		}
+	}
+	return total, nil
+}
+
+// countPanics counts the PANIC lines of PostgreSQL's log.
+func countPanics(logFile string) int {
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range bytes.Lines(b) {
+		if strings.Contains(string(line), "PANIC:") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,258 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FaultSiteCrash is a crash of the whole site: PostgreSQL (its postmaster
+// and every child), every nats-server and every idem replica SIGKILLed at
+// once, as a power cut would leave them; then each brought back in an order
+// and with delays drawn from the fault's seed. It is drawn only when
+// Options.Kinds names it, and needs Options.Cluster: the single-server
+// topology runs NATS inside the test process, which no signal can crash
+// without taking the harness with it, and the cluster's nats-server child
+// processes already run with sync_interval: always, as deploy/nats ships
+// them (without it, JetStream can lose acknowledged writes when every
+// server crashes at once).
+//
+// What it proves: no valid event is lost, loaded twice or dead-lettered.
+// Above all none is dead-lettered as crashed: idem does not count an
+// attempt that a crash of the warehouse cut short (left `started` before
+// the warehouse last started) toward the budget that dead-letters a message
+// whose loads keep killing their process.
+const FaultSiteCrash = "site_crash"
+
+// The restart of a site crash: the first process comes back siteDownMin to
+// siteDownMax after the kill, each next one up to siteStepMax after the
+// previous; then the schedule leaves siteSettle for the cluster to elect
+// its leaders and idem to load again.
+const (
+	siteDownMin = 500 * time.Millisecond
+	siteDownMax = 3 * time.Second
+	siteStepMax = 1 * time.Second
+	siteSettle  = 10 * time.Second
+)
+
+// siteStep is one process of the site brought back, after a delay.
+type siteStep struct {
+	name  string // "postgres", a server's name, "idem<N>"
+	delay time.Duration
+}
+
+// siteRestartOrder draws, from seed, the order in which a site of
+// replicas idem processes and servers NATS servers comes back and the delay
+// before each: a function of the seed alone, so the same fault replays the
+// same order.
+func siteRestartOrder(seed int64, replicas int, servers []string) []siteStep {
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	names := []string{"postgres"}
+	names = append(names, servers...)
+	for i := range replicas {
+		names = append(names, fmt.Sprintf("idem%d", i))
+	}
+	steps := make([]siteStep, 0, len(names))
+	for i, j := range rng.Perm(len(names)) {
+		d := time.Duration(rng.Int64N(int64(siteStepMax) + 1))
+		if i == 0 {
+			d = siteDownMin + time.Duration(rng.Int64N(int64(siteDownMax-siteDownMin)+1))
+		}
+		steps = append(steps, siteStep{names[j], d})
+	}
+	return steps
+}
+
+// drawSiteCrash sets a site crash's seed (Param) and its planned length.
+func drawSiteCrash(o Options, f *fault, rng *rand.Rand) {
+	f.Param = rng.IntN(1 << 30)
+	var servers []string
+	for i := range clusterSize {
+		servers = append(servers, fmt.Sprintf("n%d", i))
+	}
+	f.Hold = siteSettle
+	for _, s := range siteRestartOrder(int64(f.Param), o.Replicas, servers) {
+		f.Hold += s.delay
+	}
+}
+
+// siteCrash kills every process of the site at once, brings each back in
+// the drawn order, waits until every NATS server is current and idem has
+// finished a load again (f.Resumed; 0 if not within resumeBound).
+// f.Server records the order; f.Outage is the kill to the last start.
+func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
+	c := n.cluster
+	if c == nil {
+		f.Skipped = "one in-process NATS server: site_crash needs the cluster topology"
+		return nil
+	}
+	var servers []string
+	for _, node := range c.nodes {
+		servers = append(servers, node.name)
+	}
+	steps := siteRestartOrder(int64(f.Param), len(n.replicas), servers)
+	var order []string
+	for _, s := range steps {
+		order = append(order, s.name)
+	}
+	f.Server = strings.Join(order, ">")
+
+	// The supervisors start no replica until its turn.
+	for _, r := range n.replicas {
+		r.setHeld(true)
+	}
+	defer func() {
+		for _, r := range n.replicas {
+			r.setHeld(false)
+		}
+	}()
+	var wg sync.WaitGroup
+	var pgErr error
+	wg.Go(func() { pgErr = n.wh.primary().Kill() })
+	for _, node := range c.nodes {
+		wg.Go(func() { node.stop(syscall.SIGKILL, 10*time.Second) })
+	}
+	for _, r := range n.replicas {
+		wg.Go(func() { r.kill() })
+	}
+	wg.Wait()
+	killed := time.Now()
+	if pgErr != nil {
+		return fmt.Errorf("kill PostgreSQL: %w", pgErr)
+	}
+
+	var errs []error
+	for _, s := range steps {
+		sleepCtx(ctx, s.delay)
+		switch {
+		case s.name == "postgres":
+			errs = append(errs, n.startPG(heal))
+		case strings.HasPrefix(s.name, "idem"):
+			var i int
+			if _, err := fmt.Sscanf(s.name, "idem%d", &i); err == nil && i < len(n.replicas) {
+				n.replicas[i].setHeld(false)
+			}
+		default:
+			errs = append(errs, n.startServer(heal, c.node(s.name)))
+		}
+	}
+	f.Outage = time.Since(killed)
+	up := time.Now()
+	for _, node := range c.nodes {
+		errs = append(errs, node.waitHealthy(heal, 2*time.Minute))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	f.Resumed = n.waitResumed(ctx, up)
+	return nil
+}
+
+// startPG starts the primary after a crash (crash recovery runs first). A
+// start that fails right after the kill (a port or shared memory not yet
+// released) is tried again.
+func (n *nemesis) startPG(ctx context.Context) error {
+	var err error
+	for try := 0; try < 5; try++ {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = n.wh.primary().Restart(sctx, "")
+		cancel()
+		if err == nil || n.wh.primary().Running() {
+			return nil
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	return fmt.Errorf("start PostgreSQL: %w", err)
+}
+
+// startServer starts the cluster's server i without waiting for it to be
+// healthy: alone, it cannot be until a majority is back.
+func (n *nemesis) startServer(ctx context.Context, i int) error {
+	if i < 0 {
+		return errors.New("no such server")
+	}
+	var err error
+	for range 20 {
+		if err = n.cluster.nodes[i].start(n.cluster.bin); err == nil {
+			return nil
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	return err
+}
+
+// setHeld keeps the replica's supervisor from starting a new process
+// (true) until it is called with false.
+func (r *replica) setHeld(held bool) {
+	r.mu.Lock()
+	r.held = held
+	r.mu.Unlock()
+}
+
+// waitReleased returns once the replica is not held, or is stopping.
+func (r *replica) waitReleased() {
+	for {
+		r.mu.Lock()
+		held := r.held && !r.stopping
+		r.mu.Unlock()
+		if !held {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// siteFaultFigures adds what a site crash or a full disk measured to the
+// report: how long the warehouse was unusable, and a violation when idem
+// did not load again within resumeBound of the site (or the disk) coming
+// back, with no command to help it.
+func siteFaultFigures(r *Report, f *fault) {
+	switch f.Kind {
+	case FaultSiteCrash, FaultPGDiskFull:
+	default:
+		return
+	}
+	r.Faults.LongestWarehouseOutageSeconds = max(r.Faults.LongestWarehouseOutageSeconds, f.Outage.Seconds())
+	r.Faults.SlowestResumeSeconds = max(r.Faults.SlowestResumeSeconds, f.Resumed.Seconds())
+	if f.Resumed == 0 && f.Err == "" {
+		r.violate("%s at %s: idem finished no load within %s of the site coming back, by itself",
+			f.Kind, f.Start.Format(time.RFC3339), resumeBound)
+	}
+}
+
+// siteCrashedDeadLetter names site_crash when dl is a crashed dead letter
+// and a site crash overlapped the life of its message (from sentAt to the
+// dead letter): a site crash's attempts must not count toward the crash
+// budget, so such a dead letter is a violation, whatever else happened.
+func siteCrashedDeadLetter(ws []window, sentAt time.Time, dl deadLetter) string {
+	if dl.kind != "crashed" {
+		return ""
+	}
+	return overlapping(ws, sentAt, dl.failedAt, FaultSiteCrash)
+}
+
+// validateSiteKinds names what site_crash and pg_disk_full need and o
+// lacks.
+func (o Options) validateSiteKinds() []error {
+	var errs []error
+	for _, k := range o.Kinds {
+		switch k {
+		case FaultSiteCrash:
+			if !o.Cluster {
+				errs = append(errs, errors.New("chaos: Kinds: site_crash needs Cluster: the in-process NATS server cannot be SIGKILLed"))
+			}
+		case FaultPGDiskFull:
+			if o.PG != nil {
+				if err := sizeLimited(o.PG.DataDir); err != nil {
+					errs = append(errs, fmt.Errorf("chaos: Kinds: pg_disk_full: %w", err))
+				}
+			}
+		}
+	}
+	return errs
+}
