@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // FaultSiteCrash is a crash of the whole site: PostgreSQL (its postmaster
@@ -153,19 +155,23 @@ func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 	return nil
 }
 
-// startPG starts the primary after a crash (crash recovery runs first). A
-// start that fails right after the kill (a port or shared memory not yet
-// released) is tried again.
-func (n *nemesis) startPG(ctx context.Context) error {
+// startPG starts the primary after a crash.
+func (n *nemesis) startPG(ctx context.Context) error { return startAfterCrash(ctx, n.wh.primary()) }
+
+// startAfterCrash starts pg after its postmaster was SIGKILLed (crash
+// recovery runs first). A start that fails right after the kill is tried
+// again: until init reaps the killed postmaster, a zombie with the pid of
+// postmaster.pid, the new one takes it for a server still running.
+func startAfterCrash(ctx context.Context, pg *localpg.Server) error {
 	var err error
-	for try := 0; try < 5; try++ {
+	for try := 0; try < 20; try++ {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = n.wh.primary().Restart(sctx, "")
+		err = pg.Restart(sctx, "")
 		cancel()
-		if err == nil || n.wh.primary().Running() {
+		if err == nil {
 			return nil
 		}
-		sleepCtx(ctx, 500*time.Millisecond)
+		sleepCtx(ctx, 250*time.Millisecond)
 	}
 	return fmt.Errorf("start PostgreSQL: %w", err)
 }

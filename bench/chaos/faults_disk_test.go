@@ -1,0 +1,140 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-data/idem/internal/localpg"
+)
+
+// diskFullShortSeed is TestChaosDiskFullShort's seed; with Kinds naming
+// pg_disk_full alone every fault of its schedule is one.
+const diskFullShortSeed = 20261207
+
+// sizedTmpfs mounts a tmpfs of sizeMB MiB on a new directory and returns
+// it; the cleanup unmounts it and removes the directory. It skips the test
+// where mount is refused (not root, no CAP_SYS_ADMIN).
+func sizedTmpfs(t *testing.T, sizeMB int) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "idem-chaos-disk-")
+	require.NoError(t, err)
+	// The server's user must reach the mount below it.
+	require.NoError(t, os.Chmod(dir, 0o755))
+	mnt := filepath.Join(dir, "mnt")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0755", sizeMB), "tmpfs", mnt).CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		t.Skipf("pg_disk_full needs a sized tmpfs, and mount failed: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return mnt
+}
+
+// pgOnTmpfs starts a cluster whose data directory is on a tmpfs of sizeMB
+// MiB, as pg does otherwise (synchronous_commit on), its WAL kept well
+// under the filesystem's size; it is stopped before the tmpfs goes.
+func pgOnTmpfs(t *testing.T, sizeMB int) *localpg.Server {
+	t.Helper()
+	mnt := sizedTmpfs(t, sizeMB)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := localpg.Start(ctx, localpg.Options{Dir: mnt, Settings: []string{
+		"synchronous_commit = on", "max_wal_size = '96MB'", "min_wal_size = '32MB'"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Close() })
+	return cluster
+}
+
+// TestBallastFillsTheDataDirectory is pg_disk_full's mechanism: with the
+// ballast in place a load's writes fail with disk full (53100) or the
+// server PANICs; once it is gone, the same writes succeed, and the server
+// runs (started again if it had given up). A data directory on an
+// ordinary filesystem is refused.
+func TestBallastFillsTheDataDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL on a tmpfs")
+	}
+	require.Error(t, sizeLimited(filepath.Join(os.TempDir(), "x", "data")), "an ordinary directory is no size-limited filesystem")
+	pg := pgOnTmpfs(t, 96)
+	require.NoError(t, sizeLimited(pg.DataDir))
+	ctx := context.Background()
+	conn := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, pg.URL(""))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	c := conn()
+	_, err := c.Exec(ctx, "CREATE TABLE t (x text)")
+	require.NoError(t, err)
+	ballast := filepath.Join(filepath.Dir(pg.DataDir), ballastName)
+	written, err := fillBallast(ballast)
+	require.NoError(t, err)
+	require.Greater(t, written, int64(1<<20))
+	var pgErr *pgconn.PgError
+	for i := 0; ; i++ {
+		_, err = c.Exec(ctx, "INSERT INTO t SELECT repeat('x', 1000) FROM generate_series(1, 10000)")
+		if err != nil {
+			break
+		}
+		require.Less(t, i, 50, "writes go on with the disk full")
+	}
+	t.Logf("with the ballast (%d MiB): %v", written>>20, err)
+	full := errors.As(err, &pgErr) && pgErr.Code == "53100"
+	require.True(t, full || countPanics(pg.LogFile) > 0, "neither disk full nor a PANIC: %v", err)
+
+	require.NoError(t, os.Remove(ballast))
+	if !pg.Running() {
+		require.NoError(t, pg.Restart(ctx, ""))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c2, err := pgx.Connect(ctx, pg.URL(""))
+		if err == nil {
+			_, err = c2.Exec(ctx, "INSERT INTO t SELECT repeat('x', 1000) FROM generate_series(1, 10000)")
+			_ = c2.Close(ctx)
+		}
+		if err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "writes still fail 30 s after the ballast went: %v", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestChaosDiskFullShort is a focused campaign of full disks: the
+// warehouse's data directory on a 640 MiB tmpfs, filled with a ballast for
+// 3-8 s at a time. Loads fail with disk full or PostgreSQL PANICs and
+// restarts; idem holds its messages (53100 is an unusable warehouse), and
+// once the ballast goes it loads again with no command. Nothing may be
+// lost, loaded twice or dead-lettered.
+func TestChaosDiskFullShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign: not in -short")
+	}
+	if os.Getenv("CHAOS_LONG") == "1" {
+		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
+	}
+	r := runCampaign(t, Options{Seed: diskFullShortSeed, Kinds: []string{FaultPGDiskFull}, LongRounds: -1,
+		Duration: 45 * time.Second, Events: 300, PG: pgOnTmpfs(t, 640)})
+	requireFaults(t, r, FaultPGDiskFull)
+	if r != nil && r.Faults.ByKind[FaultPGDiskFull] < 2 {
+		t.Errorf("%d full disks: the campaign needs two at least", r.Faults.ByKind[FaultPGDiskFull])
+	}
+}
