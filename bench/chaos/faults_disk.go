@@ -100,7 +100,7 @@ func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
 		}
 	}
 	f.Server = fmt.Sprintf("panics=%d restarted=%v", countPanics(pg.LogFile)-panicsBefore, restarted)
-	f.Resumed = n.waitResumed(ctx, up)
+	f.Resumed = n.waitBusyResumed(ctx, up)
 	return nil
 }
 

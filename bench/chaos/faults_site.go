@@ -151,8 +151,47 @@ func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	f.Resumed = n.waitResumed(ctx, up)
+	f.Resumed = n.waitBusyResumed(ctx, up)
 	return nil
+}
+
+// waitBusyResumed is waitResumed for a fault that may come when the
+// workload is over: it also returns, with the time waited, once the
+// consumer has nothing to deliver and nothing awaiting an ack, since then
+// there is no load for idem to finish. 0 if neither within resumeBound.
+func (n *nemesis) waitBusyResumed(ctx context.Context, up time.Time) time.Duration {
+	for time.Since(up) < resumeBound && ctx.Err() == nil {
+		if d := n.resumedOnce(ctx, up); d > 0 {
+			return d
+		}
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		idle := false
+		if cons, err := n.js.Consumer(qctx, eventsStream, durableConsumer); err == nil {
+			if ci, err := cons.Info(qctx); err == nil {
+				idle = ci.NumPending == 0 && ci.NumAckPending == 0
+			}
+		}
+		cancel()
+		if idle {
+			return max(time.Since(up), time.Millisecond)
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	return 0
+}
+
+// resumedOnce is how long after up idem finished a load (a success or a
+// skip), if it has; 0 otherwise.
+func (n *nemesis) resumedOnce(ctx context.Context, up time.Time) time.Duration {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var at *time.Time
+	err := n.db.QueryRow(qctx, `SELECT min(finished_at) FROM idem.pipeline_audit
+		WHERE dag_id = $1 AND status IN ('success', 'skipped') AND finished_at > $2`, pipeline, up).Scan(&at)
+	if err == nil && at != nil {
+		return max(at.Sub(up), time.Millisecond)
+	}
+	return 0
 }
 
 // startPG starts the primary after a crash.

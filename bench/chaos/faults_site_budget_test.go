@@ -26,13 +26,14 @@ import (
 const siteCrashes = Retries + 2
 
 // TestSiteCrashSparesTheCrashBudget is site_crash's mechanism with loads
-// that outlast the time between crashes: one replica takes a group of four
-// events whose load sleeps 8 s, and each time the group's attempts are in
-// flight the whole site (PostgreSQL, a nats-server with sync_interval:
-// always, the replica) is SIGKILLed at once and brought back in a drawn
-// order, siteCrashes times. Every attempt the crashes cut is left
-// `started`; none may count toward the budget, so each event must then be
-// loaded exactly once and none dead-lettered (as crashed).
+// that outlast the time between crashes: one replica (max_in_flight 1)
+// takes eight events whose loads sleep 5 s; the events waiting for the
+// slot load together as a group. Each time a group's attempts have been in
+// flight for a second, the whole site (PostgreSQL, a nats-server with
+// sync_interval: always, the replica) is SIGKILLed at once and brought back
+// in a drawn order, siteCrashes times. Every attempt the crashes cut is
+// left `started`; none may count toward the budget, so each event must
+// then be loaded exactly once and none dead-lettered (as crashed).
 func TestSiteCrashSparesTheCrashBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, nats-server and idem, and crashes them")
@@ -52,31 +53,30 @@ func TestSiteCrashSparesTheCrashBudget(t *testing.T) {
 	db, err := pgxpool.New(ctx, wh.URL(dbName))
 	require.NoError(t, err)
 	defer db.Close()
-	const parts = 4
+	const parts = 8
 	require.NoError(t, createSchema(ctx, db, parts, 0, rand.New(rand.NewPCG(1, 3))))
-	// Every load sleeps 8 s in its transaction.
+	// Every load sleeps 5 s in its transaction.
 	_, err = db.Exec(ctx, `CREATE OR REPLACE FUNCTION staging.gate() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
   IF current_setting('chaos.slept', true) IS DISTINCT FROM 'y' THEN
     PERFORM set_config('chaos.slept', 'y', true);
-    PERFORM pg_sleep(8);
+    PERFORM pg_sleep(5);
   END IF;
   RETURN true;
 END $$`)
 	require.NoError(t, err)
 
 	ns := startNATSChild(t, natsBin, dir, logs)
-	o := Options{}.WithDefaults()
+	// One load at a time: the events published before the replica starts
+	// wait for the slot, and the load that takes it takes the others of
+	// the dataset along, as a group.
+	o := Options{MaxInFlight: 1}.WithDefaults()
 	cfg := filepath.Join(dir, "idem.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(configYAML(ns.url(), wh.URL(dbName), o)), 0o600))
 	for _, args := range [][]string{{"migrate"}, {"streams"}} {
 		out, err := exec.CommandContext(ctx, bin, append(args, "--config", cfg)...).CombinedOutput()
 		require.NoError(t, err, "idem %s: %s", args[0], out)
 	}
-	rep := newReplica(0, bin, cfg, logs, 1, 0)
-	go rep.supervise()
-	defer rep.stop(20 * time.Second)
-
 	nc, err := nats.Connect(ns.url(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	require.NoError(t, err)
 	defer nc.Close()
@@ -91,6 +91,9 @@ END $$`)
 		_, err := js.PublishMsg(ctx, msg)
 		require.NoError(t, err)
 	}
+	rep := newReplica(0, bin, cfg, logs, 1, 0)
+	go rep.supervise()
+	defer rep.stop(20 * time.Second)
 
 	// inFlight counts the runs with an attempt started since the warehouse
 	// last started: loads now in flight.
@@ -106,7 +109,7 @@ END $$`)
 	}
 	for crash := range siteCrashes {
 		deadline := time.Now().Add(90 * time.Second)
-		for inFlight() < parts {
+		for inFlight() < 2 {
 			if dls, err := readDeadLetters(ctx, js); err == nil && len(dls) > 0 {
 				t.Fatalf("before site crash %d, %d valid events were dead-lettered, the first %s: %s: the attempts the crashes cut counted",
 					crash+1, len(dls), dls[0].kind, dls[0].err)
@@ -155,18 +158,19 @@ END $$`)
 		FROM idem.pipeline_audit WHERE dag_id = $1 GROUP BY run_id ORDER BY run_id`, pipeline)
 	require.NoError(t, err)
 	defer rows.Close()
-	n := 0
+	n, most := 0, 0
 	for rows.Next() {
 		var run string
 		var started, success int
 		require.NoError(t, rows.Scan(&run, &started, &success))
 		t.Logf("%s: %d attempts cut by site crashes, %d success", run, started, success)
-		require.GreaterOrEqual(t, started, siteCrashes, "%s: every crash must have cut an attempt", run)
 		require.Equal(t, 1, success, run)
+		most = max(most, started)
 		n++
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, parts, n)
+	require.GreaterOrEqual(t, most, siteCrashes, "no run had an attempt cut by every crash")
 	dls, err := readDeadLetters(ctx, js)
 	require.NoError(t, err)
 	require.Empty(t, dls)
