@@ -15,7 +15,7 @@ import (
 const siteCrashShortSeed = 20261206
 
 var siteCrashShortOptions = Options{Seed: siteCrashShortSeed, Cluster: true, Kinds: []string{FaultSiteCrash}, LongRounds: -1,
-	Duration: 45 * time.Second, Events: 300}
+	Duration: 45 * time.Second, Events: 300, SlowLoad: 2 * time.Second}
 
 // TestChaosSiteCrashShort is a focused campaign of whole-site crashes:
 // PostgreSQL, the three nats-server processes and the three idem replicas
