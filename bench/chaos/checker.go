@@ -116,9 +116,10 @@ var (
 	// connection is lost mid-load (a server crash, a failover's SIGKILL of
 	// the primary, a reset, a timeout, the pooler restarted: each cuts the
 	// connection without a word, so only the next connect tells idem
-	// whether the warehouse is gone).
+	// whether the warehouse is gone). A full disk's PANIC (pg_disk_full)
+	// is such a server crash.
 	attemptFaults = []string{FaultKill, FaultCrashCommit, FaultPause, FaultPGImmediate, FaultFailover, FaultResetPeer, FaultTimeout,
-		FaultPoolerRestart, FaultSourceFailover}
+		FaultPoolerRestart, FaultSourceFailover, FaultPGDiskFull}
 	// diedFaults are the attemptFaults that leave an attempt without a
 	// verdict, which a "crashed" dead letter reports.
 	diedFaults = []string{FaultKill, FaultCrashCommit, FaultPause}

@@ -31,9 +31,13 @@ const diskFullMaxFS = 4 << 30
 // filesystem (the data directory's parent).
 const ballastName = "chaos-ballast"
 
-// drawDiskFull sets how long the disk stays full: 3 to 8 s.
+// drawDiskFull sets how long the disk stays full, 3 to 8 s, and for half
+// the faults (Param 1) that the nemesis also makes PostgreSQL switch WAL
+// segments until it needs a new one it cannot write: a PANIC, and a crash
+// restart of the server on the full disk.
 func drawDiskFull(f *fault, rng *rand.Rand) {
 	f.Hold = time.Duration(3000+rng.IntN(5001)) * time.Millisecond
+	f.Param = rng.IntN(2)
 }
 
 // sizeLimited says why the filesystem of dataDir's parent may not be filled:
@@ -62,12 +66,13 @@ func sizeLimited(dataDir string) error {
 	return nil
 }
 
-// diskFull fills the data directory's filesystem, holds it full for
-// f.Hold, removes the ballast, and waits until idem has finished a load
-// again (f.Resumed). f.Param is the ballast's size in MiB; f.Outage how
-// long the disk was full; f.Server says what PostgreSQL did: how many
-// PANICs its log gained, and whether it had stopped and the nemesis (as a
-// service manager would) started it again.
+// diskFull fills the data directory's filesystem, with f.Param 1 forces
+// WAL segment switches until one fails, holds the disk full for f.Hold,
+// removes the ballast, and waits until idem has finished a load again
+// (f.Resumed). f.Outage is how long the disk was full; f.Server gives the
+// ballast's size and what PostgreSQL did: how many PANICs its log gained,
+// and whether it had stopped and the nemesis (as a service manager would)
+// started it again.
 func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
 	pg := n.wh.primary()
 	if err := sizeLimited(pg.DataDir); err != nil {
@@ -77,13 +82,16 @@ func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
 	panicsBefore := countPanics(pg.LogFile)
 	path := filepath.Join(filepath.Dir(pg.DataDir), ballastName)
 	written, err := fillBallast(path)
-	f.Param = int(written >> 20)
 	defer func() { _ = os.Remove(path) }()
 	if err != nil {
 		return err
 	}
 	full := time.Now()
-	sleepCtx(ctx, f.Hold)
+	switches := 0
+	if f.Param == 1 {
+		switches = n.switchWAL(heal, full.Add(f.Hold))
+	}
+	sleepCtx(ctx, time.Until(full.Add(f.Hold)))
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove the ballast: %w", err)
 	}
@@ -99,9 +107,30 @@ func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
 			return err
 		}
 	}
-	f.Server = fmt.Sprintf("panics=%d restarted=%v", countPanics(pg.LogFile)-panicsBefore, restarted)
+	f.Server = fmt.Sprintf("ballast=%dMiB wal_switches=%d panics=%d restarted=%v", written>>20, switches,
+		countPanics(pg.LogFile)-panicsBefore, restarted)
 	f.Resumed = n.waitBusyResumed(ctx, up)
 	return nil
+}
+
+// switchWAL writes a transaction and switches to the next WAL segment, over
+// and over, until a statement fails (the server PANICked: it could not
+// make the next segment) or until; it returns how many switches it made.
+func (n *nemesis) switchWAL(ctx context.Context, until time.Time) int {
+	k := 0
+	for time.Now().Before(until) && k < 200 {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := n.db.Exec(qctx, "SELECT txid_current()")
+		if err == nil {
+			_, err = n.db.Exec(qctx, "SELECT pg_switch_wal()")
+		}
+		cancel()
+		if err != nil {
+			break
+		}
+		k++
+	}
+	return k
 }
 
 // fillBallast writes zeros to path until the filesystem is full, and

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestBallastFillsTheDataDirectory(t *testing.T) {
 		return c
 	}
 	c := conn()
-	_, err := c.Exec(ctx, "CREATE TABLE t (x text)")
+	_, err := c.Exec(ctx, "CREATE TABLE t (x text); CREATE TABLE w (n int); INSERT INTO w VALUES (1)")
 	require.NoError(t, err)
 	ballast := filepath.Join(filepath.Dir(pg.DataDir), ballastName)
 	written, err := fillBallast(ballast)
@@ -98,6 +99,28 @@ func TestBallastFillsTheDataDirectory(t *testing.T) {
 	t.Logf("with the ballast (%d MiB): %v", written>>20, err)
 	full := errors.As(err, &pgErr) && pgErr.Code == "53100"
 	require.True(t, full || countPanics(pg.LogFile) > 0, "neither disk full nor a PANIC: %v", err)
+
+	// WAL alone (an update in place, a switch to the next segment): once
+	// no segment is left to recycle, the next one cannot be made and the
+	// server PANICs.
+	for i := 0; ; i++ {
+		if _, err = c.Exec(ctx, "UPDATE w SET n = n + 1"); err == nil {
+			_, err = c.Exec(ctx, "SELECT pg_switch_wal()")
+		}
+		if err != nil {
+			break
+		}
+		require.Less(t, i, 200, "WAL goes on with the disk full")
+	}
+	t.Logf("WAL with the ballast: %v; PANICs in the log: %d; postmaster running: %v", err, countPanics(pg.LogFile), pg.Running())
+	require.Positive(t, countPanics(pg.LogFile), "no PANIC on a WAL write with the disk full")
+	// The crash restart's recovery cannot write its checkpoint either:
+	// the postmaster gives up, and only a start brings it back.
+	for i := 0; i < 100 && pg.Running(); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(pg.LogFile)
+	t.Logf("postmaster running 10 s after the PANIC: %v; log:\n%s", pg.Running(), lastLines(string(log), 12))
 
 	require.NoError(t, os.Remove(ballast))
 	if !pg.Running() {
@@ -137,4 +160,10 @@ func TestChaosDiskFullShort(t *testing.T) {
 	if r != nil && r.Faults.ByKind[FaultPGDiskFull] < 2 {
 		t.Errorf("%d full disks: the campaign needs two at least", r.Faults.ByKind[FaultPGDiskFull])
 	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
