@@ -152,6 +152,10 @@ chaos-cluster: postgres ## long cluster campaign (3 NATS servers, R3; CHAOS_EVEN
 chaos-cluster-short: postgres ## the short cluster campaign (three nats-server, R3; about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
 	CHAOS_CLUSTER=1 CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./bench/chaos/
 
+.PHONY: chaos-faults
+chaos-faults: postgres ## the focused campaigns of site crashes and full disks, with their mechanism tests (about 4 min; needs root for the tmpfs)
+	$(GO) test -count=1 -timeout 15m -run '^(TestChaosSiteCrashShort|TestSiteCrashSparesTheCrashBudget|TestChaosDiskFullShort|TestBallastFillsTheDataDirectory)$$' -v ./bench/chaos/
+
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the
 # harness at existing servers; by default it starts its own.

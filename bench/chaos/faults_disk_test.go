@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,9 +19,31 @@ import (
 	"github.com/idem-data/idem/internal/localpg"
 )
 
-// diskFullShortSeed is TestChaosDiskFullShort's seed; with Kinds naming
-// pg_disk_full alone every fault of its schedule is one.
+// diskFullShortSeed is TestChaosDiskFullShort's seed: its schedule holds
+// full disks of both sorts early in the phase (TestDiskFullShortSchedule).
 const diskFullShortSeed = 20261207
+
+var diskFullShortOptions = Options{Seed: diskFullShortSeed, Kinds: []string{FaultPGDiskFull}, LongRounds: -1,
+	Duration: 45 * time.Second, Events: 300}
+
+// TestDiskFullShortSchedule: the seed of TestChaosDiskFullShort draws
+// full disks only, at least two in the first half of the phase, among
+// them one that forces a WAL PANIC and one that does not.
+func TestDiskFullShortSchedule(t *testing.T) {
+	o := diskFullShortOptions.WithDefaults()
+	early, modes := 0, map[int]bool{}
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		require.Equal(t, FaultPGDiskFull, f.Kind)
+		if f.At < o.Duration/2 {
+			early++
+			modes[f.Param] = true
+		}
+		require.GreaterOrEqual(t, f.Hold, 3*time.Second)
+		require.LessOrEqual(t, f.Hold, 8*time.Second)
+	}
+	require.GreaterOrEqual(t, early, 2)
+	require.True(t, modes[0] && modes[1], "both sorts of full disk early in the phase")
+}
 
 // sizedTmpfs mounts a tmpfs of sizeMB MiB on a new directory and returns
 // it; the cleanup unmounts it and removes the directory. It skips the test
@@ -143,9 +166,11 @@ func TestBallastFillsTheDataDirectory(t *testing.T) {
 
 // TestChaosDiskFullShort is a focused campaign of full disks: the
 // warehouse's data directory on a 640 MiB tmpfs, filled with a ballast for
-// 3-8 s at a time. Loads fail with disk full or PostgreSQL PANICs and
-// restarts; idem holds its messages (53100 is an unusable warehouse), and
-// once the ballast goes it loads again with no command. Nothing may be
+// 3-8 s at a time. Loads fail with disk full (53100, an unusable warehouse
+// to idem, which holds its messages); in half the faults WAL segment
+// switches also make PostgreSQL PANIC, its crash restart fail on the full
+// disk, and the nemesis start it once the ballast is gone, as a service
+// manager would. idem must load again with no command, and nothing may be
 // lost, loaded twice or dead-lettered.
 func TestChaosDiskFullShort(t *testing.T) {
 	if testing.Short() {
@@ -154,8 +179,9 @@ func TestChaosDiskFullShort(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") == "1" {
 		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
 	}
-	r := runCampaign(t, Options{Seed: diskFullShortSeed, Kinds: []string{FaultPGDiskFull}, LongRounds: -1,
-		Duration: 45 * time.Second, Events: 300, PG: pgOnTmpfs(t, 640)})
+	o := diskFullShortOptions
+	o.PG = pgOnTmpfs(t, 640)
+	r := runCampaign(t, o)
 	requireFaults(t, r, FaultPGDiskFull)
 	if r != nil && r.Faults.ByKind[FaultPGDiskFull] < 2 {
 		t.Errorf("%d full disks: the campaign needs two at least", r.Faults.ByKind[FaultPGDiskFull])
