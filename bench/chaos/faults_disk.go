@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -92,7 +93,7 @@ func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
 		switches = n.switchWAL(heal, full.Add(f.Hold))
 	}
 	sleepCtx(ctx, time.Until(full.Add(f.Hold)))
-	if err := os.Remove(path); err != nil {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove the ballast: %w", err)
 	}
 	f.Outage = time.Since(full)

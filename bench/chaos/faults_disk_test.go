@@ -50,7 +50,7 @@ func TestDiskFullShortSchedule(t *testing.T) {
 // where mount is refused (not root, no CAP_SYS_ADMIN).
 func sizedTmpfs(t *testing.T, sizeMB int) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "idem-chaos-disk-")
+	dir, err := os.MkdirTemp("", "idem-pgdisk-")
 	require.NoError(t, err)
 	// The server's user must reach the mount below it.
 	require.NoError(t, os.Chmod(dir, 0o755))
