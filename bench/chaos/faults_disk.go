@@ -69,8 +69,8 @@ func sizeLimited(dataDir string) error {
 
 // diskFull fills the data directory's filesystem, with f.Param 1 forces
 // WAL segment switches until one fails, holds the disk full for f.Hold,
-// removes the ballast, and waits until idem has finished a load again
-// (f.Resumed). f.Outage is how long the disk was full; f.Server gives the
+// removes the ballast, and waits until idem has finished a load again or
+// has nothing left to load (f.Resumed). f.Outage is how long the disk was full; f.Server gives the
 // ballast's size and what PostgreSQL did: how many PANICs its log gained,
 // and whether it had stopped and the nemesis (as a service manager would)
 // started it again.

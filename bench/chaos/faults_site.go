@@ -84,8 +84,9 @@ func drawSiteCrash(o Options, f *fault, rng *rand.Rand) {
 }
 
 // siteCrash kills every process of the site at once, brings each back in
-// the drawn order, waits until every NATS server is current and idem has
-// finished a load again (f.Resumed; 0 if not within resumeBound).
+// the drawn order, and waits until every NATS server is current and idem
+// has finished a load again or has nothing left to load (f.Resumed; 0 if
+// neither within resumeBound).
 // f.Server records the order; f.Outage is the kill to the last start.
 func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 	c := n.cluster
