@@ -14,12 +14,7 @@ const clockStepSeed = 20261206
 // workload of every dataset and its fatal inputs. Nothing may be lost,
 // loaded twice or dead-lettered that should not be.
 func TestChaosClockStepShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	focused(t)
 	r := runCampaign(t, Options{Seed: clockStepSeed, Kinds: []string{FaultClockStep}, LongRounds: -1,
 		Events: 300, Duration: 45 * time.Second})
 	requireFaults(t, r, FaultClockStep)

@@ -173,12 +173,7 @@ func TestBallastFillsTheDataDirectory(t *testing.T) {
 // manager would. idem must load again with no command, and nothing may be
 // lost, loaded twice or dead-lettered.
 func TestChaosDiskFullShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	focused(t)
 	o := diskFullShortOptions
 	o.PG = pgOnTmpfs(t, 640)
 	r := runCampaign(t, o)

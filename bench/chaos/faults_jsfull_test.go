@@ -120,9 +120,7 @@ func TestStorageFullRefusesAndRestores(t *testing.T) {
 // fatal input is dead-lettered once, the outbox catches up after each
 // limit is lifted, and each stream's writes were refused at least once.
 func TestChaosStorageFullShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
+	focused(t)
 	r := runCampaign(t, storageFullShortOptions)
 	requireFaults(t, r, FaultJSStorageFull)
 	if r == nil || r.StorageFull == nil {

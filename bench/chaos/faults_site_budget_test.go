@@ -35,6 +35,7 @@ const siteCrashes = Retries + 2
 // left `started`; none may count toward the budget, so each event must
 // then be loaded exactly once and none dead-lettered (as crashed).
 func TestSiteCrashSparesTheCrashBudget(t *testing.T) {
+	focused(t)
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, nats-server and idem, and crashes them")
 	}

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -24,12 +23,7 @@ var siteCrashShortOptions = Options{Seed: siteCrashShortSeed, Cluster: true, Kin
 // valid event may be dead-lettered as crashed, which would mean idem
 // counted the attempts the crashes cut short toward its crash budget.
 func TestChaosSiteCrashShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	focused(t)
 	r := runCampaign(t, siteCrashShortOptions)
 	requireFaults(t, r, FaultSiteCrash)
 	if r != nil && r.Faults.ByKind[FaultSiteCrash] < 2 {

@@ -31,12 +31,7 @@ var sourceShortOptions = Options{Seed: sourceShortSeed, PGSource: true, Kinds: [
 // whole snapshot of its partition, fresh within max_replica_lag, and the
 // final tables must equal the source.
 func TestChaosSourceFailoverShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	focused(t)
 	r := runCampaign(t, sourceShortOptions)
 	if r == nil {
 		return

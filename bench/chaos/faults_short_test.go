@@ -1,0 +1,77 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+)
+
+// focused skips a focused campaign of one fault kind unless CHAOS_FAULTS
+// is set (make chaos-faults): make test runs TestChaosFaultsShort, every
+// such kind in one campaign, instead.
+func focused(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("chaos campaign: not in -short")
+	}
+	if os.Getenv("CHAOS_LONG") == "1" {
+		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
+	}
+	if os.Getenv("CHAOS_FAULTS") == "" {
+		t.Skip("the focused campaigns run with CHAOS_FAULTS=1 (make chaos-faults); make test runs TestChaosFaultsShort")
+	}
+}
+
+// faultsShortKinds are the faults of the sources, the disks, the streams'
+// limits, whole-site crashes and clock steps: the kinds the default
+// campaign does not draw.
+var faultsShortKinds = []string{FaultSiteCrash, FaultPGDiskFull, FaultJSStorageFull, FaultClockStep, FaultSourceFailover}
+
+// faultsShortSeed is TestChaosFaultsShort's seed, one whose schedule draws
+// every kind of faultsShortKinds in the first half of the phase
+// (TestFaultsShortScheduleHasEveryKind); CHAOS_SEED overrides it.
+const faultsShortSeed = 20261226
+
+var faultsShortOptions = Options{Seed: faultsShortSeed, Cluster: true, PGSource: true, Downstream: true, LeastPrivilege: true,
+	Kinds: faultsShortKinds, LongRounds: -1, Duration: 90 * time.Second, Events: 600}
+
+// TestChaosFaultsShort is the campaign `make test` runs for the faults
+// beyond the default campaign's, all in one: three nats-server processes
+// with R3 streams, the warehouse on a sized tmpfs, a PostgreSQL source
+// with its standby, a downstream dataset, the replicas as the loader role
+// of grants.sql; and site crashes, full disks, full streams, clock steps
+// and source failovers among 90 s of faults. Each kind also has a focused
+// campaign of its own (make chaos-faults).
+func TestChaosFaultsShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos campaign: not in -short")
+	}
+	if os.Getenv("CHAOS_LONG") == "1" {
+		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
+	}
+	o := faultsShortOptions
+	o.PG = pgOnTmpfs(t, 640)
+	r := runCampaign(t, o)
+	if os.Getenv("CHAOS_SEED") == "" {
+		requireFaults(t, r, faultsShortKinds...)
+	}
+}
+
+// TestFaultsShortScheduleHasEveryKind: TestChaosFaultsShort's seed draws
+// every kind in the first half of its phase, so slow heals cannot push
+// one out of it.
+func TestFaultsShortScheduleHasEveryKind(t *testing.T) {
+	o := faultsShortOptions.WithDefaults()
+	first := map[string]time.Duration{}
+	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		if _, ok := first[f.Kind]; !ok {
+			first[f.Kind] = f.At
+		}
+	}
+	for _, k := range faultsShortKinds {
+		if at, ok := first[k]; !ok || at > o.Duration/2 {
+			t.Errorf("%s first drawn at %s (drawn: %v), want within %s", k, at, ok, o.Duration/2)
+		}
+	}
+}
