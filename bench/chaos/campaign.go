@@ -37,6 +37,7 @@ type campaign struct {
 	cfg      string
 	logs     string
 	replicas []*replica
+	files    *fileWorkload // nil without Options.Files
 }
 
 // Run runs one campaign and returns its report. An error means the harness
@@ -85,7 +86,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
 	nem := &nemesis{replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
-		link: c.link, pooler: c.pooler, logf: o.Logf}
+		link: c.link, pooler: c.pooler, store: c.files.objStore(), logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
 	rd := &reader{}
@@ -101,6 +102,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer stopPub()
 	pubDone := make(chan struct{})
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
+	c.files.run(pubCtx, start)
 	// The nemesis starts no fault after the phase, but lets the last one run
 	// its length: a warehouse outage is never cut short.
 	nemErr := nem.run(ctx, start, start.Add(o.Duration), sched)
@@ -135,6 +137,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.violate("backlog not drained within %s of the last fault: %v", o.DrainBound, drainErr)
 	}
 	o.Logf("chaos: drained in %.1fs", r.DrainSeconds)
+	c.files.waitCaughtUp(ctx, c.db, lastFault, lastFault.Add(o.DrainBound), r)
 	// The outbox too, before the relays stop: a row whose publish failed
 	// during a fault waits for its own backoff (up to 1 min and jitter).
 	if left, waited := c.waitOutbox(ctx, 150*time.Second); left > 0 {
@@ -180,6 +183,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := checkResults(cctx, c.db, c.js, h, r); err != nil {
 		return r, err
 	}
+	if err := c.files.checkFiles(cctx, c.db, c.js, r); err != nil {
+		return r, err
+	}
 	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
 		r.Messages.StoredInStream = info.State.LastSeq
 	}
@@ -221,6 +227,9 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	if err := createSchema(ctx, c.db, o.Partitions, o.SlowLoad, rand.New(rand.NewPCG(uint64(o.Seed), 3))); err != nil {
 		return err
 	}
+	if c.files, err = setupFiles(ctx, o, c.db, c.logs); err != nil {
+		return err
+	}
 	var clientURL, directURL string
 	if o.Cluster {
 		if c.cluster, err = startCluster(ctx, o.NATSBin, o.Dir, c.logs); err != nil {
@@ -249,7 +258,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 		pgURL = c.pooler.URL(dbName)
 	}
 	c.cfg = filepath.Join(o.Dir, "idem.yaml")
-	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)), 0o600); err != nil {
+	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)+c.files.yaml()), 0o600); err != nil {
 		return err
 	}
 	for _, args := range [][]string{{"migrate"}, {"streams"}} {
@@ -288,6 +297,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	}
 	for i := range o.Replicas {
 		rep := newReplica(i, o.Bin, c.cfg, c.logs, o.Seed, prob)
+		rep.env = c.files.env()
 		c.replicas = append(c.replicas, rep)
 		go rep.supervise()
 	}
@@ -587,6 +597,7 @@ func (c *campaign) close() {
 	if c.link != nil {
 		c.link.close()
 	}
+	c.files.close()
 	if c.db != nil {
 		c.db.Close()
 	}

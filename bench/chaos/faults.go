@@ -235,7 +235,11 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 
 // extraFaultWeights are the kinds drawn only when Options.Kinds names
 // them: faults that need more than the default campaign sets up.
-var extraFaultWeights = []weightedKind{}
+var extraFaultWeights = []weightedKind{
+	{FaultObjectStoreDown, 1},
+	{FaultObjectStoreSlow, 1},
+	{FaultObjectStore5xx, 1},
+}
 
 // allWeights is every drawable kind once, with its weight.
 func allWeights() []weightedKind {
@@ -322,6 +326,8 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		f.Node, f.Hold, f.Param = natsLinkTarget(rng), ms(2000, 8000), 20+rng.IntN(280)
 	case FaultNATSReset:
 		f.Node, f.Hold, f.Param = natsLinkTarget(rng), ms(500, 3000), rng.IntN(300)
+	case FaultObjectStoreDown, FaultObjectStoreSlow, FaultObjectStore5xx:
+		drawObjstore(f, rng)
 	case FaultNATSBlackhole:
 		// Param 0: data dropped until the toxic goes; otherwise the
 		// connection is also closed after Param ms.
@@ -357,6 +363,8 @@ type nemesis struct {
 	pooler   Pooler // nil without Options.PoolMode
 	logf     func(string, ...any)
 
+	store *objStore // nil without Options.Files
+
 	mu      sync.Mutex
 	history []*fault
 }
@@ -384,7 +392,7 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
 			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
-				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling:
+				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultObjectStoreDown:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
@@ -441,6 +449,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return err
 	case FaultPoolerRestart:
 		return n.poolerRestart(ctx, heal, f)
+	case FaultObjectStoreDown, FaultObjectStoreSlow, FaultObjectStore5xx:
+		return n.injectObjstore(ctx, heal, f)
 	case FaultRollingRestart:
 		// A deploy: one replica at a time, the next only once its
 		// predecessor's successor has started.

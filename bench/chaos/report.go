@@ -41,6 +41,8 @@ type Report struct {
 	Exits    ExitFigures     `json:"process_exits"`
 	Reverify ReverifyFigures `json:"reverify"`
 	Check    CheckFigures    `json:"check"`
+	// Files are the file datasets' figures (Options.Files); nil without.
+	Files *FileFigures `json:"files,omitempty"`
 
 	// Violations lists every invariant that failed, one line each; empty
 	// means the campaign passed.
@@ -277,6 +279,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "pooler        %s mode: %d pooler_restart, longest %.1fs down; %d things left on pooled server connections after the final stop\n",
 			r.Pooler, r.Faults.ByKind[FaultPoolerRestart], r.Faults.LongestPoolerOutageSeconds, c.PooledLeftovers)
 	}
+	r.Files.print(w)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)
 	}
