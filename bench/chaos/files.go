@@ -51,7 +51,7 @@ var fileDatasets = []fileDataset{
 	{name: "files_csv", format: "csv", ext: "csv", strategy: "delete_insert", target: "analytics.files_csv",
 		yaml: "    partition_column: event_date\n", removes: true},
 	{name: "files_ndjson", format: "ndjson", ext: "ndjson", strategy: "merge", target: "analytics.files_ndjson",
-		yaml: "    key: [id]\n    version_column: version\n    partition_column: event_date\n"},
+		yaml: "    key: [id]\n    version_column: version\n"},
 	{name: "files_parquet", format: "parquet", ext: "parquet", strategy: "delete_insert", target: "analytics.files_parquet",
 		yaml: "    partition_column: event_date\n", removes: true},
 }
@@ -73,9 +73,10 @@ func isFileDataset(name string) bool {
 	return slices.ContainsFunc(fileDatasets, func(d fileDataset) bool { return d.name == name })
 }
 
-// isFileSubject says whether an event's subject is a file dataset's.
+// isFileSubject says whether an event's subject, or its dead letter's, is
+// a file dataset's: its last token names the dataset.
 func isFileSubject(subject string) bool {
-	return isFileDataset(strings.TrimPrefix(subject, "idem.ready."))
+	return isFileDataset(subject[strings.LastIndexByte(subject, '.')+1:])
 }
 
 // fileRow is one row of a file, as the target must hold it.
