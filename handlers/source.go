@@ -107,8 +107,17 @@ func (s *Staged) ready(ctx context.Context, key schemas.Partition, published, no
 		return nil, Fatal(schemas.ReasonInvalidEvent, err)
 	}
 	r, err := files.Ready(ctx, s.Files.Store, s.Files.Spec, prefix, now)
-	if err != nil {
+	var manifest *files.ManifestError
+	switch {
+	case err == nil:
+	case IsFatal(err) || errors.As(err, &manifest) || ctx.Err() != nil:
 		return nil, err
+	default:
+		// The store did not answer (stopped, refusing, failing): whether
+		// the partition is complete is unknown, so the event waits as for
+		// a marker not there yet. No load ran, so no attempt is spent;
+		// past wait_up_to it is dead-lettered.
+		return nil, s.wait(fmt.Errorf("the store could not be listed: %w", err), published, now)
 	}
 	if err := r.Err(); err != nil {
 		return nil, s.wait(err, published, now)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -399,4 +400,33 @@ func TestFilesSourceLineageNamesTheFilesRead(t *testing.T) {
 	require.Equal(t, read[0].Files[0].URL, f.Files[0].URL)
 	require.Equal(t, int64(2), f.Files[0].Rows)
 	require.Equal(t, read[0].Files[0].SHA256, f.Files[0].SHA256)
+}
+
+// A store that does not answer (here nothing listens at its endpoint, as
+// while it is stopped) leaves the partition's readiness unknown: the event
+// waits as for a missing marker, no attempt counted, however many times it
+// is delivered, and only past wait_up_to is it dead-lettered.
+func TestFilesSourceStoreDownWaits(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	endpoint := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	t.Setenv(files.EnvAccessKeyID, "idem-test")
+	t.Setenv(files.EnvSecretAccessKey, "idem-test-secret")
+	spec := files.Spec{URL: "s3://landing/orders/dt={partition}/", Format: files.CSV, Ready: files.ReadyRule{Marker: "_SUCCESS"}}.WithDefaults()
+	store, err := files.NewStore(spec, files.S3Options{Endpoint: endpoint, PathStyle: true})
+	require.NoError(t, err)
+	e := newStagedEnv(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"},
+		stagedDDL, spec, store, time.Hour)
+	for range 5 {
+		_, err = e.load("2026-11-28", "r1", time.Now())
+		var wait *handlers.WaitError
+		require.ErrorAs(t, err, &wait, "a store that does not answer: the event waits")
+		require.Contains(t, wait.Error(), "the store could not be listed")
+		require.False(t, handlers.IsFatal(err))
+	}
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "a wait is no attempt")
+	_, err = e.load("2026-11-28", "r1", time.Now().Add(-2*time.Hour))
+	require.True(t, handlers.IsFatal(err), "past wait_up_to: %v", err)
+	require.ErrorContains(t, err, "wait_up_to 1h0m0s")
 }
