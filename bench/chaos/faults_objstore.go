@@ -31,16 +31,17 @@ import (
 // The object-store faults (Options.Files): the store the file datasets
 // live in stopped, slowed down, or answering errors and cutting bodies.
 const (
-	// FaultObjectStoreDown stops versitygw (SIGTERM) for the hold, then
-	// starts it again on the same port and data directory.
+	// FaultObjectStoreDown stops versitygw (SIGTERM) for the hold (2 to
+	// 14 s: some outlast a message's retry schedule), then starts it again
+	// on the same port and data directory.
 	FaultObjectStoreDown = "object_store_down"
 	// FaultObjectStoreSlow adds Toxiproxy latency, both ways, on the link
 	// between idem and the store.
 	FaultObjectStoreSlow = "object_store_slow"
 	// FaultObjectStore5xx makes the harness's HTTP proxy in front of the
 	// store answer a share of requests (Param, in percent) with 503
-	// SlowDown or 500 InternalError, and cut the same share of the object
-	// bodies it passes mid-file.
+	// SlowDown or 500 InternalError, and cut twice that share of the object
+	// bodies it passes (at most all) mid-file.
 	FaultObjectStore5xx = "object_store_5xx"
 )
 
@@ -52,7 +53,7 @@ func drawObjstore(f *fault, rng *mrand.Rand) {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
 	switch f.Kind {
 	case FaultObjectStoreDown:
-		f.Hold = ms(1000, 6000)
+		f.Hold = ms(2000, 14000)
 	case FaultObjectStoreSlow:
 		f.Hold, f.Param = ms(2000, 8000), 100+rng.IntN(1400)
 	case FaultObjectStore5xx:
@@ -245,7 +246,7 @@ func (n *nemesis) injectObjstore(ctx, heal context.Context, f *fault) error {
 		remove()
 	case FaultObjectStore5xx:
 		before := s.errs.counts()
-		s.errs.set(f.Param, f.Param)
+		s.errs.set(f.Param, min(2*f.Param, 100))
 		sleepCtx(ctx, f.Hold)
 		s.errs.set(0, 0)
 		after := s.errs.counts()

@@ -22,12 +22,13 @@ import (
 )
 
 // objstoreShortSeed is TestChaosObjectStoreShort's seed, one whose
-// schedule holds at least two faults of each object-store kind
+// schedule holds at least two faults of each object-store kind, one
+// object_store_down longer than the retry schedule among them
 // (TestObjectStoreShortScheduleHasEveryKind); CHAOS_SEED overrides it.
-const objstoreShortSeed = 20261212
+const objstoreShortSeed = 20261301
 
 var objstoreShortOptions = Options{Seed: objstoreShortSeed, Files: true, Kinds: objstoreKinds, LongRounds: -1,
-	Duration: 50 * time.Second, Events: 300, Partitions: 10, Replicas: 2}
+	Duration: 50 * time.Second, Events: 300, Partitions: 10, Replicas: 2, FaultGapMin: 500 * time.Millisecond, FaultGapMax: 2 * time.Second}
 
 // TestChaosObjectStoreShort is the focused campaign of the object-store
 // faults: the file datasets (one per format, watched, partitions landing
@@ -59,19 +60,29 @@ func TestChaosObjectStoreShort(t *testing.T) {
 }
 
 // TestObjectStoreShortScheduleHasEveryKind: the focused campaign's seed
-// draws each object-store fault at least twice, within the phase.
+// draws each object-store fault at least twice within the phase, and one
+// object_store_down longer than the retry schedule.
 func TestObjectStoreShortScheduleHasEveryKind(t *testing.T) {
 	o := objstoreShortOptions.WithDefaults()
 	n := map[string]int{}
+	long := 0
 	for _, f := range schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
-		if f.At+f.Hold < o.Duration {
+		// Planned to end 8 s before the phase does: a slow heal must not
+		// push one out of it.
+		if f.At+f.Hold < o.Duration-8*time.Second {
 			n[f.Kind]++
+			if f.Kind == FaultObjectStoreDown && f.Hold > retrySchedule(Retries, RetryDelay, MaxRetryDelay) {
+				long++
+			}
 		}
 	}
 	for _, k := range objstoreKinds {
 		if n[k] < 2 {
 			t.Errorf("%s drawn %d times in the phase; want at least 2 (%v)", k, n[k], n)
 		}
+	}
+	if long == 0 {
+		t.Errorf("no object_store_down outlasts the retry schedule: the campaign would not prove that idem waits")
 	}
 }
 
