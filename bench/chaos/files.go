@@ -125,6 +125,9 @@ type FileFigures struct {
 	// failed, and the watch's runs.
 	Loads          int `json:"loads"`
 	FailedAttempts int `json:"failed_attempts"`
+	// Superseded counts watch runs skipped because a later event had
+	// already loaded the files they would read.
+	Superseded int `json:"superseded_runs"`
 	// What the error proxy did over the whole campaign.
 	ProxyRequests int64 `json:"proxy_requests"`
 	ProxyErrors   int64 `json:"proxy_errors"`
@@ -621,8 +624,9 @@ SELECT (SELECT count(*) FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id =
            AND NOT EXISTS (SELECT 1 FROM idem.source_files f WHERE f.audit_id = a.id)),
        (SELECT count(*) FROM (SELECT 1 FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = ANY($2) AND status = 'success'
            GROUP BY task_id, partition_key, run_id HAVING count(*) > 1) x),
-       (SELECT count(*) FROM idem.run_ledger WHERE dag_id = $1 AND task_id = ANY($2) AND (run_id NOT LIKE 'watch-%' OR loads <> 1))`,
-		pipeline, names).Scan(&f.Loads, &f.FailedAttempts, &f.LoadsNoFiles, &f.RunsTwice, &f.ForeignRuns)
+       (SELECT count(*) FROM idem.run_ledger WHERE dag_id = $1 AND task_id = ANY($2) AND (run_id NOT LIKE 'watch-%' OR loads <> 1)),
+       (SELECT count(*) FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = ANY($2) AND status = 'skipped' AND error LIKE 'superseded:%')`,
+		pipeline, names).Scan(&f.Loads, &f.FailedAttempts, &f.LoadsNoFiles, &f.RunsTwice, &f.ForeignRuns, &f.Superseded)
 	if err != nil {
 		return fmt.Errorf("chaos: check file loads: %w", err)
 	}
@@ -690,9 +694,9 @@ func (f *FileFigures) print(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "files         %s, %d partitions (%d landed during the phase), %d corrections, %d puts (%d retried); "+
-		"idem: %d loads, %d failed attempts; error proxy: %d of %d requests answered with an error, %d bodies cut\n",
+		"idem: %d loads, %d failed attempts, %d runs superseded; error proxy: %d of %d requests answered with an error, %d bodies cut\n",
 		strings.Join(f.Datasets, ","), f.Partitions, f.Landed, f.Corrections, f.Puts, f.PutRetries,
-		f.Loads, f.FailedAttempts, f.ProxyErrors, f.ProxyRequests, f.ProxyCuts)
+		f.Loads, f.FailedAttempts, f.Superseded, f.ProxyErrors, f.ProxyRequests, f.ProxyCuts)
 	fmt.Fprintf(w, "files check   caught up %v %.1fs after the last fault; %d partitions equal to their files; lost %d, stale %d, unexpected %d, doubled %d rows; "+
 		"%d file versions loaded twice, %d loads without files, %d runs loaded twice, %d ledger rows not a watch's, %d dead letters\n",
 		f.CaughtUp, f.CaughtUpSeconds, f.PartitionsEqual, f.LostRows, f.StaleRows, f.UnexpectedRows, f.DoubledRows,
