@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/testkit/s3test"
 )
@@ -189,5 +191,78 @@ func TestObjectStoreErrProxy(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the fault: %d bytes, %v", len(b), err)
 		}
+	}
+}
+
+// TestObjStoreRestartsOnItsPort checks object_store_down's mechanism: the
+// store stopped answers nothing through idem's endpoint, and started
+// again it serves the same objects on the same port, through the link and
+// the error proxy.
+func TestObjStoreRestartsOnItsPort(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := startObjStore(ctx, s3test.Binary(t), dir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	client := func(endpoint string) *s3.Client {
+		return s3.New(s3.Options{
+			Region: s3test.Region, BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
+			Credentials:                credentials.NewStaticCredentialsProvider(s.accessKey, s.secretKey, ""),
+			RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+			ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+			RetryMaxAttempts:           1,
+		})
+	}
+	direct, idem := client(s.direct()), client(s.endpoint())
+	if _, err := direct.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("lake")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("lake"), Key: aws.String("k"), Body: bytes.NewReader([]byte("v1"))}); err != nil {
+		t.Fatal(err)
+	}
+	get := func() (string, error) {
+		out, err := idem.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("lake"), Key: aws.String("k")})
+		if err != nil {
+			return "", err
+		}
+		defer out.Body.Close()
+		b, err := io.ReadAll(out.Body)
+		return string(b), err
+	}
+	if v, err := get(); err != nil || v != "v1" {
+		t.Fatalf("before: %q, %v", v, err)
+	}
+	port := s.port
+	s.stop()
+	if v, err := get(); err == nil {
+		t.Fatalf("a stopped store answered %q", v)
+	}
+	if err := s.restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.port != port {
+		t.Fatalf("restarted on port %d, not %d", s.port, port)
+	}
+	if v, err := get(); err != nil || v != "v1" {
+		t.Fatalf("after the restart: %q, %v", v, err)
+	}
+}
+
+// TestObjectStoreKindsNeedFiles: a campaign drawing object-store faults
+// without the file datasets, or with them and no versitygw, is refused.
+func TestObjectStoreKindsNeedFiles(t *testing.T) {
+	o := Options{Bin: "idem", PG: &localpg.Server{}, Dir: t.TempDir(), Kinds: []string{FaultObjectStore5xx}}.WithDefaults()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "need Files") {
+		t.Errorf("object-store kinds without Files: %v", err)
+	}
+	o.Files = true
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "S3Bin is required") {
+		t.Errorf("Files without S3Bin: %v", err)
+	}
+	o.S3Bin = "versitygw"
+	if err := o.Validate(); err != nil {
+		t.Errorf("Files with S3Bin: %v", err)
 	}
 }
