@@ -55,9 +55,11 @@ func drawObjstore(f *fault, rng *mrand.Rand) {
 	case FaultObjectStoreDown:
 		f.Hold = ms(2000, 14000)
 	case FaultObjectStoreSlow:
-		f.Hold, f.Param = ms(2000, 8000), 100+rng.IntN(1400)
+		f.Hold, f.Param = ms(3000, 8000), 100+rng.IntN(1400)
 	case FaultObjectStore5xx:
-		f.Hold, f.Param = ms(2000, 8000), 10+rng.IntN(41)
+		// Longer than a watch's period, so that the loads of the
+		// correction written as it starts read through it.
+		f.Hold, f.Param = ms(5000, 10000), 10+rng.IntN(41)
 	}
 }
 
@@ -81,6 +83,10 @@ type objStore struct {
 
 	errs *errProxy
 	link *dbLink // Toxiproxy, in front of errs
+	// touch, when set, is called as a slow or failing store's fault
+	// starts: the workload writes a correction then, so that loads read
+	// through the fault (fileWorkload.run).
+	touch func()
 }
 
 // direct is versitygw's own endpoint.
@@ -90,7 +96,7 @@ func (s *objStore) direct() string { return "http://127.0.0.1:" + strconv.Itoa(s
 func (s *objStore) endpoint() string { return "http://" + s.link.addr }
 
 // startObjStore starts versitygw over dir, the error proxy and the link.
-func startObjStore(ctx context.Context, bin, dir, logs string) (*objStore, error) {
+func startObjStore(ctx context.Context, bin, dir, logs string, seed int64) (*objStore, error) {
 	s := &objStore{bin: bin, dir: dir, logs: logs, accessKey: "chaos-" + randHex(6), secretKey: randHex(20)}
 	for _, d := range []string{"data", "meta"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -110,7 +116,7 @@ func startObjStore(ctx context.Context, bin, dir, logs string) (*objStore, error
 		return nil, err
 	}
 	up, _ := url.Parse(s.direct())
-	if s.errs, err = startErrProxy(up); err != nil {
+	if s.errs, err = startErrProxy(up, seed); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -209,6 +215,12 @@ func (s *objStore) restart(ctx context.Context) error {
 	return err
 }
 
+func (s *objStore) touched() {
+	if s.touch != nil {
+		s.touch()
+	}
+}
+
 func (s *objStore) close() {
 	if s.link != nil {
 		s.link.close()
@@ -242,11 +254,13 @@ func (n *nemesis) injectObjstore(ctx, heal context.Context, f *fault) error {
 		if err != nil {
 			return err
 		}
+		s.touched()
 		sleepCtx(ctx, f.Hold)
 		remove()
 	case FaultObjectStore5xx:
 		before := s.errs.counts()
 		s.errs.set(f.Param, min(2*f.Param, 100))
+		s.touched()
 		sleepCtx(ctx, f.Hold)
 		s.errs.set(0, 0)
 		after := s.errs.counts()
@@ -286,12 +300,12 @@ func (p *errProxy) counts() proxyCounts {
 // the response.
 var errCut = errors.New("chaos: body cut mid-file")
 
-func startErrProxy(upstream *url.URL) (*errProxy, error) {
+func startErrProxy(upstream *url.URL, seed int64) (*errProxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &errProxy{ln: ln, addr: ln.Addr().String(), rng: mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+	p := &errProxy{ln: ln, addr: ln.Addr().String(), rng: mrand.New(mrand.NewPCG(uint64(seed), 7))}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(upstream)

@@ -159,6 +159,8 @@ type fileWorkload struct {
 	steps  []fileStep
 	logf   func(string, ...any)
 
+	touches chan struct{} // a fault asks for a correction now
+
 	mu       sync.Mutex
 	puts     int
 	retries  int
@@ -174,11 +176,17 @@ func setupFiles(ctx context.Context, o Options, db *pgxpool.Pool, logs string) (
 	if !o.Files {
 		return nil, nil
 	}
-	store, err := startObjStore(ctx, o.S3Bin, filepath.Join(o.Dir, "s3"), logs)
+	store, err := startObjStore(ctx, o.S3Bin, filepath.Join(o.Dir, "s3"), logs, o.Seed)
 	if err != nil {
 		return nil, err
 	}
-	w := &fileWorkload{o: o, store: store, logf: o.Logf}
+	w := &fileWorkload{o: o, store: store, logf: o.Logf, touches: make(chan struct{}, 1)}
+	store.touch = func() {
+		select {
+		case w.touches <- struct{}{}:
+		default:
+		}
+	}
 	w.client = s3.New(s3.Options{
 		Region:                     "us-east-1",
 		BaseEndpoint:               aws.String(store.direct()),
@@ -297,10 +305,34 @@ func (w *fileWorkload) run(ctx context.Context, start time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(w.o.Seed), 5))
 	go func() {
 		defer close(w.done)
-		for _, s := range w.steps {
-			sleepCtx(ctx, time.Until(start.Add(s.at)))
-			if ctx.Err() != nil {
+		end := start.Add(w.o.Duration)
+		for i := 0; i < len(w.steps) || time.Now().Before(end); {
+			// The next planned step, or the phase's end once none is left.
+			next := end
+			if i < len(w.steps) {
+				next = start.Add(w.steps[i].at)
+			}
+			t := time.NewTimer(time.Until(next))
+			var s fileStep
+			select {
+			case <-ctx.Done():
+				t.Stop()
 				return
+			case <-w.touches:
+				// A fault of the store starts: a correction of a landed
+				// partition now, so that its loads read through the fault.
+				t.Stop()
+				p := w.landedPart(rng)
+				if p == nil || !time.Now().Before(end) {
+					continue
+				}
+				s = fileStep{at: time.Since(start), part: p, file: rng.IntN(len(p.files))}
+			case <-t.C:
+				if i == len(w.steps) {
+					return
+				}
+				s = w.steps[i]
+				i++
 			}
 			var err error
 			if s.file < 0 {
@@ -321,6 +353,20 @@ func (w *fileWorkload) run(ctx context.Context, start time.Time) {
 			}
 		}
 	}()
+}
+
+// landedPart draws a partition that has landed; nil if none has.
+func (w *fileWorkload) landedPart(rng *rand.Rand) *filePart {
+	var landed []*filePart
+	for _, p := range w.parts {
+		if p.landed {
+			landed = append(landed, p)
+		}
+	}
+	if len(landed) == 0 {
+		return nil
+	}
+	return landed[rng.IntN(len(landed))]
 }
 
 func (w *fileWorkload) wait() {
