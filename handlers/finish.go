@@ -45,6 +45,8 @@ func (h *Handler) finish(ctx context.Context, c *pgx.Conn, es []ending) error {
 		if e.res == nil {
 			if l.retracted != "" && !l.alreadyLoaded {
 				audit.QueueSkipWhy(b, e.id, l.retracted)
+			} else if l.superseded != "" && !l.alreadyLoaded {
+				audit.QueueSkipWhy(b, e.id, l.superseded)
 			} else {
 				audit.QueueSkip(b, e.id)
 			}

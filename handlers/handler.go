@@ -341,6 +341,8 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 	switch {
 	case out.Status == audit.StatusSkipped && l.retracted != "" && !l.alreadyLoaded:
 		log.Info().Str("reason", l.retracted).Msg("partition retracted: skipped")
+	case out.Status == audit.StatusSkipped && l.superseded != "" && !l.alreadyLoaded:
+		log.Info().Str("reason", l.superseded).Msg("the files were loaded by a later event: skipped")
 	case out.Status == audit.StatusSkipped:
 		log.Info().Msg("a concurrent delivery of this run succeeded first: skipped")
 	default:

@@ -53,7 +53,11 @@ type loading struct {
 	// it on purpose): an ordinary event is then skipped, a forced one
 	// loads. "" when it is not.
 	retracted string
-	plan      *strategies.Plan
+	// superseded says why a watch's run is skipped: the partition's latest
+	// success, committed while its event waited, read the very files this
+	// load would read. "" when it did not, or the run is no watch's.
+	superseded string
+	plan       *strategies.Plan
 	// checked are the outcomes of the dataset's checks on this load;
 	// recorded, that they went out with the load's success.
 	checked  []checks.Outcome
@@ -202,13 +206,14 @@ func (l *loading) queueCheck(b *pgx.Batch) {
 	} else {
 		audit.QueueLookupRun(b, l.a.RunKey, &l.alreadyLoaded)
 		audit.QueueRetracted(b, l.a.RunKey, &l.retracted)
+		l.stage.queueSuperseded(b, l.a.RunKey, &l.superseded)
 	}
 }
 
 // load runs round trip 2 in the transaction begin opened, then finish.
 func (l *loading) load(ctx context.Context, id int64) (Outcome, error) {
 	out := Outcome{Status: audit.StatusSuccess, AuditID: id}
-	if l.alreadyLoaded || l.retracted != "" {
+	if l.alreadyLoaded || l.retracted != "" || l.superseded != "" {
 		out.Status = audit.StatusSkipped
 		err := l.h.finish(ctx, l.c, []ending{{l: l, id: id}})
 		if err == nil && l.h.Results && l.h.Enqueued != nil {

@@ -107,8 +107,17 @@ func (s *Staged) ready(ctx context.Context, key schemas.Partition, published, no
 		return nil, Fatal(schemas.ReasonInvalidEvent, err)
 	}
 	r, err := files.Ready(ctx, s.Files.Store, s.Files.Spec, prefix, now)
-	if err != nil {
+	var manifest *files.ManifestError
+	switch {
+	case err == nil:
+	case IsFatal(err) || errors.As(err, &manifest) || ctx.Err() != nil:
 		return nil, err
+	default:
+		// The store did not answer (stopped, refusing, failing): whether
+		// the partition is complete is unknown, so the event waits as for
+		// a marker not there yet. No load ran, so no attempt is spent;
+		// past wait_up_to it is dead-lettered.
+		return nil, s.wait(fmt.Errorf("the store could not be listed: %w", err), published, now)
 	}
 	if err := r.Err(); err != nil {
 		return nil, s.wait(err, published, now)
@@ -361,4 +370,43 @@ func (ds *Dataset) prepareStage(ctx context.Context, tx pgx.Tx) error {
 	}
 	_, err := tx.Exec(ctx, ds.Stage.def.Load().create)
 	return err
+}
+
+// queueSuperseded queues, for a watch's run (its run_id starts with
+// schemas.WatchRunIDPrefix), whether the partition's latest success read the
+// listing this load would read: its event waited while another event of
+// the partition, published after the files changed, loaded them first.
+// Loading them again would only repeat that load, so why receives the
+// reason the run is skipped; "" otherwise. It runs under the partition
+// lock, with the ledger's lookup. Nothing is queued for other runs, or for
+// a source that is not files.
+func (st *staging) queueSuperseded(b *pgx.Batch, k audit.RunKey, why *string) {
+	if st == nil || st.listing == nil || !strings.HasPrefix(k.RunID, schemas.WatchRunIDPrefix) {
+		return
+	}
+	current := st.listing.Fingerprint
+	if len(st.listing.Files) == 0 {
+		current = "" // a load that reads no file records none
+	}
+	b.Queue(`
+		SELECT s.id, coalesce(f.fingerprint, '') = $4
+		  FROM (SELECT p.id FROM idem.pipeline_audit p
+		         WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = $3 AND p.status = 'success'
+		         ORDER BY p.id DESC LIMIT 1) s
+		  LEFT JOIN LATERAL (SELECT sf.fingerprint FROM idem.source_files sf
+		                      WHERE sf.audit_id = s.id ORDER BY sf.ordinal LIMIT 1) f ON true`,
+		k.Pipeline, k.Dataset, k.Partition, current).Query(func(rows pgx.Rows) error {
+		*why = ""
+		for rows.Next() {
+			var id int64
+			var same bool
+			if err := rows.Scan(&id, &same); err != nil {
+				return err
+			}
+			if same {
+				*why = fmt.Sprintf("superseded: audit %d already loaded these files (fingerprint %.16s)", id, current)
+			}
+		}
+		return rows.Err()
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -475,4 +476,84 @@ func TestPostgresSourceLagAfterTheGateWaits(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Equal(t, int64(8), db.Int(t, "SELECT count(*) FROM analytics.t"), "the primary's rows, once")
 	require.Equal(t, int64(1), db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"), "the wait spent an attempt")
+}
+
+// A store that does not answer (here nothing listens at its endpoint, as
+// while it is stopped) leaves the partition's readiness unknown: the event
+// waits as for a missing marker, no attempt counted, however many times it
+// is delivered, and only past wait_up_to is it dead-lettered.
+func TestFilesSourceStoreDownWaits(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	endpoint := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	t.Setenv(files.EnvAccessKeyID, "idem-test")
+	t.Setenv(files.EnvSecretAccessKey, "idem-test-secret")
+	spec := files.Spec{URL: "s3://landing/orders/dt={partition}/", Format: files.CSV, Ready: files.ReadyRule{Marker: "_SUCCESS"}}.WithDefaults()
+	store, err := files.NewStore(spec, files.S3Options{Endpoint: endpoint, PathStyle: true})
+	require.NoError(t, err)
+	e := newStagedEnv(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"},
+		stagedDDL, spec, store, time.Hour)
+	for range 5 {
+		_, err = e.load("2026-11-28", "r1", time.Now())
+		var wait *handlers.WaitError
+		require.ErrorAs(t, err, &wait, "a store that does not answer: the event waits")
+		require.Contains(t, wait.Error(), "the store could not be listed")
+		require.False(t, handlers.IsFatal(err))
+	}
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "a wait is no attempt")
+	_, err = e.load("2026-11-28", "r1", time.Now().Add(-2*time.Hour))
+	require.True(t, handlers.IsFatal(err), "past wait_up_to: %v", err)
+	require.ErrorContains(t, err, "wait_up_to 1h0m0s")
+}
+
+// A watch's event that waited while the partition's files changed and a
+// later event loaded them is skipped, with the reason, instead of loading
+// the same files again; an event that is no watch's loads them again, as
+// a replay asks.
+func TestFilesSourceWatchRunSupersededBySameFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := files.Spec{URL: "file://" + dir + "/orders/dt={partition}/", Format: files.CSV}.WithDefaults()
+	store, err := files.NewStore(spec, files.S3Options{})
+	require.NoError(t, err)
+	e := newStagedEnv(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"},
+		stagedDDL, spec, store, time.Hour)
+	part := filepath.Join(dir, "orders", "dt=2026-11-28")
+	writeFile(t, filepath.Join(part, "part-0001.csv"), "id,amount,note\n1,1.50,a\n")
+	out, err := e.load("2026-11-28", "watch-1111111111111111", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusSuccess, out.Status)
+
+	// The files change; the watch publishes a second event, and a third
+	// once they change again. The third's load reads the newest files
+	// first; the second's, delivered late, finds them loaded.
+	writeFile(t, filepath.Join(part, "part-0001.csv"), "id,amount,note\n1,1.75,a\n")
+	writeFile(t, filepath.Join(part, "part-0002.csv"), "id,amount,note\n2,2.50,b\n")
+	out, err = e.load("2026-11-28", "watch-3333333333333333-1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusSuccess, out.Status)
+	out, err = e.load("2026-11-28", "watch-2222222222222222-1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusSkipped, out.Status, "the same files, already loaded")
+	var why string
+	require.NoError(t, e.db.Pool.QueryRow(context.Background(),
+		"SELECT error FROM idem.pipeline_audit WHERE run_id = 'watch-2222222222222222-1'").Scan(&why))
+	require.Contains(t, why, "superseded")
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.run_ledger WHERE run_id = 'watch-2222222222222222-1'"))
+	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'success'"))
+
+	// A replay that is no watch's loads the same files again.
+	out, err = e.load("2026-11-28", "manual-1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusSuccess, out.Status)
+	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM analytics.t"))
+
+	// New files: a watch run whose own files are gone still loads the
+	// current ones, which no success read yet.
+	writeFile(t, filepath.Join(part, "part-0003.csv"), "id,amount,note\n3,3.50,c\n")
+	out, err = e.load("2026-11-28", "watch-4444444444444444-3", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusSuccess, out.Status)
+	require.Equal(t, int64(3), e.db.Int(t, "SELECT count(*) FROM analytics.t"))
 }

@@ -59,3 +59,7 @@ func NewTriggeredMessage(prefix string, ev PartitionReady, auditID int64, token 
 	}
 	return Message{Subject: Subject(prefix, ev.Dataset), Body: body, MsgID: ev.TriggeredMsgID(auditID, token), Event: ev}, nil
 }
+
+// WatchRunIDPrefix starts the run_id of every event a dataset's watch:
+// publishes (internal/watch), by which a handler knows a watch's run.
+const WatchRunIDPrefix = "watch-"

@@ -38,6 +38,7 @@ type campaign struct {
 	cfg      string
 	logs     string
 	replicas []*replica
+	files    *fileWorkload // nil without Options.Files
 }
 
 // Run runs one campaign and returns its report. An error means the harness
@@ -87,7 +88,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
 	nem := &nemesis{replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
-		link: c.link, pooler: c.pooler, src: c.src, logf: o.Logf}
+		link: c.link, pooler: c.pooler, src: c.src, store: c.files.objStore(), logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
 	rd := &reader{}
@@ -104,6 +105,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	pubDone := make(chan struct{})
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
 	srcDone := c.src.publish(pubCtx, start, pub)
+	c.files.run(pubCtx, start)
 	// The nemesis starts no fault after the phase, but lets the last one run
 	// its length: a warehouse outage is never cut short.
 	nemErr := nem.run(ctx, start, start.Add(o.Duration), sched)
@@ -140,6 +142,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.violate("backlog not drained within %s of the last fault: %v", o.DrainBound, drainErr)
 	}
 	o.Logf("chaos: drained in %.1fs", r.DrainSeconds)
+	c.files.waitCaughtUp(ctx, c.db, lastFault, lastFault.Add(o.DrainBound), r)
 	// The outbox too, before the relays stop: a row whose publish failed
 	// during a fault waits for its own backoff (up to 1 min and jitter).
 	if left, waited := c.waitOutbox(ctx, 150*time.Second); left > 0 {
@@ -201,6 +204,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := c.src.check(cctx, c.db, r); err != nil {
 		return r, err
 	}
+	if err := c.files.checkFiles(cctx, c.db, c.js, r); err != nil {
+		return r, err
+	}
 	if info, err := c.streamInfo(cctx, eventsStream); err == nil {
 		r.Messages.StoredInStream = info.State.LastSeq
 	}
@@ -255,6 +261,9 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 			return fmt.Errorf("chaos: the source datasets' targets: %w", err)
 		}
 	}
+	if c.files, err = setupFiles(ctx, o, c.db, c.logs); err != nil {
+		return err
+	}
 	var clientURL, directURL string
 	if o.Cluster {
 		if c.cluster, err = startCluster(ctx, o.NATSBin, o.Dir, c.logs); err != nil {
@@ -283,7 +292,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 		pgURL = c.pooler.URL(dbName)
 	}
 	c.cfg = filepath.Join(o.Dir, "idem.yaml")
-	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)), 0o600); err != nil {
+	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)+c.files.yaml()), 0o600); err != nil {
 		return err
 	}
 	for _, args := range [][]string{{"migrate"}, {"streams"}} {
@@ -329,6 +338,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	}
 	for i := range o.Replicas {
 		rep := newReplica(i, o.Bin, c.cfg, c.logs, o.Seed, prob)
+		rep.env = c.files.env()
 		c.replicas = append(c.replicas, rep)
 		go rep.supervise()
 	}
@@ -629,6 +639,7 @@ func (c *campaign) close() {
 	if c.link != nil {
 		c.link.close()
 	}
+	c.files.close()
 	if c.db != nil {
 		c.db.Close()
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/testkit/pgtest"
+	"github.com/idem-data/idem/testkit/s3test"
 )
 
 // The idem binary (with the crash hook) and the nats-server binary are
@@ -123,6 +124,9 @@ func runCampaign(t *testing.T, o Options) *Report {
 	}
 	if o.Cluster {
 		o.NATSBin = natsServerBinary(t)
+	}
+	if o.Files && o.S3Bin == "" {
+		o.S3Bin = s3test.Binary(t)
 	}
 	dir, err := os.MkdirTemp("", "idem-chaos-")
 	if err != nil {

@@ -250,6 +250,9 @@ var extraFaultWeights = []weightedKind{
 	{FaultSourceFailover, 10},
 	{FaultSiteCrash, 1},
 	{FaultPGDiskFull, 1},
+	{FaultObjectStoreDown, 1},
+	{FaultObjectStoreSlow, 1},
+	{FaultObjectStore5xx, 1},
 }
 
 // allWeights is every drawable kind once, with its weight.
@@ -344,6 +347,8 @@ func shortFault(o Options, rng *rand.Rand, at time.Duration) *fault {
 		if rng.IntN(2) == 0 {
 			f.Param = -60
 		}
+	case FaultObjectStoreDown, FaultObjectStoreSlow, FaultObjectStore5xx:
+		drawObjstore(f, rng)
 	case FaultNATSBlackhole:
 		// Param 0: data dropped until the toxic goes; otherwise the
 		// connection is also closed after Param ms.
@@ -385,7 +390,8 @@ type nemesis struct {
 	pooler   Pooler // nil without Options.PoolMode
 	logf     func(string, ...any)
 
-	src *sourceDB // nil without Options.PGSource
+	src   *sourceDB // nil without Options.PGSource
+	store *objStore // nil without Options.Files
 
 	mu      sync.Mutex
 	history []*fault
@@ -415,7 +421,7 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			switch f.Kind {
 			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
 				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull, FaultSourceFailover,
-				FaultSiteCrash, FaultPGDiskFull:
+				FaultSiteCrash, FaultPGDiskFull, FaultObjectStoreDown:
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
@@ -480,6 +486,8 @@ func (n *nemesis) inject(ctx context.Context, f *fault) error {
 		return n.siteCrash(ctx, heal, f)
 	case FaultPGDiskFull:
 		return n.diskFull(ctx, heal, f)
+	case FaultObjectStoreDown, FaultObjectStoreSlow, FaultObjectStore5xx:
+		return n.injectObjstore(ctx, heal, f)
 	case FaultRollingRestart:
 		// A deploy: one replica at a time, the next only once its
 		// predecessor's successor has started.

@@ -149,11 +149,18 @@ type Options struct {
 	// hold every load and the final tables to it. replica_source_failover
 	// needs it.
 	PGSource bool
+	// Files adds the file datasets (files.go): a real versitygw (S3Bin)
+	// behind the harness's error proxy and a Toxiproxy link, one watched
+	// dataset per file format, partitions landing and corrected during the
+	// phase. The object-store faults need it.
+	Files bool
 
 	// Bin is the idem binary, built with -tags idemtest. Required.
 	Bin string
 	// NATSBin is a nats-server binary. Required with Cluster.
 	NATSBin string
+	// S3Bin is a versitygw binary. Required with Files.
+	S3Bin string
 	// PG is the cluster the campaign may restart at will. Required: it must
 	// be one the caller started for this purpose.
 	PG *localpg.Server
@@ -206,6 +213,12 @@ func (o Options) Validate() error {
 	}
 	if o.Cluster && o.NATSBin == "" {
 		add("NATSBin is required with Cluster: build github.com/nats-io/nats-server/v2")
+	}
+	if o.Files && o.S3Bin == "" {
+		add("S3Bin is required with Files: a versitygw binary (testkit/s3test.Binary)")
+	}
+	if !o.Files && slices.ContainsFunc(o.Kinds, func(k string) bool { return slices.Contains(objstoreKinds, k) }) {
+		add("Kinds: %v", errNoFiles)
 	}
 	if o.PG == nil {
 		add("PG is required: a cluster started for the campaign, which it restarts")

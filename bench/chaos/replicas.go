@@ -44,6 +44,7 @@ type replica struct {
 	dir  string
 	seed int64
 	prob float64
+	env  []string // added to every process's environment
 
 	mu          sync.Mutex
 	cmd         *exec.Cmd
@@ -121,6 +122,7 @@ func (r *replica) start(inc int, logPath string) (*exec.Cmd, error) {
 	}
 	cmd := exec.Command(r.bin, "serve", "--config", r.cfg, "--grace", "10s")
 	cmd.Env = append(os.Environ(), "IDEM_LOG_LEVEL=info", "IDEM_TEST_CLOCK_FILE="+r.clockFile())
+	cmd.Env = append(cmd.Env, r.env...)
 	if r.prob > 0 {
 		cmd.Env = append(cmd.Env,
 			fmt.Sprintf("IDEM_TEST_CRASH_AFTER_COMMIT_PROB=%g", r.prob),

@@ -49,6 +49,8 @@ type Report struct {
 	Downstream  *DownstreamFigures  `json:"downstream,omitempty"`
 	// Source is the PostgreSQL source's, with Options.PGSource.
 	Source *SourceFigures `json:"pg_source,omitempty"`
+	// Files are the file datasets' figures (Options.Files); nil without.
+	Files *FileFigures `json:"files,omitempty"`
 
 	// Violations lists every invariant that failed, one line each; empty
 	// means the campaign passed.
@@ -301,6 +303,7 @@ func (r *Report) Print(w io.Writer) {
 			s.Partitions, s.Events, s.Corrections, s.CorrectionFails, s.Promotions, s.Restarts, s.CopiesInFlight, s.ReplayHeldSeconds,
 			s.LagWaits, s.LagChecks, s.LagAttempts, s.LoadsChecked, s.Partial, s.Torn, s.Stale, s.TablesEqual)
 	}
+	r.Files.print(w)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)
 	}

@@ -48,7 +48,7 @@ const (
 )
 
 // RunIDPrefix starts the run_id of every event a watch publishes.
-const RunIDPrefix = "watch-"
+const RunIDPrefix = schemas.WatchRunIDPrefix
 
 // Dataset is one watched dataset, as the service builds it from the config.
 type Dataset struct {

@@ -67,8 +67,12 @@ func (r *ndjsonRows) next() (bool, error) {
 		if errors.As(err, &ute) {
 			return false, &FormatError{URL: r.f.URL, Err: fmt.Errorf("object %d (byte %d): not a JSON object", r.n+1, off)}
 		}
+		// The decoder says io.ErrUnexpectedEOF itself, unwrapped, when the
+		// file ends inside an object. A read of the store that failed (a body
+		// cut mid-file, which wraps io.ErrUnexpectedEOF too) comes back as
+		// the store's own error, transient: the file is not at fault.
 		var se *json.SyntaxError
-		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if errors.As(err, &se) || err == io.ErrUnexpectedEOF {
 			return false, &FormatError{URL: r.f.URL, Err: fmt.Errorf("object %d (byte %d): %v", r.n+1, off, err)}
 		}
 		return false, err

@@ -1,0 +1,113 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// A read of the store that fails mid-file (the connection closed after
+// part of the body, as a store or a proxy failing mid-response does) is
+// the store's transient error in every format, never a fatal bad_file:
+// the file is whole, and the next attempt reads it.
+func TestBodyCutMidFileIsTransient(t *testing.T) {
+	b := s3Backend(t)
+	up, err := url.Parse(b.s3.Endpoint)
+	require.NoError(t, err)
+	// Every object body is cut after half its bytes; the headers (and
+	// Content-Length) have gone out, so the client sees the body end early.
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			r.Out.Host = r.In.Host // what the client signed
+		},
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodGet && resp.ContentLength > 1 && resp.Request.URL.Query().Get("list-type") == "" {
+				resp.Body = &halfBody{r: resp.Body, left: resp.ContentLength / 2}
+			}
+			return nil
+		},
+	})
+	defer proxy.Close()
+	fixtures := map[Format]map[string][]byte{CSV: ordersCSV, NDJSON: ordersNDJSON, Parquet: ordersParquet(t)}
+	for format, fx := range fixtures {
+		t.Run(string(format), func(t *testing.T) {
+			dir := "cut-" + string(format) + "/dt=2026-11-28/"
+			for name, body := range fx {
+				b.put(t, dir+name, body)
+			}
+			spec := Spec{URL: b.base + "cut-" + string(format) + "/dt={partition}/", Format: format}
+			store, err := NewS3(bucket, S3Options{Endpoint: proxy.URL, PathStyle: true})
+			require.NoError(t, err)
+			r, err := Ready(context.Background(), store, spec, "cut-"+string(format)+"/dt=2026-11-28/", time.Now())
+			require.NoError(t, err)
+			require.NotEmpty(t, r.Listing.Files)
+			target := Target{Table: pgx.Identifier{"orders"}, Columns: ordersColumns, Fill: map[string]string{"dt": "2026-11-28"}}
+			for i := range r.Listing.Files {
+				err := readCut(store, spec, &r.Listing.Files[i], target)
+				require.Error(t, err, "a cut body read to its end without an error")
+				var fatal interface{ Fatal() bool }
+				require.False(t, errors.As(err, &fatal) && fatal.Fatal(), "a cut body is fatal: %v", err)
+			}
+		})
+	}
+}
+
+// readCut opens f and reads its stream to the end, returning the first
+// error.
+func readCut(store Store, spec Spec, f *File, target Target) error {
+	s, err := OpenStream(context.Background(), store, spec, f, target)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	_, err = bytesRead(s)
+	return err
+}
+
+// halfBody passes left bytes, then fails as a connection closed mid-body.
+type halfBody struct {
+	r    io.ReadCloser
+	left int64
+}
+
+func (h *halfBody) Read(p []byte) (int, error) {
+	if h.left <= 0 {
+		return 0, errors.New("cut")
+	}
+	if int64(len(p)) > h.left {
+		p = p[:h.left]
+	}
+	n, err := h.r.Read(p)
+	h.left -= int64(n)
+	return n, err
+}
+
+func (h *halfBody) Close() error { return h.r.Close() }
+
+// An NDJSON file that itself ends inside an object, read whole, stays a
+// fatal bad_file.
+func TestNDJSONTruncatedFileIsBadFile(t *testing.T) {
+	b := localBackend(t)
+	b.put(t, "n/dt=2026-11-28/part-0.json", []byte("{\"id\":1}\n{\"id\":2,\"note\":\"ha"))
+	spec := Spec{URL: b.base + "n/dt={partition}/", Format: NDJSON}
+	store := b.storeFor(t, spec)
+	r, err := ready(t, store, spec, "2026-11-28", time.Now())
+	require.NoError(t, err)
+	err = readCut(store, spec, &r.Listing.Files[0], Target{Table: pgx.Identifier{"orders"}, Columns: ordersColumns, Fill: map[string]string{"dt": "2026-11-28"}})
+	var fe *FormatError
+	require.ErrorAs(t, err, &fe)
+	require.Contains(t, err.Error(), "bad_file: ")
+}
