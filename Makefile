@@ -153,8 +153,8 @@ chaos-cluster-short: postgres ## the short cluster campaign (three nats-server, 
 	CHAOS_CLUSTER=1 CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./bench/chaos/
 
 .PHONY: chaos-faults
-chaos-faults: postgres ## the focused campaigns of site crashes and full disks, with their mechanism tests (about 4 min; needs root for the tmpfs)
-	$(GO) test -count=1 -timeout 15m -run '^(TestChaosSiteCrashShort|TestSiteCrashSparesTheCrashBudget|TestChaosDiskFullShort|TestBallastFillsTheDataDirectory)$$' -v ./bench/chaos/
+chaos-faults: postgres ## the focused campaign of each fault kind beyond the default campaign's (site crash, full disk, full streams, clock steps, source failover, object store), with their mechanism tests (about 9 min; needs root for the tmpfs)
+	CHAOS_FAULTS=1 $(GO) test -count=1 -timeout 30m -run '^(TestChaos(SiteCrash|DiskFull|StorageFull|ClockStep|SourceFailover|ObjectStore)Short|TestSiteCrashSparesTheCrashBudget|TestBallastFillsTheDataDirectory)$$' -v ./bench/chaos/
 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the

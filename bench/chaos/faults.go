@@ -243,11 +243,12 @@ func longFaults(o Options, rng *rand.Rand) []*fault {
 }
 
 // extraFaultWeights are the kinds drawn only when Options.Kinds names
-// them: faults that need more than the default campaign sets up.
+// them: faults that need more than the default campaign sets up. Each is
+// drawn as often as the others.
 var extraFaultWeights = []weightedKind{
-	{FaultClockStep, clockStepWeight},
-	{FaultJSStorageFull, 10},
-	{FaultSourceFailover, 10},
+	{FaultClockStep, 1},
+	{FaultJSStorageFull, 1},
+	{FaultSourceFailover, 1},
 	{FaultSiteCrash, 1},
 	{FaultPGDiskFull, 1},
 	{FaultObjectStoreDown, 1},

@@ -17,10 +17,6 @@ import (
 // dead-lettered, lost or loaded twice, no pause or wait ended early.
 const FaultClockStep = "clock_step"
 
-// clockStepWeight is how often clock_step is drawn when Options.Kinds
-// names it.
-const clockStepWeight = 6
-
 // clockFile is the file replica r's host clock offset is read from.
 func (r *replica) clockFile() string { return filepath.Join(r.dir, fmt.Sprintf("clock-%d", r.id)) }
 

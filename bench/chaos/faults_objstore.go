@@ -202,6 +202,20 @@ func (s *objStore) stop() {
 	}
 }
 
+// kill SIGKILLs versitygw, as a site's power cut would, and waits until
+// it exited.
+func (s *objStore) kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
 // restart starts versitygw again on the same port and data directory,
 // retrying while the port is still being released.
 func (s *objStore) restart(ctx context.Context) error {

@@ -52,10 +52,13 @@ type siteStep struct {
 // replicas idem processes and servers NATS servers comes back and the delay
 // before each: a function of the seed alone, so the same fault replays the
 // same order.
-func siteRestartOrder(seed int64, replicas int, servers []string) []siteStep {
+func siteRestartOrder(seed int64, replicas int, servers []string, store bool) []siteStep {
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	names := []string{"postgres"}
 	names = append(names, servers...)
+	if store {
+		names = append(names, "versitygw")
+	}
 	for i := range replicas {
 		names = append(names, fmt.Sprintf("idem%d", i))
 	}
@@ -78,15 +81,15 @@ func drawSiteCrash(o Options, f *fault, rng *rand.Rand) {
 		servers = append(servers, fmt.Sprintf("n%d", i))
 	}
 	f.Hold = siteSettle
-	for _, s := range siteRestartOrder(int64(f.Param), o.Replicas, servers) {
+	for _, s := range siteRestartOrder(int64(f.Param), o.Replicas, servers, o.Files) {
 		f.Hold += s.delay
 	}
 }
 
-// siteCrash kills every process of the site at once, brings each back in
-// the drawn order, and waits until every NATS server is current and idem
-// has finished a load again or has nothing left to load (f.Resumed; 0 if
-// neither within resumeBound).
+// siteCrash kills every process of the site at once (versitygw too, with
+// Options.Files), brings each back in the drawn order, and waits until
+// every NATS server is current and idem has finished a load again or has
+// nothing left to load (f.Resumed; 0 if neither within resumeBound).
 // f.Server records the order; f.Outage is the kill to the last start.
 func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 	c := n.cluster
@@ -98,7 +101,7 @@ func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 	for _, node := range c.nodes {
 		servers = append(servers, node.name)
 	}
-	steps := siteRestartOrder(int64(f.Param), len(n.replicas), servers)
+	steps := siteRestartOrder(int64(f.Param), len(n.replicas), servers, n.store != nil)
 	var order []string
 	for _, s := range steps {
 		order = append(order, s.name)
@@ -123,6 +126,9 @@ func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 	for _, r := range n.replicas {
 		wg.Go(func() { r.kill() })
 	}
+	if n.store != nil {
+		wg.Go(n.store.kill)
+	}
 	wg.Wait()
 	killed := time.Now()
 	if pgErr != nil {
@@ -135,6 +141,8 @@ func (n *nemesis) siteCrash(ctx, heal context.Context, f *fault) error {
 		switch {
 		case s.name == "postgres":
 			errs = append(errs, n.startPG(heal))
+		case s.name == "versitygw":
+			errs = append(errs, n.store.restart(heal))
 		case strings.HasPrefix(s.name, "idem"):
 			var i int
 			if _, err := fmt.Sscanf(s.name, "idem%d", &i); err == nil && i < len(n.replicas) {

@@ -128,7 +128,7 @@ END $$`)
 		rep.kill()
 		<-done
 		require.NoError(t, errs[0])
-		for _, s := range siteRestartOrder(int64(crash), 1, []string{"nats"}) {
+		for _, s := range siteRestartOrder(int64(crash), 1, []string{"nats"}, false) {
 			time.Sleep(s.delay)
 			switch s.name {
 			case "postgres":

@@ -46,7 +46,7 @@ func TestSiteCrashShortSchedule(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, early, 2, "site crashes in the first half of the phase")
-	steps := siteRestartOrder(int64(sched[0].Param), o.Replicas, []string{"n0", "n1", "n2"})
+	steps := siteRestartOrder(int64(sched[0].Param), o.Replicas, []string{"n0", "n1", "n2"}, false)
 	var names []string
 	for _, s := range steps {
 		names = append(names, s.name)
@@ -55,8 +55,8 @@ func TestSiteCrashShortSchedule(t *testing.T) {
 	require.GreaterOrEqual(t, steps[0].delay, siteDownMin)
 	slices.Sort(names)
 	require.Equal(t, []string{"idem0", "idem1", "idem2", "n0", "n1", "n2", "postgres"}, names)
-	require.Equal(t, steps, siteRestartOrder(int64(sched[0].Param), o.Replicas, []string{"n0", "n1", "n2"}), "the same seed, the same order")
-	require.NotEqual(t, steps, siteRestartOrder(int64(sched[1].Param), o.Replicas, []string{"n0", "n1", "n2"}))
+	require.Equal(t, steps, siteRestartOrder(int64(sched[0].Param), o.Replicas, []string{"n0", "n1", "n2"}, false), "the same seed, the same order")
+	require.NotEqual(t, steps, siteRestartOrder(int64(sched[1].Param), o.Replicas, []string{"n0", "n1", "n2"}, false))
 }
 
 // TestCrashedDeadLetterInASiteCrashIsNeverExcused: a crashed dead letter

@@ -40,12 +40,7 @@ var objstoreShortOptions = Options{Seed: objstoreShortSeed, Files: true, Kinds: 
 // twice and no event dead-lettered, and the SQL datasets keep every
 // guarantee of the other campaigns.
 func TestChaosObjectStoreShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	focused(t)
 	r := runCampaign(t, objstoreShortOptions)
 	if r == nil {
 		return
