@@ -292,7 +292,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 		pgURL = c.pooler.URL(dbName)
 	}
 	c.cfg = filepath.Join(o.Dir, "idem.yaml")
-	if err := os.WriteFile(c.cfg, []byte(configYAML(clientURL, pgURL, o)+c.files.yaml()), 0o600); err != nil {
+	if err := os.WriteFile(c.cfg, []byte(c.config(clientURL, pgURL)), 0o600); err != nil {
 		return err
 	}
 	for _, args := range [][]string{{"migrate"}, {"streams"}} {
@@ -343,6 +343,12 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 		go rep.supervise()
 	}
 	return c.waitReady(ctx, time.Minute)
+}
+
+// config is the replicas' config: every dataset of the campaign, with
+// NATS at natsURL and the warehouse at pgURL.
+func (c *campaign) config(natsURL, pgURL string) string {
+	return configYAML(natsURL, pgURL, c.o) + c.files.yaml()
 }
 
 // waitReady waits until every replica has said it started.

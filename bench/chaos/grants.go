@@ -31,9 +31,9 @@ var psqlIf = regexp.MustCompile(`(?s)\\if .*?\\endif\n`)
 // examples of sources and targets) for loaderRole on the campaign's
 // database, then grants the campaign's own sources and targets as those
 // examples grant theirs: SELECT on staging; SELECT, INSERT, UPDATE, DELETE
-// on the targets, and CREATE on their schema for append_dedupe's view,
-// whose table the role owns (idem creates its dedupe index). It returns
-// url with the role's credentials.
+// on the targets, and CREATE on their schema for append_dedupe's views,
+// whose tables (named *_raw) the role owns: idem creates their dedupe
+// index. It returns url with the role's credentials.
 func grantLoader(ctx context.Context, adminURL, grantsPath, loaderURL string) (string, error) {
 	b, err := os.ReadFile(grantsPath)
 	if err != nil {
@@ -51,7 +51,13 @@ GRANT USAGE ON SCHEMA staging TO %[1]s;
 GRANT SELECT ON ALL TABLES IN SCHEMA staging TO %[1]s;
 GRANT USAGE, CREATE ON SCHEMA analytics TO %[1]s;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA analytics TO %[1]s;
-ALTER TABLE analytics.append_raw OWNER TO %[1]s;
+DO $$
+DECLARE t text;
+BEGIN
+    FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = 'analytics' AND tablename LIKE '%%\_raw' LOOP
+        EXECUTE format('ALTER TABLE analytics.%%I OWNER TO %[1]s', t);
+    END LOOP;
+END $$;
 `, role, loaderPassword)
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
@@ -132,5 +138,5 @@ func (c *campaign) asLoader(ctx context.Context, clientURL, pgURL string) error 
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(c.cfg, []byte(configYAML(clientURL, u, c.o)), 0o600)
+	return os.WriteFile(c.cfg, []byte(c.config(clientURL, u)), 0o600)
 }
