@@ -69,6 +69,32 @@
 // left there (an advisory lock, a SET, a prepared statement, a temporary
 // table, a LISTEN, a cursor), and any advisory lock an idle backend holds.
 //
+// # Beyond the default campaign
+//
+// Options.Kinds restricts the schedule to the named short kinds, among
+// them those extraFaultWeights holds, which the default campaign never
+// draws because they need more of the site:
+//
+//   - site_crash (faults_site.go, with Options.Cluster): PostgreSQL, every
+//     nats-server, every replica and versitygw SIGKILLed at once, then
+//     brought back in an order the seed draws.
+//   - pg_disk_full (faults_disk.go, with Options.PG on a sized tmpfs): the
+//     data directory's filesystem filled with a ballast, and freed.
+//   - js_storage_full (faults_jsfull.go; Options.Downstream adds a then:
+//     dataset): the events, dead-letter or results stream at its limit.
+//   - clock_step (faults_clock.go): one replica's host clock an hour ahead
+//     or behind, read through IDEM_TEST_CLOCK_FILE by the test build.
+//   - replica_source_failover (faults_source.go, with Options.PGSource: a
+//     second PostgreSQL with a standby, pgsource.go): the standby restarted
+//     or promoted mid-COPY.
+//   - object_store_down, _slow, _5xx (faults_objstore.go, with
+//     Options.Files: watched file datasets in a real versitygw, files.go).
+//
+// Options.LeastPrivilege runs the replicas as grants.sql's role
+// (grants.go). TestChaosFaultsShort runs every one of these kinds in one
+// campaign; each has a focused campaign too (CHAOS_FAULTS=1, make
+// chaos-faults).
+//
 // # Determinism
 //
 // The workload (every event, copy, delay and staging change) and the fault
