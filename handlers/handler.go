@@ -20,6 +20,7 @@ import (
 	"github.com/idem-data/idem/internal/clock"
 	"github.com/idem-data/idem/internal/lineage"
 	"github.com/idem-data/idem/schemas"
+	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/strategies"
 )
 
@@ -367,11 +368,12 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 	var refused *checks.Error
 	var lag interface{ NotReady() bool }
 	switch {
-	case l.ds.Stage != nil && errors.As(err, &lag) && lag.NotReady() && !IsFatal(err):
+	case l.ds.Stage != nil && !IsFatal(err) && (errors.As(err, &lag) && lag.NotReady() || files.StoreUnavailable(err)):
 		// The source's standby fell behind between the gate asked before
-		// the attempt and the copy's own: a wait, as the gate's would have
-		// been, recorded unavailable so that it spends no attempt; past
-		// wait_up_to, fatal.
+		// the attempt and the copy's own, or the object store failed to
+		// serve a file (5xx, SlowDown, a cut connection): a wait, as the
+		// gate's or a listing's would have been, recorded unavailable so
+		// that it spends no attempt; past wait_up_to, fatal.
 		err = l.ds.Stage.wait(err, l.m.Published, h.now())
 		kind = audit.KindUnavailable
 		if IsFatal(err) {

@@ -5,9 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -556,4 +564,53 @@ func TestFilesSourceWatchRunSupersededBySameFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, audit.StatusSuccess, out.Status)
 	require.Equal(t, int64(3), e.db.Int(t, "SELECT count(*) FROM analytics.t"))
+}
+
+// An object store that fails to serve a file the listing found (503
+// SlowDown, as a store under load answers) fails the attempt as a wait:
+// recorded unavailable, no attempt spent, however many times; once the
+// store serves again the partition loads, as attempt 1.
+func TestFilesSourceStoreFailingMidLoadWaits(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Env(t)
+	srv.CreateBucket(t, "landing")
+	up, err := url.Parse(srv.Endpoint)
+	require.NoError(t, err)
+	var failing atomic.Bool
+	failing.Store(true)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			r.Out.Host = r.In.Host // what the client signed
+		},
+		ErrorLog: log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			if failing.Load() && resp.Request.Method == http.MethodGet && resp.Request.URL.Query().Get("list-type") == "" {
+				resp.Body.Close()
+				resp.StatusCode, resp.ContentLength = http.StatusServiceUnavailable, -1
+				resp.Header.Del("Content-Length")
+				resp.Body = io.NopCloser(strings.NewReader(`<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>`))
+			}
+			return nil
+		},
+	})
+	defer proxy.Close()
+	spec := files.Spec{URL: "s3://landing/orders/dt={partition}/", Format: files.CSV}.WithDefaults()
+	store, err := files.NewStore(spec, files.S3Options{Endpoint: proxy.URL, PathStyle: true})
+	require.NoError(t, err)
+	e := newStagedEnv(t, "delete_insert", strategies.Spec{Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"},
+		stagedDDL, spec, store, time.Hour)
+	srv.Put(t, "landing", "orders/dt=2026-11-28/part-0001.csv", []byte("id,amount,note\n1,1.50,a\n2,,b\n"))
+	for range 5 {
+		_, err = e.load("2026-11-28", "r1", time.Now())
+		var wait *handlers.WaitError
+		require.ErrorAs(t, err, &wait, "a store failing mid-load: the event waits")
+		require.False(t, handlers.IsFatal(err))
+	}
+	require.Equal(t, int64(5), e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'failed' AND error_kind = 'unavailable'"))
+	failing.Store(false)
+	_, err = e.load("2026-11-28", "r1", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM analytics.t"))
+	require.Equal(t, int64(1), e.db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"), "the waits spent attempts")
 }

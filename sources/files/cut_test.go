@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,7 @@ func TestBodyCutMidFileIsTransient(t *testing.T) {
 				require.Error(t, err, "a cut body read to its end without an error")
 				var fatal interface{ Fatal() bool }
 				require.False(t, errors.As(err, &fatal) && fatal.Fatal(), "a cut body is fatal: %v", err)
+				require.True(t, StoreUnavailable(err), "a cut body is not the store's trouble: %v", err)
 			}
 		})
 	}
@@ -110,4 +112,48 @@ func TestNDJSONTruncatedFileIsBadFile(t *testing.T) {
 	var fe *FormatError
 	require.ErrorAs(t, err, &fe)
 	require.Contains(t, err.Error(), "bad_file: ")
+}
+
+// A store answering 503 or 500 is unavailable; one refusing the
+// credentials (403) or missing the object (404) is not: waiting would not
+// help.
+func TestStoreUnavailableByStatus(t *testing.T) {
+	b := s3Backend(t)
+	up, err := url.Parse(b.s3.Endpoint)
+	require.NoError(t, err)
+	var status int
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			r.Out.Host = r.In.Host
+		},
+		ErrorLog: log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodGet && resp.Request.URL.Query().Get("list-type") == "" && status != 0 {
+				resp.Body.Close()
+				resp.StatusCode, resp.ContentLength = status, -1
+				resp.Header.Del("Content-Length")
+				resp.Body = io.NopCloser(strings.NewReader(`<?xml version="1.0"?><Error><Code>X</Code><Message>x</Message></Error>`))
+			}
+			return nil
+		},
+	})
+	defer proxy.Close()
+	b.put(t, "st/dt=2026-11-28/part-0.csv", ordersCSV["part-0.csv"])
+	spec := Spec{URL: b.base + "st/dt={partition}/", Format: CSV}
+	store, err := NewS3(bucket, S3Options{Endpoint: proxy.URL, PathStyle: true})
+	require.NoError(t, err)
+	r, err := Ready(context.Background(), store, spec, "st/dt=2026-11-28/", time.Now())
+	require.NoError(t, err)
+	require.NotEmpty(t, r.Listing.Files)
+	target := Target{Table: pgx.Identifier{"orders"}, Columns: ordersColumns, Fill: map[string]string{"dt": "2026-11-28"}}
+	for _, c := range []struct {
+		status      int
+		unavailable bool
+	}{{503, true}, {500, true}, {429, true}, {403, false}} {
+		status = c.status
+		err := readCut(store, spec, &r.Listing.Files[0], target)
+		require.Error(t, err, "status %d", c.status)
+		require.Equal(t, c.unavailable, StoreUnavailable(err), "status %d: %v", c.status, err)
+	}
 }

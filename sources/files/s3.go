@@ -298,6 +298,19 @@ func (s *S3) fail(op, key string, err error) error {
 	return e
 }
 
+// StoreUnavailable reports whether err is the store failing to serve a
+// request: an answer of 5xx or 429 (SlowDown), or none at all (refused,
+// cut or timed out). That is the store's trouble, not the files' and not
+// a setting's: a 403 or a 404 is not one.
+func StoreUnavailable(err error) bool {
+	var se *s3Error
+	if !errors.As(err, &se) || se.notFound {
+		return false
+	}
+	st := statusOf(se.err)
+	return st == 0 || st == 429 || st >= 500
+}
+
 func statusOf(err error) int {
 	var re interface{ HTTPStatusCode() int }
 	if errors.As(err, &re) {
