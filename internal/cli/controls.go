@@ -45,19 +45,30 @@ dataset replaces its pause.`,
 			if reason == "" {
 				return &UsageError{errors.New("--reason is required: say why, for whoever finds the dataset paused")}
 			}
-			var u *time.Time
 			if until != "" {
-				t, err := audit.ParseUntil(until, time.Now())
-				if err != nil {
+				if _, err := audit.ParseUntil(until, time.Now()); err != nil {
 					return &UsageError{fmt.Errorf("--until: %w", err)}
 				}
-				u = &t
 			}
 			cfg, pool, err := e.datasetDB(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
+			var u *time.Time
+			if until != "" {
+				// A duration counts from the database's clock, which ends
+				// the pause, not from this host's.
+				now, err := audit.DatabaseNow(cmd.Context(), pool)
+				if err != nil {
+					return err
+				}
+				t, err := audit.ParseUntil(until, now)
+				if err != nil {
+					return &UsageError{fmt.Errorf("--until: %w", err)}
+				}
+				u = &t
+			}
 			p, err := audit.PauseDataset(cmd.Context(), pool, cfg.Pipeline, args[0], e.operator(by), reason, u, "")
 			if err != nil {
 				return err
