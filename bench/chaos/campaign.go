@@ -39,6 +39,8 @@ type campaign struct {
 	logs     string
 	replicas []*replica
 	files    *fileWorkload // nil without Options.Files
+	timely   *timely       // nil without Options.Timely
+	adminCfg string        // the config as the administrator, for operator commands
 }
 
 // Run runs one campaign and returns its report. An error means the harness
@@ -106,6 +108,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
 	srcDone := c.src.publish(pubCtx, start, pub)
 	c.files.run(pubCtx, start)
+	timelyDone := c.timely.run(pubCtx, start, c.pubJS, c.adminCfg)
 	// The nemesis starts no fault after the phase, but lets the last one run
 	// its length: a warehouse outage is never cut short.
 	nemErr := nem.run(ctx, start, start.Add(o.Duration), sched)
@@ -114,6 +117,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	<-pubDone
 	<-srcDone
+	<-timelyDone
 	if nemErr != nil {
 		return nil, nemErr
 	}
@@ -143,6 +147,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	o.Logf("chaos: drained in %.1fs", r.DrainSeconds)
 	c.files.waitCaughtUp(ctx, c.db, lastFault, lastFault.Add(o.DrainBound), r)
+	c.timely.settle(ctx, r)
 	// The outbox too, before the relays stop: a row whose publish failed
 	// during a fault waits for its own backoff (up to 1 min and jitter).
 	if left, waited := c.waitOutbox(ctx, 150*time.Second); left > 0 {
@@ -202,6 +207,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return r, err
 	}
 	if err := c.src.check(cctx, c.db, r); err != nil {
+		return r, err
+	}
+	if err := c.timely.check(cctx, c.db, r); err != nil {
 		return r, err
 	}
 	if err := c.files.checkFiles(cctx, c.db, c.js, r); err != nil {
@@ -264,6 +272,9 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	if c.files, err = setupFiles(ctx, o, c.db, c.logs); err != nil {
 		return err
 	}
+	if c.timely, err = setupTimely(ctx, o, c.db); err != nil {
+		return err
+	}
 	var clientURL, directURL string
 	if o.Cluster {
 		if c.cluster, err = startCluster(ctx, o.NATSBin, o.Dir, c.logs); err != nil {
@@ -293,6 +304,12 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	}
 	c.cfg = filepath.Join(o.Dir, "idem.yaml")
 	if err := os.WriteFile(c.cfg, []byte(c.config(clientURL, pgURL)), 0o600); err != nil {
+		return err
+	}
+	// Operator commands (idem pause) run as the administrator, whichever
+	// role the replicas log in as.
+	c.adminCfg = filepath.Join(o.Dir, "idem-admin.yaml")
+	if err := os.WriteFile(c.adminCfg, []byte(c.config(clientURL, pgURL)), 0o600); err != nil {
 		return err
 	}
 	for _, args := range [][]string{{"migrate"}, {"streams"}} {
@@ -348,7 +365,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 // config is the replicas' config: every dataset of the campaign, with
 // NATS at natsURL and the warehouse at pgURL.
 func (c *campaign) config(natsURL, pgURL string) string {
-	return configYAML(natsURL, pgURL, c.o) + c.files.yaml()
+	return configYAML(natsURL, pgURL, c.o) + c.files.yaml() + c.timely.yaml()
 }
 
 // waitReady waits until every replica has said it started.

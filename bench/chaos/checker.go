@@ -553,7 +553,7 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 		}
 	}
 	for k := range ledger {
-		if !published[k] && k.dataset != downstreamDataset && !isFileDataset(k.dataset) { // checkDownstream checks those
+		if !published[k] && k.dataset != downstreamDataset && !isFileDataset(k.dataset) && !isTimelyDataset(k.dataset) { // checkDownstream checks those
 			c.UnexpectedLedger++
 			r.violate("ledger has %s %s %s, which was never published as a valid event", k.dataset, k.partition, k.runID)
 		}

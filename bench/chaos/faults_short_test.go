@@ -33,7 +33,7 @@ var faultsShortKinds = append([]string{FaultSiteCrash, FaultPGDiskFull, FaultJSS
 // (TestFaultsShortScheduleHasEveryKind); CHAOS_SEED overrides it.
 const faultsShortSeed = 20267609
 
-var faultsShortOptions = Options{Seed: faultsShortSeed, Cluster: true, PGSource: true, Files: true, Downstream: true, LeastPrivilege: true,
+var faultsShortOptions = Options{Seed: faultsShortSeed, Cluster: true, PGSource: true, Files: true, Downstream: true, Timely: true, LeastPrivilege: true,
 	Kinds: faultsShortKinds, LongRounds: -1, Duration: 100 * time.Second, Events: 600}
 
 // TestChaosFaultsShort is the campaign `make test` runs for the faults
@@ -74,5 +74,23 @@ func TestFaultsShortScheduleHasEveryKind(t *testing.T) {
 		if at, ok := first[k]; !ok || at > o.Duration*3/5 {
 			t.Errorf("%s first drawn at %s (drawn: %v), want within %s", k, at, ok, o.Duration*3/5)
 		}
+	}
+}
+
+// timelyShortSeed is TestChaosTimelyShort's seed; CHAOS_SEED overrides it.
+const timelyShortSeed = 20261207
+
+// TestChaosTimelyShort is the focused campaign of a world that moves:
+// events before their rows, rows corrected with no event, an operator's
+// pauses, among replicas killed, PostgreSQL stopped and clocks stepped.
+func TestChaosTimelyShort(t *testing.T) {
+	focused(t)
+	r := runCampaign(t, Options{Seed: timelyShortSeed, Timely: true, LeastPrivilege: true, LongRounds: -1,
+		Kinds: []string{FaultKill, FaultPGFast, FaultClockStep}, Duration: 60 * time.Second, Events: 300})
+	if r == nil || r.Timely == nil {
+		t.Fatal("no timely figures")
+	}
+	if r.Timely.EarlyWaited == 0 || r.Timely.RecheckReloads == 0 || r.Timely.Pauses < 2 {
+		t.Errorf("the moving world did not move: %+v", *r.Timely)
 	}
 }

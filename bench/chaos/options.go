@@ -124,6 +124,11 @@ type Options struct {
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
+	// Timely adds a world that moves on its own (timely.go): a dataset
+	// whose events come before their rows (ready_when), one whose rows are
+	// corrected with no event (recheck), and an operator pausing a busy
+	// dataset for a few seconds, again and again.
+	Timely bool
 	// LeastPrivilege runs the replicas as the role deploy/postgres/
 	// grants.sql makes (GrantsPath), with the campaign's own sources and
 	// targets granted as its examples grant theirs; migrate and streams run

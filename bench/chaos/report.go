@@ -49,6 +49,8 @@ type Report struct {
 	Downstream  *DownstreamFigures  `json:"downstream,omitempty"`
 	// Source is the PostgreSQL source's, with Options.PGSource.
 	Source *SourceFigures `json:"pg_source,omitempty"`
+	// Timely is the moving world's (Options.Timely); nil without.
+	Timely *TimelyFigures `json:"timely,omitempty"`
 	// Files are the file datasets' figures (Options.Files); nil without.
 	Files *FileFigures `json:"files,omitempty"`
 
@@ -304,6 +306,10 @@ func (r *Report) Print(w io.Writer) {
 			s.LagWaits, s.LagChecks, s.LagAttempts, s.LoadsChecked, s.Partial, s.Torn, s.Stale, s.TablesEqual)
 	}
 	r.Files.print(w)
+	if t := r.Timely; t != nil {
+		fmt.Fprintf(w, "timely        %d early partitions (%d waited for their rows, %d loads before them); %d silent corrections, %d recheck reloads; %d pauses (%d failed), %d attempts while paused\n",
+			t.EarlyPartitions, t.EarlyWaited, t.EarlyBeforeReady, t.Corrections, t.RecheckReloads, t.Pauses, t.PauseFails, t.LoadsWhilePaused)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note          %s\n", n)
 	}
