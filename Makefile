@@ -158,6 +158,13 @@ chaos-cluster: postgres ## long cluster campaign (3 NATS servers, R3; CHAOS_EVEN
 chaos-cluster-short: postgres ## the short cluster campaign (three nats-server, R3; about 2.5 minutes, a fixed seed; CHAOS_SEED to try another)
 	CHAOS_CLUSTER=1 CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./bench/chaos/
 
+.PHONY: chaos-full
+chaos-full: postgres ## the full campaign: every fault kind and every kind of dataset on three nats-server (100,000 events over 60 min by default; CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED); figures in bin/chaos-full-report.json
+	@seed=$${CHAOS_SEED:-$$(( $$(date +%s%N) % 1000000000 ))}; \
+	echo "chaos-full: seed $$seed (replay with make chaos-full CHAOS_SEED=$$seed)"; \
+	CHAOS_LONG=1 CHAOS_FULL=1 CHAOS_SEED=$$seed CHAOS_REPORT=$(CURDIR)/bin/chaos-full-report.json \
+		$(GO) test -count=1 -timeout 4h -run '^TestChaosFullCampaign$$' -v ./bench/chaos/
+
 .PHONY: chaos-faults
 chaos-faults: postgres ## the focused campaign of each fault kind beyond the default campaign's (site crash, full disk, full streams, clock steps, source failover, object store), with their mechanism tests (about 9 min; needs root for the tmpfs)
 	CHAOS_FAULTS=1 $(GO) test -count=1 -timeout 30m -run '^(TestChaos(SiteCrash|DiskFull|StorageFull|ClockStep|SourceFailover|ObjectStore|Timely)Short|TestSiteCrashSparesTheCrashBudget|TestBallastFillsTheDataDirectory)$$' -v ./bench/chaos/

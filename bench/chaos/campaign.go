@@ -365,7 +365,8 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 // config is the replicas' config: every dataset of the campaign, with
 // NATS at natsURL and the warehouse at pgURL.
 func (c *campaign) config(natsURL, pgURL string) string {
-	return configYAML(natsURL, pgURL, c.o) + c.files.yaml() + c.timely.yaml()
+	// The file datasets end with the top-level s3: block: last.
+	return configYAML(natsURL, pgURL, c.o) + c.timely.yaml() + c.files.yaml()
 }
 
 // waitReady waits until every replica has said it started.

@@ -279,6 +279,9 @@ func drawnWeights(o Options) []weightedKind {
 		var out []weightedKind
 		for _, w := range allWeights() {
 			if slices.Contains(o.Kinds, w.kind) {
+				if o.ExtraWeight > 0 && slices.ContainsFunc(extraFaultWeights, func(e weightedKind) bool { return e.kind == w.kind }) {
+					w.weight = o.ExtraWeight
+				}
 				out = append(out, w)
 			}
 		}

@@ -94,3 +94,40 @@ func TestChaosTimelyShort(t *testing.T) {
 		t.Errorf("the moving world did not move: %+v", *r.Timely)
 	}
 }
+
+// TestChaosFullCampaign is the long campaign of every fault and every
+// kind of dataset (`make chaos-full`): the cluster's faults and long
+// faults, and each kind beyond them, on the site of TestChaosFaultsShort
+// (the warehouse on a 4 GiB tmpfs). Its seed is drawn unless CHAOS_SEED
+// is set; CHAOS_EVENTS and CHAOS_DURATION size it.
+func TestChaosFullCampaign(t *testing.T) {
+	if os.Getenv("CHAOS_LONG") != "1" || os.Getenv("CHAOS_FULL") == "" {
+		t.Skip("the full campaign runs with CHAOS_LONG=1 CHAOS_FULL=1 (make chaos-full)")
+	}
+	o := faultsShortOptions
+	o.Seed = 0
+	o.Kinds = append(clusterKindsAll(), faultsShortKinds...)
+	o.ExtraWeight = 4
+	o.Events, o.Duration, o.Partitions, o.DrainBound = 100000, 60*time.Minute, 100, 3*time.Minute
+	o.LongRounds, o.WarehouseDownMin, o.WarehouseDownMax = 4, 30*time.Second, 2*time.Minute
+	o.FaultGapMin, o.FaultGapMax = 500*time.Millisecond, 2*time.Second
+	o.PG = pgOnTmpfs(t, 4096)
+	r := runCampaign(t, o)
+	requireLongFaults(t, r)
+	if r != nil {
+		for _, k := range faultsShortKinds {
+			if n := r.Faults.ByKind[k]; n < 20 {
+				t.Errorf("%d %s: fewer than 20", n, k)
+			}
+		}
+	}
+}
+
+// clusterKindsAll are the kinds the cluster campaign draws.
+func clusterKindsAll() []string {
+	var out []string
+	for _, w := range clusterFaultWeights {
+		out = append(out, w.kind)
+	}
+	return out
+}

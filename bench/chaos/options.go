@@ -124,6 +124,10 @@ type Options struct {
 	// NoFaults runs the workload without the nemesis and the crash hook: the
 	// control run.
 	NoFaults bool
+	// ExtraWeight, when set, is the weight of each kind of
+	// extraFaultWeights that Kinds names, beside the others' own: how often
+	// a long campaign draws them among the cluster's faults.
+	ExtraWeight int
 	// Timely adds a world that moves on its own (timely.go): a dataset
 	// whose events come before their rows (ready_when), one whose rows are
 	// corrected with no event (recheck), and an operator pausing a busy
