@@ -26,6 +26,8 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // The object-store faults (Options.Files): the store the file datasets
@@ -105,7 +107,7 @@ func startObjStore(ctx context.Context, bin, dir, logs string, seed int64) (*obj
 	}
 	var err error
 	for range 3 {
-		if s.port, err = freeTCPPort(); err != nil {
+		if s.port, err = localpg.FreePort(); err != nil {
 			return nil, err
 		}
 		if err = s.start(ctx); err == nil {
@@ -185,26 +187,15 @@ func (s *objStore) start(ctx context.Context) error {
 
 // stop stops versitygw with SIGTERM (SIGKILL after 5 s) and waits until it
 // exited.
-func (s *objStore) stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
+func (s *objStore) stop() { s.halt(syscall.SIGTERM, 5*time.Second) }
 
 // kill SIGKILLs versitygw, as a site's power cut would, and waits until
 // it exited.
-func (s *objStore) kill() {
+func (s *objStore) kill() { s.halt(syscall.SIGKILL, 0) }
+
+// halt sends sig to versitygw, SIGKILL if it has not exited within grace,
+// and waits until it exited.
+func (s *objStore) halt(sig syscall.Signal, grace time.Duration) {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.cmd = nil
@@ -212,8 +203,13 @@ func (s *objStore) kill() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Kill()
-	<-done
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
 
 // restart starts versitygw again on the same port and data directory,
@@ -445,11 +441,3 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func freeTCPPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +34,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // The versitygw the rig runs.
@@ -98,7 +99,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	// A free port can be taken between finding it and versitygw binding it;
 	// a server that exits before answering gets another.
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := localpg.FreePort()
 		if err != nil {
 			t.Fatalf("s3test: %v", err)
 		}
@@ -338,15 +339,6 @@ func lockFile(path string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randomHex(t testing.TB, n int) string {
