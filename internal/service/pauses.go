@@ -47,7 +47,10 @@ type pauses struct {
 func (p *pauses) Paused(dataset string) (time.Time, bool) {
 	m := p.cur.Load()
 	if m == nil {
-		return time.Time{}, false
+		// Never read (the warehouse was down when this replica started):
+		// whether the dataset is paused is unknown, so its messages wait
+		// for the next read rather than load through a pause.
+		return p.clock().Add(pausePoll), true
 	}
 	deadline, ok := (*m)[dataset]
 	if !ok || !deadline.IsZero() && !p.clock().Before(deadline) {

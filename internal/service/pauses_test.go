@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
@@ -60,4 +62,29 @@ func TestPausesKeepTheDatabasesClock(t *testing.T) {
 	_, ok := p.Paused("events")
 	require.True(t, ok)
 	require.Eventually(t, func() bool { _, ok := p.Paused("events"); return !ok }, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestPausesUnreadHoldEveryDataset: a replica that could not read the
+// pauses yet (the warehouse down when it started) holds every dataset
+// until a read succeeds, instead of loading through a pause it does not
+// know of.
+func TestPausesUnreadHoldEveryDataset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	down, err := pgxpool.New(ctx, "postgres://idem@127.0.0.1:1/none?connect_timeout=1")
+	require.NoError(t, err)
+	defer down.Close()
+	p := &pauses{db: down, pipeline: "shop", log: zerolog.Nop()}
+	p.refresh(ctx)
+	deadline, ok := p.Paused("orders")
+	require.True(t, ok, "pauses never read: the dataset loads through whatever pause there is")
+	require.WithinDuration(t, time.Now().Add(pausePoll), deadline, pausePoll)
+
+	db := pgtest.NewDB(t)
+	_, err = audit.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	p.db = db.Pool
+	p.refresh(ctx)
+	_, ok = p.Paused("orders")
+	require.False(t, ok, "read once: not paused")
 }
