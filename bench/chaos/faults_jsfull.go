@@ -127,12 +127,22 @@ func fillStream(ctx context.Context, js jetstream.JetStream, stream string) (jet
 	cfg := orig
 	cfg.Discard = jetstream.DiscardNew
 	cfg.MaxBytes = max(int64(info.State.Bytes), 1)
-	upd, err := js.UpdateStream(actx, cfg)
-	if err != nil {
+	if _, err := js.UpdateStream(actx, cfg); err != nil {
 		return jetstream.StreamConfig{}, 0, fmt.Errorf("fill %s: %w", stream, err)
 	}
-	return orig, upd.CachedInfo().State.LastSeq, nil
+	// In a cluster a message proposed before the update applied may still
+	// commit after its answer: the sequence to hold is read once those
+	// have landed.
+	sleepCtx(actx, fillSettle)
+	if info, err = s.Info(actx); err != nil {
+		return jetstream.StreamConfig{}, 0, fmt.Errorf("info of %s: %w", stream, err)
+	}
+	return orig, info.State.LastSeq, nil
 }
+
+// fillSettle is how long after a stream's limit is lowered the messages
+// proposed before it may still commit.
+const fillSettle = 500 * time.Millisecond
 
 // restoreStream puts orig back, retrying for a minute (the stream's
 // config must not stay lowered), and returns how many messages the stream
