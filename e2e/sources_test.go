@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/internal/deadletter"
-	"github.com/idem-data/idem/internal/localpg"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 // TestFileSourceWaitsThroughNATS: a file partition published before its
@@ -104,19 +103,8 @@ func TestFileSourceWaitsThroughNATS(t *testing.T) {
 func TestPostgresSourceWaitsForItsStandby(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary, err := localpg.Start(ctx, localpg.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Close() })
-	standby, err := primary.Standby(ctx, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = standby.Close() })
-	pc, err := pgx.Connect(ctx, primary.URL(""))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pc.Close(ctx) })
-	sc, err := pgx.Connect(ctx, standby.URL(""))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sc.Close(ctx) })
-	_, err = pc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
+	_, standby, pc, sc := pgtest.PrimaryWithStandby(t)
+	_, err := pc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
 		INSERT INTO src SELECT g, '2026-11-28', g * 1.5, 'row ' || g FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/parquet-go/parquet-go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -27,7 +26,6 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/lineage"
-	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
@@ -419,19 +417,8 @@ func TestFilesSourceLineageNamesTheFilesRead(t *testing.T) {
 func TestPostgresSourceLagAfterTheGateWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	primary, err := localpg.Start(ctx, localpg.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Close() })
-	standby, err := primary.Standby(ctx, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = standby.Close() })
-	pc, err := pgx.Connect(ctx, primary.URL(""))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pc.Close(ctx) })
-	sc, err := pgx.Connect(ctx, standby.URL(""))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sc.Close(ctx) })
-	_, err = pc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
+	_, standby, pc, sc := pgtest.PrimaryWithStandby(t)
+	_, err := pc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
 		INSERT INTO src SELECT g, '2026-11-28', g, 'row ' || g FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -173,12 +173,7 @@ const shortSeed = 20260301
 // one rolling restart and one failover to a standby that missed the last
 // commits among them, sized for a 2-core machine under the race detector.
 func TestChaosShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs TestChaosCampaign instead")
-	}
+	shortCampaign(t)
 	r := runCampaign(t, Options{Seed: shortSeed, LeastPrivilege: true})
 	requireLongFaults(t, r)
 }
@@ -235,12 +230,7 @@ var poolerShortOptions = Options{Seed: poolerShortSeed, PoolMode: PoolTransactio
 // down for up to 2 s. At the end nothing may be left on the pooler's
 // server connections. `make chaos-pooler` runs it; `make test` does not.
 func TestChaosPoolerShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	shortCampaign(t)
 	if os.Getenv("CHAOS_POOLER") == "" {
 		// make test's time goes to the other two campaigns; its pooler
 		// restart under load is e2e.TestPgBouncerRestartUnderLoad.
@@ -288,12 +278,7 @@ var clusterShortOptions = Options{Seed: clusterShortSeed, Cluster: true, Events:
 // outages, rolling restarts of idem) are left to TestChaosShort and to
 // `make chaos-cluster`: in 120 s they would leave room for little else.
 func TestChaosClusterShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs TestChaosClusterCampaign instead")
-	}
+	shortCampaign(t)
 	if os.Getenv("CHAOS_CLUSTER") == "" {
 		// make test runs one short campaign (TestChaosShort); this one has
 		// a target of its own.

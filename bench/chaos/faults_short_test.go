@@ -7,10 +7,9 @@ import (
 	"time"
 )
 
-// focused skips a focused campaign of one fault kind unless CHAOS_FAULTS
-// is set (make chaos-faults): make test runs TestChaosFaultsShort, every
-// such kind in one campaign, instead.
-func focused(t *testing.T) {
+// shortCampaign skips a short campaign in -short and under CHAOS_LONG=1,
+// which runs the long ones.
+func shortCampaign(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("chaos campaign: not in -short")
@@ -18,6 +17,14 @@ func focused(t *testing.T) {
 	if os.Getenv("CHAOS_LONG") == "1" {
 		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
 	}
+}
+
+// focused skips a focused campaign of one fault kind unless CHAOS_FAULTS
+// is set (make chaos-faults): make test runs TestChaosFaultsShort, every
+// such kind in one campaign, instead.
+func focused(t *testing.T) {
+	t.Helper()
+	shortCampaign(t)
 	if os.Getenv("CHAOS_FAULTS") == "" {
 		t.Skip("the focused campaigns run with CHAOS_FAULTS=1 (make chaos-faults); make test runs TestChaosFaultsShort")
 	}
@@ -45,12 +52,7 @@ var faultsShortOptions = Options{Seed: faultsShortSeed, Cluster: true, PGSource:
 // and the object store down, slow or failing, among 100 s of faults. Each kind also has a focused
 // campaign of its own (make chaos-faults).
 func TestChaosFaultsShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos campaign: not in -short")
-	}
-	if os.Getenv("CHAOS_LONG") == "1" {
-		t.Skip("CHAOS_LONG=1 runs the long campaigns instead")
-	}
+	shortCampaign(t)
 	o := faultsShortOptions
 	o.PG = pgOnTmpfs(t, 640)
 	r := runCampaign(t, o)

@@ -1,10 +1,12 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -111,16 +113,8 @@ func setupTimely(ctx context.Context, o Options, db *pgxpool.Pool) (*timely, err
 	for at := 10 * time.Second; at < phase; at += 15*time.Second + time.Duration(rng.Int64N(int64(10*time.Second))) {
 		t.items = append(t.items, timelyItem{at: at, pause: true, correct: -1})
 	}
-	sortItems(t.items)
+	slices.SortStableFunc(t.items, func(a, b timelyItem) int { return cmp.Compare(a.at, b.at) })
 	return t, nil
-}
-
-func sortItems(items []timelyItem) {
-	for i := 1; i < len(items); i++ {
-		for j := i; j > 0 && items[j].at < items[j-1].at; j-- {
-			items[j], items[j-1] = items[j-1], items[j]
-		}
-	}
 }
 
 func earlyKey(p int) string { return earlyFirstDay.AddDate(0, 0, p).Format(time.DateOnly) }

@@ -23,25 +23,13 @@ import (
 // the file is whole, and the next attempt reads it.
 func TestBodyCutMidFileIsTransient(t *testing.T) {
 	b := s3Backend(t)
-	up, err := url.Parse(b.s3.Endpoint)
-	require.NoError(t, err)
 	// Every object body is cut after half its bytes; the headers (and
 	// Content-Length) have gone out, so the client sees the body end early.
-	proxy := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(up)
-			r.Out.Host = r.In.Host // what the client signed
-		},
-		FlushInterval: -1,
-		ErrorLog:      log.New(io.Discard, "", 0),
-		ModifyResponse: func(resp *http.Response) error {
-			if resp.Request.Method == http.MethodGet && resp.ContentLength > 1 && resp.Request.URL.Query().Get("list-type") == "" {
-				resp.Body = &halfBody{r: resp.Body, left: resp.ContentLength / 2}
-			}
-			return nil
-		},
+	proxy := objectProxy(t, b.s3.Endpoint, func(resp *http.Response) {
+		if resp.ContentLength > 1 {
+			resp.Body = &halfBody{r: resp.Body, left: resp.ContentLength / 2}
+		}
 	})
-	defer proxy.Close()
 	fixtures := map[Format]map[string][]byte{CSV: ordersCSV, NDJSON: ordersNDJSON, Parquet: ordersParquet(t)}
 	for format, fx := range fixtures {
 		t.Run(string(format), func(t *testing.T) {
@@ -119,26 +107,15 @@ func TestNDJSONTruncatedFileIsBadFile(t *testing.T) {
 // help.
 func TestStoreUnavailableByStatus(t *testing.T) {
 	b := s3Backend(t)
-	up, err := url.Parse(b.s3.Endpoint)
-	require.NoError(t, err)
 	var status int
-	proxy := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(up)
-			r.Out.Host = r.In.Host
-		},
-		ErrorLog: log.New(io.Discard, "", 0),
-		ModifyResponse: func(resp *http.Response) error {
-			if resp.Request.Method == http.MethodGet && resp.Request.URL.Query().Get("list-type") == "" && status != 0 {
-				resp.Body.Close()
-				resp.StatusCode, resp.ContentLength = status, -1
-				resp.Header.Del("Content-Length")
-				resp.Body = io.NopCloser(strings.NewReader(`<?xml version="1.0"?><Error><Code>X</Code><Message>x</Message></Error>`))
-			}
-			return nil
-		},
+	proxy := objectProxy(t, b.s3.Endpoint, func(resp *http.Response) {
+		if status != 0 {
+			resp.Body.Close()
+			resp.StatusCode, resp.ContentLength = status, -1
+			resp.Header.Del("Content-Length")
+			resp.Body = io.NopCloser(strings.NewReader(`<?xml version="1.0"?><Error><Code>X</Code><Message>x</Message></Error>`))
+		}
 	})
-	defer proxy.Close()
 	b.put(t, "st/dt=2026-11-28/part-0.csv", ordersCSV["part-0.csv"])
 	spec := Spec{URL: b.base + "st/dt={partition}/", Format: CSV}
 	store, err := NewS3(bucket, S3Options{Endpoint: proxy.URL, PathStyle: true})
@@ -156,4 +133,28 @@ func TestStoreUnavailableByStatus(t *testing.T) {
 		require.Error(t, err, "status %d", c.status)
 		require.Equal(t, c.unavailable, StoreUnavailable(err), "status %d: %v", c.status, err)
 	}
+}
+
+// objectProxy is a proxy in front of the S3 endpoint whose answers to
+// object GETs (not listings) change answers first; it closes when t ends.
+func objectProxy(t *testing.T, endpoint string, change func(*http.Response)) *httptest.Server {
+	t.Helper()
+	up, err := url.Parse(endpoint)
+	require.NoError(t, err)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			r.Out.Host = r.In.Host // what the client signed
+		},
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodGet && resp.Request.URL.Query().Get("list-type") == "" {
+				change(resp)
+			}
+			return nil
+		},
+	})
+	t.Cleanup(proxy.Close)
+	return proxy
 }

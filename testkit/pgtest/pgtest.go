@@ -366,3 +366,33 @@ func DefaultParallel(n int) {
 		_ = flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }
+
+// PrimaryWithStandby starts a cluster of its own and a streaming standby
+// of it (a source that a test pauses, restarts or promotes), with a
+// connection to each; all are closed when t ends.
+func PrimaryWithStandby(t testing.TB) (primary, standby *localpg.Server, pc, sc *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	primary, err := localpg.Start(ctx, localpg.Options{})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { _ = primary.Close() })
+	standby, err = primary.Standby(ctx, 0)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { _ = standby.Close() })
+	for _, c := range []struct {
+		s    *localpg.Server
+		conn **pgx.Conn
+	}{{primary, &pc}, {standby, &sc}} {
+		conn, err := pgx.Connect(ctx, c.s.URL(""))
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		*c.conn = conn
+	}
+	return primary, standby, pc, sc
+}
