@@ -33,6 +33,9 @@ type planStatement struct {
 	// rely on the service preparing them again as it grows
 	// (internal/service's plan ages).
 	from int
+	// unanalyzedOr maps an index of uses to one the plan may take instead
+	// on a large table never analysed (see TestPerEventPlansUnanalyzed).
+	unanalyzedOr map[string]string
 	// custom: the statement is planned at each execution for its values
 	// (force_custom_plan around it), so its plan is checked as such.
 	custom bool
@@ -89,6 +92,7 @@ func perEventStatements(t *testing.T) []planStatement {
 				uses = lookups
 			}
 			add(fmt.Sprintf("begin force=%v result=%v", force, result != nil), b, uses, []string{dateIdx})
+			out[len(out)-1].unanalyzedOr = map[string]string{partIdx: dateIdx}
 		}
 	}
 	{
@@ -409,22 +413,18 @@ func TestPerEventPlansUseTheirIndexes(t *testing.T) {
 // 1k and 100k attempts without ever being analyzed (autovacuum off, or
 // not yet come round).
 //
-// Without statistics, the start of an attempt weighs two indexes of
-// pipeline_audit almost alike at 100k rows, and under load a run has
-// been seen to take the other one (about one in eight, never twice in a
-// row). A state found wrong is built again in a new database and checked
-// once more: a plan that comes from the statement, not from the moment,
-// fails both.
+// Without statistics, the start of an attempt costs its seek on
+// pipeline_audit_partition_idx and one on the smaller
+// pipeline_audit_date_idx within the planner's 1% fuzz at 100k rows
+// (17.01 against 16.90, measured), so either may win: both seek the
+// pipeline and dataset, neither reads the table whole. Only a table that
+// autovacuum never reaches stays so (idem migrate analyses the ones that
+// hold rows); analysed, it takes the partition's index at every size
+// (TestPerEventPlansUseTheirIndexes).
 func TestPerEventPlansUnanalyzed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	stmts := perEventStatements(t)
-	first := unanalyzedPlanFaults(ctx, t, stmts)
-	if len(first) == 0 {
-		return
-	}
-	t.Logf("a first database disagreed, checked again in a new one:\n%s", strings.Join(first, "\n"))
-	for _, f := range unanalyzedPlanFaults(ctx, t, stmts) {
+	for _, f := range unanalyzedPlanFaults(ctx, t, perEventStatements(t)) {
 		t.Error(f)
 	}
 }
@@ -450,6 +450,9 @@ func unanalyzedPlanFaults(ctx context.Context, t *testing.T, stmts []planStateme
 				out = append(out, fmt.Sprintf("%d rows, never analyzed: %s: its plan reads a whole table (%s):\n%s", n, s.name, m, plan))
 			}
 			for _, idx := range s.uses {
+				if or, ok := s.unanalyzedOr[idx]; ok && n >= 100000 && strings.Contains(plan, or) {
+					continue
+				}
 				if !strings.Contains(plan, idx) {
 					out = append(out, fmt.Sprintf("%d rows, never analyzed: %s: its plan does not use %s:\n%s", n, s.name, idx, plan))
 				}
