@@ -263,9 +263,8 @@ type Postgres struct {
 	URLFile string `yaml:"url_file,omitempty"`
 	// ReverifyWindow is how far back idem serve checks the events of the
 	// stream against the ledger when the warehouse may have lost its last
-	// commits (a promoted asynchronous standby: a new timeline, or any
-	// reconnect after the warehouse circuit opened), loading again each one
-	// whose success is gone. Default DefaultReverifyWindow. It must cover
+	// commits (a promoted asynchronous standby: a new timeline or system
+	// identifier), loading again each one whose success is gone. Default DefaultReverifyWindow. It must cover
 	// the replication lag a failover may lose, and the stream must keep
 	// events that long (max_age).
 	ReverifyWindow Duration `yaml:"reverify_window,omitempty"`

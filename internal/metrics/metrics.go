@@ -217,7 +217,7 @@ func New(version string) *Metrics {
 		Name: "idem_recheck_failures_total", Help: "Partitions a recheck could not recheck (a fingerprint or a publish failed); the next pass tries again.",
 	}, []string{"dataset"})
 	m.ReverifyPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_reverify_passes_total", Help: "Re-verifications of the recent events against the ledger (after a failover or a reconnect), by result: ok, error.",
+		Name: "idem_reverify_passes_total", Help: "Re-verifications of the recent events against the ledger (after a failover: a new server identity), by result: ok, error.",
 	}, []string{"result"})
 	m.ReverifyReloaded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "idem_reverify_reloaded_total", Help: "Acknowledged events loaded again because the warehouse had lost their loads (a failover to a standby without the last commits).",

@@ -74,7 +74,10 @@ type Result struct {
 	Ahead    int // loaded before its own delivery ended (it was in flight or waiting for a redelivery)
 	Skipped  int // already loaded (a duplicate, or loaded meanwhile)
 	Failed   int // a load that failed: the event's own delivery decides
-	Err      error
+	// Resumed is the stream sequence a cut pass on the same server had
+	// settled through; this pass read the window after it (0: all of it).
+	Resumed uint64
+	Err     error
 }
 
 // Reverifier runs passes when asked, one at a time.
@@ -91,6 +94,18 @@ type Reverifier struct {
 	verified audit.Identity
 	known    bool
 	held     chan struct{}
+	// progress is how far a pass got on a server: every event of the
+	// window up to its stream sequence is settled there. A pass cut by a
+	// fault resumes after it on the same server; on another server (a new
+	// identity) it starts again from the window's beginning.
+	progress progress
+	// poke asks Watch to read the server's identity now.
+	poke chan struct{}
+}
+
+type progress struct {
+	id      audit.Identity
+	through uint64
 }
 
 // request is a pass asked for.
@@ -104,12 +119,8 @@ func New(cfg Config) *Reverifier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Reverifier{cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Reverifier{cfg: cfg, wake: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
 }
-
-// Trigger asks for a pass; a pass already asked for and not begun covers
-// this one too.
-func (r *Reverifier) Trigger(reason string) { r.ask(request{reason: reason}) }
 
 func (r *Reverifier) ask(req request) {
 	r.mu.Lock()
@@ -182,7 +193,7 @@ func (r *Reverifier) Pass(ctx context.Context, reason string) Result {
 	}
 	ev.Str("reason", reason).Dur("window", res.Window).Int("checked", res.Checked).Int("missing", res.Missing).
 		Int("reloaded", res.Reloaded).Int("loaded_ahead", res.Ahead).Int("skipped", res.Skipped).Int("failed", res.Failed).
-		Dur("took", res.Took).Msg("warehouse re-verified: events of the window checked against the ledger")
+		Uint64("resumed_after", res.Resumed).Dur("took", res.Took).Msg("warehouse re-verified: events of the window checked against the ledger")
 	r.mu.Lock()
 	r.last = res
 	r.mu.Unlock()
@@ -233,14 +244,23 @@ func (r *Reverifier) lease(ctx context.Context) (*audit.Lease, error) {
 	}
 }
 
-// verify is one pass, holding the lease.
+// verify is one pass, holding the lease. On the server a cut pass left,
+// it reads the window from where that pass stopped: what it settled there
+// stays (an acknowledged commit survives a restart of the same server).
 func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 	id, err := audit.CurrentIdentity(ctx, r.cfg.DB)
 	if err != nil {
 		return err
 	}
+	var after uint64
+	r.mu.Lock()
+	if r.progress.id == id {
+		after = r.progress.through
+	}
+	r.mu.Unlock()
+	res.Resumed = after
 
-	events, err := r.window(ctx, res)
+	events, err := r.window(ctx, res, after)
 	if err != nil {
 		return err
 	}
@@ -252,8 +272,14 @@ func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
+	done := func(seq uint64) {
+		r.mu.Lock()
+		r.progress = progress{id: id, through: seq}
+		r.mu.Unlock()
+	}
 	for _, e := range events {
 		if settled[e.seq] {
+			done(e.seq)
 			continue
 		}
 		res.Missing++
@@ -274,6 +300,7 @@ func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 			r.cfg.Log.Warn().Str("dataset", e.ev.Dataset).Str("partition", e.ev.Key.Key).Str("run_id", e.ev.RunID).
 				Uint64("stream_seq", e.seq).Msg("re-verification: the warehouse had lost this load: loaded again")
 		}
+		done(e.seq)
 	}
 	if err := audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, id); err != nil {
 		return err
@@ -377,7 +404,10 @@ type event struct {
 // at least once (later ones are its to load), in stream order, leaving out
 // those whose dead letter is in the dead-letter stream (their fate was
 // decided) and those that do not decode (they were dead-lettered too).
-func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
+//
+// after, when not 0, is a stream sequence a cut pass on this server settled
+// through: the read starts after it.
+func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]event, error) {
 	since := r.cfg.Now().Add(-r.cfg.Window)
 	// Each lane's durable has its own position in the one stream.
 	type lane struct {
@@ -436,11 +466,15 @@ func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reverify: stream %s: %w", r.cfg.Stream, err)
 	}
-	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	occ := jetstream.OrderedConsumerConfig{
 		FilterSubjects: filters,
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &since,
-	})
+	}
+	if after > 0 {
+		occ.DeliverPolicy, occ.OptStartTime, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, after+1
+	}
+	oc, err := s.OrderedConsumer(ctx, occ)
 	if err != nil {
 		return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
 	}
@@ -458,6 +492,9 @@ func (r *Reverifier) window(ctx context.Context, res *Result) ([]event, error) {
 				continue
 			}
 			seq := md.Sequence.Stream
+			if md.Timestamp.Before(since) {
+				continue // resumed after a sequence older than the window
+			}
 			if seq > delivered {
 				done = true
 				continue
@@ -501,7 +538,20 @@ func (r *Reverifier) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.poke:
 		}
+	}
+}
+
+// Recheck asks Watch to read the server's identity now (the warehouse is
+// back after an outage). A server that is the verified one asks for no
+// pass and holds nothing: a restart or a reconnect loses no commit that
+// was acknowledged; only a new identity (a promoted standby, a restored
+// cluster) holds the loads for a pass.
+func (r *Reverifier) Recheck() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
 	}
 }
 

@@ -2,6 +2,7 @@ package reverify_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -260,10 +261,12 @@ func (r *rig) advisoryLocks() int64 {
 }
 
 // another is a second replica of the rig's pipeline.
-func (r *rig) another() *reverify.Reverifier {
+func (r *rig) another() *reverify.Reverifier { return r.anotherWith(r.h) }
+
+func (r *rig) anotherWith(l reverify.Loader) *reverify.Reverifier {
 	return reverify.New(reverify.Config{JS: r.js, Stream: r.cfg.NATS.Stream, Consumer: r.cfg.NATS.Consumer, SubjectPrefix: r.cfg.NATS.SubjectPrefix,
 		DLQStream: r.cfg.NATS.DLQStream, DLQSubjectPrefix: r.cfg.NATS.DLQSubjectPrefix, DB: r.db.Pool, Pipeline: r.cfg.Pipeline,
-		Loader: r.h, Log: zerolog.Nop()})
+		Loader: l, Log: zerolog.Nop()})
 }
 
 // TestPassWaitsForAnotherReplicasPass: while another replica's pass holds
@@ -335,4 +338,103 @@ func TestTwoReplicasTakeTurns(t *testing.T) {
 	}
 	require.ElementsMatch(t, []int{2, 0}, missing)
 	require.Zero(t, r.advisoryLocks())
+}
+
+// cutLoader is the handler with a fault: the load of one stream sequence
+// finds the warehouse gone, once.
+type cutLoader struct {
+	*handlers.Handler
+	at   uint64
+	cut  bool
+	seqs []uint64 // every load handed to the handler
+}
+
+func (c *cutLoader) Handle(ctx context.Context, ev schemas.Event, m handlers.Meta) (handlers.Outcome, error) {
+	c.seqs = append(c.seqs, m.StreamSeq)
+	if m.StreamSeq == c.at && !c.cut {
+		c.cut = true
+		return handlers.Outcome{}, &handlers.UnavailableError{Err: errors.New("the server closed the connection")}
+	}
+	return c.Handler.Handle(ctx, ev, m)
+}
+
+// TestACutPassResumesOnTheSameServer: a pass cut by a fault after loading
+// the first lost events leaves them settled on the server; the next pass
+// on the same server reads the window after them, loads the rest, and
+// nothing twice. Under a fault every few seconds a pass that started over
+// each time never finished, and the loads it held waited.
+func TestACutPassResumesOnTheSameServer(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var seqs []uint64
+	for i := range 6 {
+		seqs = append(seqs, r.publish("events", "2026-11-01", fmt.Sprintf("r%d", i)))
+	}
+	r.ackAll(6)
+	cut := &cutLoader{Handler: r.h, at: seqs[3]}
+	rv := r.anotherWith(cut)
+
+	first := rv.Pass(ctx, "test")
+	require.Error(t, first.Err, "cut at the fourth event")
+	require.Equal(t, 3, first.Reloaded)
+	require.Zero(t, first.Resumed)
+
+	second := rv.Pass(ctx, "test again")
+	require.NoError(t, second.Err)
+	require.Equal(t, seqs[2], second.Resumed, "resumed after the last event the cut pass settled")
+	require.Equal(t, 3, second.Checked, "only the events after it are read")
+	require.Equal(t, 3, second.Reloaded)
+	require.Equal(t, []uint64{seqs[0], seqs[1], seqs[2], seqs[3], seqs[3], seqs[4], seqs[5]}, cut.seqs,
+		"each load handed once, but the one the fault cut")
+	require.EqualValues(t, 6, r.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
+}
+
+// TestACutPassStartsOverOnANewServer: what a cut pass settled on one server
+// says nothing of another: after a new identity the pass reads the whole
+// window again.
+func TestACutPassStartsOverOnANewServer(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var seqs []uint64
+	for i := range 4 {
+		seqs = append(seqs, r.publish("events", "2026-11-01", fmt.Sprintf("r%d", i)))
+	}
+	r.ackAll(4)
+	cut := &cutLoader{Handler: r.h, at: seqs[2]}
+	rv := r.anotherWith(cut)
+	require.Error(t, rv.Pass(ctx, "test").Err)
+	reverify.ForgetServer(rv)
+
+	again := rv.Pass(ctx, "test again")
+	require.NoError(t, again.Err)
+	require.Zero(t, again.Resumed)
+	require.Equal(t, 4, again.Checked, "the whole window")
+	require.Equal(t, 2, again.Missing, "the two the cut pass settled are settled")
+}
+
+// TestTheSameServerBackHoldsNothing: the warehouse back after an outage
+// (the circuit closed again) has its identity read at once; the server
+// last verified holds no load and costs no pass, a new one holds them.
+func TestTheSameServerBackHoldsNothing(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, r.rv.Init(ctx))
+	go r.rv.Watch(ctx, time.Hour)
+	go r.rv.Run(ctx)
+
+	r.rv.Recheck()
+	time.Sleep(300 * time.Millisecond)
+	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer stop()
+	require.NoError(t, r.rv.Verified(short), "the same server holds nothing")
+	require.True(t, r.rv.Last().Started.IsZero(), "and runs no pass")
+
+	cur, err := audit.CurrentIdentity(ctx, r.db.Pool)
+	require.NoError(t, err)
+	require.NoError(t, audit.StoreIdentity(ctx, r.db.Pool, "rv", audit.Identity{SystemIdentifier: cur.SystemIdentifier, Timeline: cur.Timeline - 1}))
+	r.rv.Recheck()
+	require.Eventually(t, func() bool { return !r.rv.Last().Started.IsZero() }, 10*time.Second, 20*time.Millisecond,
+		"a server that is not the verified one is re-verified at once")
+	require.NoError(t, r.rv.Verified(ctx))
 }

@@ -185,13 +185,14 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 			log.Warn().Err(err).Msg("warehouse identity not read at start: the first check (10 s) or reconnect reads it")
 		}
 		h.Verified = rv.Verified
-		// Any reconnect after the circuit opened may be to a promoted
-		// standby that lacks the last commits.
+		// A reconnect after the circuit opened may be to a promoted
+		// standby that lacks the last commits: its identity is read at
+		// once. The same server back holds nothing.
 		circuit := hooks.Circuit
 		hooks.Circuit = func(up bool) {
 			circuit(up)
 			if up {
-				rv.Trigger("the warehouse is back after the circuit opened")
+				rv.Recheck()
 			}
 		}
 	}
