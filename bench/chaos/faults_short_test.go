@@ -108,10 +108,12 @@ func TestChaosFullCampaign(t *testing.T) {
 	o := faultsShortOptions
 	o.Seed = 0
 	o.Kinds = append(clusterKindsAll(), faultsShortKinds...)
-	o.ExtraWeight = 4
-	o.Events, o.Duration, o.Partitions, o.DrainBound = 100000, 60*time.Minute, 100, 3*time.Minute
+	// At weight 4 over 60 min each kind beyond the cluster campaign's was
+	// drawn 8 to 17 times; 8 over 90 min gives each 20 or more.
+	o.ExtraWeight = 8
+	o.Events, o.Duration, o.Partitions, o.DrainBound = 100000, 90*time.Minute, 100, 3*time.Minute
 	o.LongRounds, o.WarehouseDownMin, o.WarehouseDownMax = 4, 30*time.Second, 2*time.Minute
-	o.FaultGapMin, o.FaultGapMax = 500*time.Millisecond, 2*time.Second
+	o.FaultGapMin, o.FaultGapMax = 300*time.Millisecond, 1500*time.Millisecond
 	o.PG = pgOnTmpfs(t, 4000)
 	r := runCampaign(t, o)
 	requireLongFaults(t, r)
