@@ -85,21 +85,9 @@ type GroupBegin struct {
 // for each of gs (attempts of distinct partitions); each Into is filled
 // once b's results are read, and ran reports that the statement ran.
 func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
-	rows := make([]beginRow, len(gs))
-	for i, g := range gs {
-		a := g.Attempt
-		r := beginRow{Ord: i, Pipeline: a.Pipeline, Dataset: a.Dataset, Partition: a.Partition, RunID: a.RunID,
-			Force: a.Force, Seq: nullSeq(a.StreamSeq), Trigger: nullString(a.TriggeredBy), Attrs: nullAttrs(a.Attributes),
-			Budget: g.Budget, Skip: g.SkipResult, Def: nullString(a.DefinitionHash)}
-		if a.LogicalDate != nil {
-			d := a.LogicalDate.Format("2006-01-02")
-			r.Date = &d
-		}
-		rows[i] = r
-	}
-	data, err := json.Marshal(rows)
+	data, err := beginRows(gs)
 	if err != nil {
-		return fmt.Errorf("audit: begin: %w", err)
+		return err
 	}
 	b.Queue(beginGroupSQL, string(data)).Query(func(rs pgx.Rows) error {
 		var (
@@ -122,6 +110,93 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 		return err
 	})
 	return nil
+}
+
+// skipDoneSQL is beginGroupSQL for attempts that wait for a load slot: it
+// writes the `skipped` row (and its result) of each whose run is done, the
+// same row beginGroupSQL would, and nothing for the others, which go on to
+// their load. No budget: a skip spends none.
+var skipDoneSQL = `
+WITH input AS MATERIALIZED (
+     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
+            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text)),
+look AS MATERIALIZED (
+     SELECT i.ord, p.n FROM input i` + priorSQL + `
+      WHERE ` + groupDoneSQL + `),
+ins AS (
+     INSERT INTO idem.pipeline_audit
+            (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
+             triggered_by, attributes, finished_at, definition_hash)
+     SELECT i.dag, i.task, i.ld, i.part, i.run, 'skipped', p.n + 1, i.force, i.seq, i.trig, i.attrs, clock_timestamp(), i.def
+       FROM input i JOIN look p USING (ord)
+      ORDER BY i.ord
+     RETURNING id, partition_key, run_id, stream_seq),
+res AS (
+     INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
+     SELECT i.task, i.part, i.run, ins.id, i.skip || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("i.dag", "i.task", "i.part", "i.run") + `
+       FROM ins JOIN input i ON i.part = ins.partition_key AND i.run = ins.run_id AND i.seq IS NOT DISTINCT FROM ins.stream_seq
+      WHERE i.skip IS NOT NULL
+     ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
+SELECT i.ord, p.n, ins.id
+  FROM input i JOIN look p USING (ord)
+  JOIN ins ON ins.partition_key = i.part AND ins.run_id = i.run AND ins.stream_seq IS NOT DISTINCT FROM i.seq
+ ORDER BY i.ord`
+
+// QueueSkipDone queues on b, as one statement, the skip of each of gs whose
+// run is already done (as QueueBegin would decide it), writing its
+// `skipped` row and, with a SkipResult, its result. The Into of a skipped
+// attempt is filled (Skipped, ID, Attempt); the others' are left zero.
+// Unlike a group's, gs may hold several messages of one partition and run
+// (a replay and its redelivery), told apart by their stream sequences;
+// ran reports that the statement ran.
+func QueueSkipDone(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
+	rows, err := beginRows(gs)
+	if err != nil {
+		return err
+	}
+	b.Queue(skipDoneSQL, string(rows)).Query(func(rs pgx.Rows) error {
+		var (
+			ord, prior int
+			id         int64
+		)
+		for rs.Next() {
+			if err := rs.Scan(&ord, &prior, &id); err != nil {
+				return fmt.Errorf("audit: skip done: %w", err)
+			}
+			if ord < 0 || ord >= len(gs) {
+				return fmt.Errorf("audit: skip done: row %d of %d", ord, len(gs))
+			}
+			g := gs[ord]
+			*g.Into = Begun{ID: id, Skipped: true, Prior: prior, Attempt: prior + 1, ResultWritten: g.SkipResult != nil}
+		}
+		if err := rs.Err(); err != nil {
+			return fmt.Errorf("audit: skip done: %w", err)
+		}
+		*ran = true
+		return nil
+	})
+	return nil
+}
+
+// beginRows is gs as the group statements read them ($1).
+func beginRows(gs []GroupBegin) ([]byte, error) {
+	rows := make([]beginRow, len(gs))
+	for i, g := range gs {
+		a := g.Attempt
+		r := beginRow{Ord: i, Pipeline: a.Pipeline, Dataset: a.Dataset, Partition: a.Partition, RunID: a.RunID,
+			Force: a.Force, Seq: nullSeq(a.StreamSeq), Trigger: nullString(a.TriggeredBy), Attrs: nullAttrs(a.Attributes),
+			Budget: g.Budget, Skip: g.SkipResult, Def: nullString(a.DefinitionHash)}
+		if a.LogicalDate != nil {
+			d := a.LogicalDate.Format("2006-01-02")
+			r.Date = &d
+		}
+		rows[i] = r
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return nil, fmt.Errorf("audit: begin: %w", err)
+	}
+	return data, nil
 }
 
 // eachAnswer reads rs, rows of a group statement that answers each of n

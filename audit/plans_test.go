@@ -105,6 +105,9 @@ func perEventStatements(t *testing.T) []planStatement {
 		var ran bool
 		require.NoError(t, QueueBeginGroup(b, gs, &ran))
 		add("begin group", b, lookups, []string{dateIdx})
+		b = &pgx.Batch{}
+		require.NoError(t, QueueSkipDone(b, gs, &ran))
+		add("skip done", b, lookups, []string{dateIdx})
 	}
 	{
 		// A partition's retraction: its latest success found through the

@@ -171,6 +171,10 @@ type Config struct {
 	GroupHandler GroupHandler
 	GroupSize    func(m *Message) int
 	MaxGroup     int
+	// Duplicates, when set, is asked in batches about the live messages
+	// that wait for a load slot: one it finds done (its skip recorded) is
+	// acknowledged at once and never takes a slot (see Duplicates).
+	Duplicates Duplicates
 	// Tracer makes each delivery's spans (receive, process, settle; see
 	// package tracing); nil makes none, and a trace context that arrived
 	// on a message still reaches the handler and the dead letter.

@@ -55,6 +55,7 @@ type Consumer struct {
 	wg      sync.WaitGroup
 	groups  groupQueue
 	pauses  pauses
+	dups    *dupBatcher // nil without Config.Duplicates
 
 	started atomic.Bool
 	// stopCtx is cancelled by the first stop; stopping is its Done channel.
@@ -87,6 +88,9 @@ func New(js jetstream.JetStream, cfg Config, h Handler) (*Consumer, error) {
 		log:    cfg.Log,
 		dl:     newDeadLetterer(js, cfg),
 		lanes:  newLanes(cfg.MaxInFlight+prefetch(cfg.MaxInFlight, cfg.MaxGroup), cfg.MaxInFlight, cfg.BackfillShare),
+	}
+	if cfg.Duplicates != nil {
+		c.dups = &dupBatcher{ask: cfg.Duplicates, timeout: cfg.AckTimeout}
 	}
 	c.sets.Store(newDatasets(cfg.Datasets, nil))
 	c.stopCtx, c.stopNow = context.WithCancel(context.Background())

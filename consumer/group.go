@@ -96,10 +96,11 @@ func (c *Consumer) groupSize(d *delivery) int {
 // runGrouped is run's load for a message that may share a group: it waits
 // for a load slot like any other, unless a group takes it first. It
 // returns the handler's error for d and how long its load took, and false
-// when it ran no handler (stopping).
-func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (error, time.Duration, bool) {
+// when it ran no handler (stopping). A message that must wait is first
+// asked about (dupCheck), before a group can take it: skipped > 0 is the
+// attempt of a duplicate acked without a slot.
+func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (_ error, _ time.Duration, ran bool, skipped int) {
 	w := &waiter{d: d, done: make(chan groupResult, 1)}
-	c.groups.add(w)
 	granted, withdraw := c.lanes.queueLoad(d.lane)
 	// let go gives back a load granted meanwhile.
 	letGo := func() {
@@ -109,15 +110,35 @@ func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (erro
 	}
 	select {
 	case <-granted:
+		now := make(chan struct{}, 1)
+		now <- struct{}{}
+		granted = now
+	default:
+		if dup := c.dupCheck(d); dup != nil {
+			select {
+			case n := <-dup:
+				if n > 0 {
+					letGo()
+					return nil, 0, false, n
+				}
+			case <-c.stopping:
+				letGo()
+				return ErrShutdown, 0, false, 0
+			}
+		}
+	}
+	c.groups.add(w)
+	select {
+	case <-granted:
 		if !c.groups.remove(w) {
 			// A group took it while the slot came free: the slot is not ours.
 			c.lanes.endLoad(d.lane)
 			r := <-w.done
-			return r.err, r.handled, true
+			return r.err, r.handled, true, 0
 		}
 		if c.isStopping() {
 			c.lanes.endLoad(d.lane)
-			return ErrShutdown, 0, false
+			return ErrShutdown, 0, false, 0
 		}
 		c.loadStarted(d.lane)
 		defer c.endLoad(d.lane)
@@ -134,17 +155,17 @@ func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (erro
 		for i, m := range members {
 			m.done <- groupResult{err: errs[i+1], handled: took}
 		}
-		return errs[0], took, true
+		return errs[0], took, true, 0
 	case r := <-w.done:
 		letGo()
-		return r.err, r.handled, true
+		return r.err, r.handled, true, 0
 	case <-c.stopping:
 		letGo()
 		if c.groups.remove(w) {
-			return ErrShutdown, 0, false
+			return ErrShutdown, 0, false, 0
 		}
 		r := <-w.done
-		return r.err, r.handled, true
+		return r.err, r.handled, true, 0
 	}
 }
 

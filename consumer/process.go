@@ -97,7 +97,11 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 	pctx, span := c.startProcess(hard, d)
 	defer func() { endProcess(span, in.Err) }()
 	if size := c.groupSize(d); size > 1 && !trial {
-		err, took, ran := c.runGrouped(pctx, d, size)
+		err, took, ran, skipped := c.runGrouped(pctx, d, size)
+		if skipped > 0 {
+			in.Attempt = skipped
+			return in, 0, trial, false
+		}
 		if !ran {
 			in.Err, in.Cause = err, err
 			return in, 0, trial, false
@@ -109,7 +113,15 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		}
 		return in, took, trial, true
 	}
-	if !c.startLoad(d.lane) {
+	// A circuit's trial loads at once; any other message that must wait
+	// for its slot may turn out a duplicate meanwhile, acked without one.
+	var started bool
+	if trial {
+		started = c.startLoad(d.lane)
+	} else if started, in.Attempt = c.waitLoad(d); in.Attempt > 0 {
+		return in, 0, trial, false
+	}
+	if !started {
 		in.Err, in.Cause = ErrShutdown, ErrShutdown
 		return in, 0, trial, false
 	}

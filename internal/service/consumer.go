@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/consumer"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
@@ -154,6 +155,28 @@ func groupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.GroupHandler {
 			}
 		}
 		return errs
+	}
+}
+
+// dupFunc answers the consumer's waiting messages that are runs already
+// done (handlers.SkipDone), each skip counted as a load's would be.
+func dupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Duplicates {
+	return func(ctx context.Context, msgs []*consumer.Message) []int {
+		start := time.Now()
+		evs := make([]schemas.Event, len(msgs))
+		ms := make([]handlers.Meta, len(msgs))
+		for i, msg := range msgs {
+			evs[i], ms[i] = msg.Event, meta(msg)
+		}
+		skips := h.SkipDone(ctx, evs, ms)
+		took := time.Since(start)
+		for i, n := range skips {
+			if n > 0 {
+				crashHook("after_commit", msgs[i].Event.RunID)
+				m.Load(msgs[i].Dataset, audit.StatusSkipped, took, 0)
+			}
+		}
+		return skips
 	}
 }
 

@@ -231,6 +231,7 @@ func run(ctx context.Context, o Options, pool *pgxpool.Pool, route Route, nc *na
 	ps.refresh(ctx)
 	ccfg.Paused = ps.Paused
 	ccfg.GroupHandler = groupFunc(h, m)
+	ccfg.Duplicates = dupFunc(h, m)
 	ccfg.GroupSize = func(msg *consumer.Message) int { return h.GroupSize(msg.Event) }
 	c, err := consumer.New(js, ccfg, loadFunc(h, m))
 	if err != nil {

@@ -1,0 +1,123 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// dupAsker is Duplicates for a test: the run ids starting "dup" are done.
+type dupAsker struct {
+	mu      sync.Mutex
+	batches [][]string
+}
+
+func (a *dupAsker) ask(_ context.Context, ms []*Message) []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var runs []string
+	out := make([]int, len(ms))
+	for i, m := range ms {
+		runs = append(runs, m.Event.RunID)
+		if strings.HasPrefix(m.Event.RunID, "dup") {
+			out[i] = 2
+		}
+	}
+	a.batches = append(a.batches, runs)
+	return out
+}
+
+func (a *dupAsker) asked() (batches, messages int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, b := range a.batches {
+		messages += len(b)
+	}
+	return len(a.batches), messages
+}
+
+// TestDuplicatesTakeNoLoadSlot: while the only load slot is held by a
+// long load, duplicates fetched behind it are asked about in batches and
+// acknowledged at once, without the handler and without waiting for the
+// slot; the other messages wait for it and load, each once.
+func TestDuplicatesTakeNoLoadSlot(t *testing.T) {
+	for _, grouped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "grouped"}[grouped], func(t *testing.T) {
+			asker := &dupAsker{}
+			release := make(chan struct{})
+			var (
+				mu     sync.Mutex
+				loaded = map[string]int{}
+			)
+			load := func(m *Message) {
+				if strings.HasPrefix(m.Event.RunID, "first") {
+					<-release
+				}
+				mu.Lock()
+				loaded[m.Event.RunID+"/"+m.Event.Key.Key]++
+				mu.Unlock()
+			}
+			e := newEnv(t, func(c *Config) {
+				// Both slots held by the long loads; without groups, as
+				// many are fetched ahead.
+				c.MaxInFlight = 2
+				c.Duplicates = asker.ask
+				if grouped {
+					c.MaxGroup = 4
+					c.GroupSize = func(*Message) int { return 4 }
+					c.GroupHandler = func(ctx context.Context, ms []*Message) []error {
+						for _, m := range ms {
+							load(m)
+						}
+						return make([]error, len(ms))
+					}
+				}
+			})
+			e.publish("idem.ready.orders", event("orders", "2026-01-01", "first"), nil)
+			first := e.publish("idem.ready.orders", event("orders", "2026-01-01", "first_again"), nil)
+			e.start(func(ctx context.Context, m *Message) error { load(m); return nil })
+			require.Eventually(t, func() bool { return e.consumerInfo().Delivered.Stream >= first }, waitFor, tick)
+			var last uint64
+			for i := range 6 {
+				last = e.publish("idem.ready.orders", event("orders", fmt.Sprintf("2026-02-%02d", i+1), "dup_run"), nil)
+			}
+			fresh := e.publish("idem.ready.orders", event("orders", "2026-03-01", "fresh"), nil)
+
+			// Every duplicate acked while the slot is still held.
+			require.Eventually(t, func() bool { return e.hook.event("orders/acked") >= 6 }, waitFor, tick)
+			info := e.consumerInfo()
+			require.Less(t, info.AckFloor.Stream, first, "the long loads still hold their slots: %+v", info.AckFloor)
+			batches, asked := asker.asked()
+			require.GreaterOrEqual(t, asked, 7, "every waiting message asked about")
+			if grouped {
+				// A group's worth is fetched ahead: they wait together.
+				require.Less(t, batches, asked, "asked in batches")
+			}
+
+			close(release)
+			e.settled(fresh)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, map[string]int{"first/2026-01-01": 1, "first_again/2026-01-01": 1, "fresh/2026-03-01": 1}, loaded, "duplicates never reach the handler")
+			require.GreaterOrEqual(t, e.consumerInfo().AckFloor.Stream, last)
+		})
+	}
+}
+
+// TestALoneMessageIsNotAskedAbout: a message that finds a free slot loads
+// at once; no duplicate question delays it.
+func TestALoneMessageIsNotAskedAbout(t *testing.T) {
+	asker := &dupAsker{}
+	e := newEnv(t, func(c *Config) { c.Duplicates = asker.ask })
+	seq := e.publish("idem.ready.orders", event("orders", "2026-01-01", "dup_but_alone"), nil)
+	var calls calls
+	e.start(func(ctx context.Context, m *Message) error { calls.add(m); return nil })
+	e.settled(seq)
+	require.Equal(t, 1, calls.count(), "loaded: the handler's own ledger check decides its skip")
+	_, asked := asker.asked()
+	require.Zero(t, asked)
+}
