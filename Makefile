@@ -153,7 +153,7 @@ chaos-cluster-short: postgres ## the short cluster campaign (three nats-server, 
 	CHAOS_CLUSTER=1 CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 10m -run '^TestChaosClusterShort$$' -v ./bench/chaos/
 
 .PHONY: chaos-full
-chaos-full: postgres ## the full campaign: every fault kind and every kind of dataset on three nats-server (100,000 events over 90 min by default; CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED); figures in bin/chaos-full-report.json
+chaos-full: postgres ## the full campaign: every fault kind and every kind of dataset on three nats-server (100,000 events over 100 min by default; CHAOS_EVENTS, CHAOS_DURATION, CHAOS_SEED); figures in bin/chaos-full-report.json
 	@seed=$${CHAOS_SEED:-$$(( $$(date +%s%N) % 1000000000 ))}; \
 	echo "chaos-full: seed $$seed (replay with make chaos-full CHAOS_SEED=$$seed)"; \
 	CHAOS_LONG=1 CHAOS_FULL=1 CHAOS_SEED=$$seed CHAOS_REPORT=$(CURDIR)/bin/chaos-full-report.json \
