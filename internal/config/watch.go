@@ -19,14 +19,11 @@ type Watch struct {
 	// Notifications: S3 event notifications on NATS list the partition
 	// they name at once.
 	Notifications *WatchNotifications `yaml:"notifications,omitempty"`
-	// Retries is how many times a listing whose event was dead-lettered
-	// for no fault of its files (retries exhausted, a crash loop, a store
-	// down past wait_up_to) is published again, under a new run_id; 0
-	// never. Default DefaultWatchRetries, at most MaxWatchRetries.
+	// Retries is how many times a listing dead-lettered for no fault of
+	// its files is published again; 0 never. At most MaxWatchRetries.
 	Retries *int `yaml:"retries,omitempty"`
-	// RetryAfter is how long after that dead letter the first is
-	// published, each next waiting twice as long; MinWatchRetryAfter to
-	// MaxWatchRetryAfter.
+	// RetryAfter is the wait before the first, doubled for each next;
+	// MinWatchRetryAfter to MaxWatchRetryAfter.
 	RetryAfter Duration `yaml:"retry_after,omitempty"`
 }
 
