@@ -169,6 +169,15 @@ func perEventStatements(t *testing.T) []planStatement {
 		require.ErrorIs(t, err, errRecorded)
 		out = append(out, planStatement{name: "latest successes", sql: rec.sql, args: rec.args, uses: []string{partIdx}, avoid: []string{dateIdx}})
 	}
+	// Not per event, but asked by every watch at each pass: the newest
+	// partitions' latest success, its files and latest attempt, each
+	// through the partition's index.
+	{
+		rec := &recorder{}
+		_, err := LastLoadedListings(context.Background(), rec, "plans", "orders", []string{"p-7", "p-10", "p-new"})
+		require.ErrorIs(t, err, errRecorded)
+		out = append(out, planStatement{name: "loaded listings", sql: rec.sql, args: rec.args, uses: []string{partIdx}, avoid: []string{dateIdx}})
+	}
 	// The relay's claim and its marks, per batch of results published.
 	for _, run := range []func(q Querier) error{
 		func(q Querier) error { _, err := ClaimOutbox(context.Background(), q, 64, time.Minute); return err },

@@ -101,16 +101,49 @@ type LoadedListing struct {
 	// duplicates aside; "" when there is none.
 	LatestRunID  string
 	LatestStatus string
+	// LatestErrorKind is its error kind when it failed (KindFatal,
+	// KindTransient, ...), and LatestReason, for a fatal one, the reason
+	// word its error starts with (schema_mismatch, missing_files, ...).
+	LatestErrorKind string
+	LatestReason    string
+	// LatestAttempt is its number among the loads of its event, which the
+	// consumer sets against the event's budget; 0 when there is none.
+	LatestAttempt int
+	// LatestAt is when it finished, or when it started while it is
+	// `started`; zero when there is none.
+	LatestAt time.Time
 }
 
 // LastLoadedListings returns, for each partition key in the order given,
 // the latest success's fingerprint and the latest attempt. Retention keeps
 // what it reads: Prune never deletes a partition's latest success (nor so
 // the files it read), nor its latest attempt before a newer one finished.
-// Keys must be canonical.
+// Keys must be canonical. Each part reads pipeline_audit_partition_idx
+// for one partition.
 func LastLoadedListings(ctx context.Context, db Querier, pipeline, dataset string, partitions []string) ([]LoadedListing, error) {
-	rows, err := db.Query(ctx, `
-		SELECT k.key, coalesce(s.id, 0), coalesce(f.fingerprint, ''), coalesce(l.run_id, ''), coalesce(l.status, '')
+	rows, err := db.Query(ctx, loadedListingsSQL, pipeline, dataset, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("audit: loaded listings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LoadedListing, error) {
+		var l LoadedListing
+		var at *time.Time
+		err := r.Scan(&l.Partition, &l.AuditID, &l.Fingerprint, &l.LatestRunID, &l.LatestStatus,
+			&l.LatestErrorKind, &l.LatestReason, &l.LatestAttempt, &at)
+		if at != nil {
+			l.LatestAt = *at
+		}
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: loaded listings: %w", err)
+	}
+	return out, nil
+}
+
+const loadedListingsSQL = `
+		SELECT k.key, coalesce(s.id, 0), coalesce(f.fingerprint, ''), coalesce(l.run_id, ''), coalesce(l.status, ''),
+		       coalesce(l.error_kind, ''), coalesce(l.reason, ''), coalesce(l.attempt, 0), l.at
 		  FROM unnest($3::text[]) WITH ORDINALITY AS k(key, ord)
 		  LEFT JOIN LATERAL (
 		       SELECT p.id FROM idem.pipeline_audit p
@@ -120,19 +153,9 @@ func LastLoadedListings(ctx context.Context, db Querier, pipeline, dataset strin
 		       SELECT sf.fingerprint FROM idem.source_files sf
 		        WHERE sf.audit_id = s.id ORDER BY sf.ordinal LIMIT 1) f ON true
 		  LEFT JOIN LATERAL (
-		       SELECT p.run_id, p.status FROM idem.pipeline_audit p
+		       SELECT p.run_id, p.status, p.error_kind, p.attempt, coalesce(p.finished_at, p.started_at) AS at,
+		              CASE WHEN p.error_kind = 'fatal' THEN substring(p.error FROM '^([a-z_]+):') END AS reason
+		         FROM idem.pipeline_audit p
 		        WHERE p.dag_id = $1 AND p.task_id = $2 AND p.partition_key = k.key AND p.status <> 'skipped'
 		        ORDER BY p.id DESC LIMIT 1) l ON true
-		 ORDER BY k.ord`, pipeline, dataset, partitions)
-	if err != nil {
-		return nil, fmt.Errorf("audit: loaded listings: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LoadedListing, error) {
-		var l LoadedListing
-		return l, r.Scan(&l.Partition, &l.AuditID, &l.Fingerprint, &l.LatestRunID, &l.LatestStatus)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit: loaded listings: %w", err)
-	}
-	return out, nil
-}
+		 ORDER BY k.ord`

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,7 +85,7 @@ func TestLastLoadedListingsAnswersForEachPartitionAndSurvivesPruning(t *testing.
 	second := load("2026-01-01", "r2", "fp2")
 	id, err := audittest.Start(ctx, db.Pool, at("2026-01-01", "r3"))
 	require.NoError(t, err)
-	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("boom"), "fatal"))
+	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("schema_mismatch: column nope: boom"), "fatal"))
 	// 02: loaded with no file; 03: never attempted; 04: loaded, then a
 	// duplicate skipped, which says nothing new.
 	empty := load("2026-01-02", "r1", "")
@@ -93,16 +94,41 @@ func TestLastLoadedListingsAnswersForEachPartitionAndSurvivesPruning(t *testing.
 	require.NoError(t, err)
 	require.True(t, b.Skipped)
 
-	keys := []string{"2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"}
+	// 05: an attempt still running, after one that failed for a while.
+	id, err = audittest.Start(ctx, db.Pool, at("2026-01-05", "r1"))
+	require.NoError(t, err)
+	require.NoError(t, audit.Fail(ctx, db.Pool, id, errors.New("deadlock detected"), "transient"))
+	b, err = audittest.Begin(ctx, db.Pool, at("2026-01-05", "r1"), 4)
+	require.NoError(t, err)
+	require.Equal(t, 2, b.Attempt)
+
+	keys := []string{"2026-01-05", "2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"}
 	want := []audit.LoadedListing{
-		{Partition: "2026-01-04", AuditID: fourth, Fingerprint: "fp4", LatestRunID: "r1", LatestStatus: "success"},
+		{Partition: "2026-01-05", LatestRunID: "r1", LatestStatus: "started", LatestAttempt: 2},
+		{Partition: "2026-01-04", AuditID: fourth, Fingerprint: "fp4", LatestRunID: "r1", LatestStatus: "success", LatestAttempt: 1},
 		{Partition: "2026-01-03"},
-		{Partition: "2026-01-02", AuditID: empty, LatestRunID: "r1", LatestStatus: "success"},
-		{Partition: "2026-01-01", AuditID: second, Fingerprint: "fp2", LatestRunID: "r3", LatestStatus: "failed"},
+		{Partition: "2026-01-02", AuditID: empty, LatestRunID: "r1", LatestStatus: "success", LatestAttempt: 1},
+		{Partition: "2026-01-01", AuditID: second, Fingerprint: "fp2", LatestRunID: "r3", LatestStatus: "failed",
+			LatestErrorKind: "fatal", LatestReason: "schema_mismatch", LatestAttempt: 1},
+	}
+	// LatestAt is when the latest attempt ended, or started while it runs.
+	ended := func(ls []audit.LoadedListing) []audit.LoadedListing {
+		t.Helper()
+		out := slices.Clone(ls)
+		for i := range out {
+			var at time.Time
+			if out[i].LatestRunID != "" {
+				require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(finished_at, started_at) FROM idem.pipeline_audit
+				     WHERE partition_key = $1 AND status <> 'skipped' ORDER BY id DESC LIMIT 1`, out[i].Partition).Scan(&at))
+			}
+			require.True(t, at.Equal(out[i].LatestAt), "%s: %s, want %s", out[i].Partition, out[i].LatestAt, at)
+			out[i].LatestAt = time.Time{}
+		}
+		return out
 	}
 	got, err := audit.LastLoadedListings(ctx, db.Pool, "shop", "orders", keys)
 	require.NoError(t, err)
-	require.Equal(t, want, got, "in the order asked")
+	require.Equal(t, want, ended(got), "in the order asked")
 
 	db.Exec(t, `UPDATE idem.pipeline_audit SET started_at = started_at - interval '100 days',
 	            finished_at = finished_at - interval '100 days'`)
@@ -111,5 +137,5 @@ func TestLastLoadedListingsAnswersForEachPartitionAndSurvivesPruning(t *testing.
 	require.EqualValues(t, 2, res.Deleted, "01's first load and 04's skip")
 	got, err = audit.LastLoadedListings(ctx, db.Pool, "shop", "orders", keys)
 	require.NoError(t, err)
-	require.Equal(t, want, got, "retention keeps what the watch compares with")
+	require.Equal(t, want, ended(got), "retention keeps what the watch compares with")
 }

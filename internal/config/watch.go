@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-data/idem/internal/defaults"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -18,6 +19,12 @@ type Watch struct {
 	// Notifications: S3 event notifications on NATS list the partition
 	// they name at once.
 	Notifications *WatchNotifications `yaml:"notifications,omitempty"`
+	// Retries is how many times a listing dead-lettered for no fault of
+	// its files is published again; 0 never. At most MaxWatchRetries.
+	Retries *int `yaml:"retries,omitempty"`
+	// RetryAfter is the wait before the first, doubled for each next;
+	// MinWatchRetryAfter to MaxWatchRetryAfter.
+	RetryAfter Duration `yaml:"retry_after,omitempty"`
 }
 
 // WatchNotifications says where notifications arrive.
@@ -34,6 +41,13 @@ const (
 	MinWatchEvery    = Duration(5 * time.Second)
 	DefaultWatchLast = 7
 	MaxWatchLast     = 1000
+	// DefaultWatchRetries and DefaultWatchRetryAfter: a listing is
+	// published again 5, 10 and 20 minutes after each dead letter.
+	DefaultWatchRetries    = defaults.WatchRetries
+	MaxWatchRetries        = 10
+	DefaultWatchRetryAfter = Duration(defaults.WatchRetryAfter)
+	MinWatchRetryAfter     = Duration(time.Minute)
+	MaxWatchRetryAfter     = Duration(24 * time.Hour)
 )
 
 func (w *Watch) withDefaults() {
@@ -45,6 +59,13 @@ func (w *Watch) withDefaults() {
 	}
 	if w.Last == 0 {
 		w.Last = DefaultWatchLast
+	}
+	if w.Retries == nil {
+		r := DefaultWatchRetries
+		w.Retries = &r
+	}
+	if w.RetryAfter == 0 {
+		w.RetryAfter = DefaultWatchRetryAfter
 	}
 }
 
@@ -68,6 +89,12 @@ func (c *Config) validateWatch(v *validator, d *Dataset) {
 	}
 	if w.Last < 1 || w.Last > MaxWatchLast {
 		v.add("watch.last", "%d; use 1 to %d partitions (default %d)", w.Last, MaxWatchLast, DefaultWatchLast)
+	}
+	if w.Retries != nil && (*w.Retries < 0 || *w.Retries > MaxWatchRetries) {
+		v.add("watch.retries", "%d; use 0 (never) to %d (default %d)", *w.Retries, MaxWatchRetries, DefaultWatchRetries)
+	}
+	if w.RetryAfter < MinWatchRetryAfter || w.RetryAfter > MaxWatchRetryAfter {
+		v.add("watch.retry_after", "%s; use %s to %s (default %s)", w.RetryAfter, MinWatchRetryAfter, MaxWatchRetryAfter, DefaultWatchRetryAfter)
 	}
 	n := w.Notifications
 	if n == nil {

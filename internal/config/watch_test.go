@@ -30,12 +30,16 @@ func TestWatchDefaults(t *testing.T) {
 	t.Parallel()
 	c := parseWatch(t, "{}")
 	require.NoError(t, c.Validate())
-	require.Equal(t, &Watch{Every: DefaultWatchEvery, Last: DefaultWatchLast}, c.Datasets["landing"].Watch)
-
-	c = parseWatch(t, "{every: 10s, last: 3, notifications: {subject: s3.events.lake}}")
-	require.NoError(t, c.Validate())
-	require.Equal(t, &Watch{Every: Duration(10 * time.Second), Last: 3, Notifications: &WatchNotifications{Subject: "s3.events.lake"}},
+	retries := DefaultWatchRetries
+	require.Equal(t, &Watch{Every: DefaultWatchEvery, Last: DefaultWatchLast, Retries: &retries, RetryAfter: Duration(5 * time.Minute)},
 		c.Datasets["landing"].Watch)
+	require.Equal(t, 3, retries)
+
+	c = parseWatch(t, "{every: 10s, last: 3, notifications: {subject: s3.events.lake}, retries: 0, retry_after: 1m}")
+	require.NoError(t, c.Validate())
+	never := 0
+	require.Equal(t, &Watch{Every: Duration(10 * time.Second), Last: 3, Notifications: &WatchNotifications{Subject: "s3.events.lake"},
+		Retries: &never, RetryAfter: Duration(time.Minute)}, c.Datasets["landing"].Watch, "retries: 0 turns them off")
 }
 
 func TestWatchProblems(t *testing.T) {
@@ -51,6 +55,11 @@ func TestWatchProblems(t *testing.T) {
 		{"every negative", "{every: -1m}", nil, "watch.every", []string{"use at least 5s"}},
 		{"last too many", "{last: 5000}", nil, "watch.last", []string{"5000; use 1 to 1000"}},
 		{"last negative", "{last: -1}", nil, "watch.last", []string{"use 1 to 1000"}},
+		{"retries negative", "{retries: -1}", nil, "watch.retries", []string{"-1; use 0 (never) to 10 (default 3)"}},
+		{"retries too many", "{retries: 11}", nil, "watch.retries", []string{"11; use 0 (never) to 10"}},
+		{"retry_after too short", "{retry_after: 30s}", nil, "watch.retry_after", []string{"30s; use 1m0s to 24h0m0s (default 5m0s)"}},
+		{"retry_after too long", "{retry_after: 25h}", nil, "watch.retry_after", []string{"25h0m0s; use 1m0s to 24h0m0s"}},
+		{"retry_after negative", "{retry_after: -5m}", nil, "watch.retry_after", []string{"use 1m0s to"}},
 		{"a SELECT source", "{}", func(c *Config) {
 			c.Datasets["landing"].Source = Source{SQL: "SELECT * FROM s WHERE d = @partition"}
 		}, "watch", []string{"only a files: source can be watched"}},

@@ -24,6 +24,12 @@ const (
 	// replica knows waits (a config still rolling out) before it is
 	// dead-lettered as fatal.
 	UnknownDatasetGrace = 5 * time.Minute
+	// WatchRetries is how many times a watch publishes again a listing
+	// whose event was dead-lettered for no fault of its files (retries
+	// exhausted, a crash loop), and WatchRetryAfter how long after that
+	// dead letter it publishes the first; each next waits twice as long.
+	WatchRetries    = 3
+	WatchRetryAfter = 5 * time.Minute
 	// BackfillShare is the percent of max_in_flight the backfill lane
 	// keeps while live work is held.
 	BackfillShare = 50

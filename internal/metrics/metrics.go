@@ -76,8 +76,8 @@ type Metrics struct {
 	// AuditPruned counts attempts the audit retention deleted.
 	AuditPruned prometheus.Counter
 	// WatchPublished counts the partitions the watches published (reason
-	// new or changed); WatchFailures their listings and publishes that
-	// failed.
+	// new, changed or retry); WatchFailures their listings and publishes
+	// that failed.
 	WatchPublished *prometheus.CounterVec // dataset, reason
 	WatchFailures  *prometheus.CounterVec // dataset
 	// RecheckAsked counts the fingerprints the rechecks took (one query
@@ -202,7 +202,7 @@ func New(version string) *Metrics {
 		Name: "idem_audit_pruned_total", Help: "Attempts deleted from idem.pipeline_audit by the audit retention (audit.retention).",
 	})
 	m.WatchPublished = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_watch_published_total", Help: "Partitions a watch (watch:) published, by dataset and reason: new (never loaded), changed (its files differ from its last load's).",
+		Name: "idem_watch_published_total", Help: "Partitions a watch (watch:) published, by dataset and reason: new (never loaded), changed (its files differ from its last load's), retry (its listing's event was dead-lettered for no fault of its files).",
 	}, []string{"dataset", "reason"})
 	m.WatchFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_watch_failures_total", Help: "Listings and publishes of a watch that failed; the next pass tries again.",

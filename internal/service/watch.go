@@ -76,7 +76,10 @@ func watchDataset(c *config.Config, name string) (*watch.Dataset, error) {
 		return nil, err
 	}
 	ds := &watch.Dataset{Name: name, Type: d.PartitionType, Spec: s.Files.Spec, Store: s.Files.Store,
-		Every: d.Watch.Every.Std(), Last: d.Watch.Last}
+		Every: d.Watch.Every.Std(), Last: d.Watch.Last, RetryAfter: d.Watch.RetryAfter.Std(), Attempts: d.MaxAttempts()}
+	if d.Watch.Retries != nil {
+		ds.Retries = *d.Watch.Retries
+	}
 	if cal, ok := d.Calendar(); ok {
 		ds.Calendar = &cal
 	}

@@ -47,6 +47,9 @@ datasets:
 	require.Equal(t, 10*time.Second, ds.Every)
 	require.Equal(t, 2, ds.Last)
 	require.Empty(t, ds.Subject)
+	require.Equal(t, 3, ds.Retries, "watch.retries' default")
+	require.Equal(t, 5*time.Minute, ds.RetryAfter)
+	require.Equal(t, 4, ds.Attempts, "the dataset's retries, and its first load")
 	require.NotNil(t, ds.Calendar)
 	require.Equal(t, "2026-01-01T00:00:00Z", ds.Calendar.From)
 	require.Equal(t, "_SUCCESS", ds.Spec.Ready.Marker)
@@ -54,5 +57,11 @@ datasets:
 
 	require.Equal(t, defs, watchDefinitions(parse("    watch: {every: 10s, last: 2}")))
 	require.NotEqual(t, defs["landing"], watchDefinitions(parse("    watch: {every: 20s, last: 2}"))["landing"])
+	require.NotEqual(t, defs["landing"], watchDefinitions(parse("    watch: {every: 10s, last: 2, retries: 0}"))["landing"])
+	ds, err = watchDataset(parse("    watch: {retries: 0, retry_after: 1h}\n    retries: 9"), "landing")
+	require.NoError(t, err)
+	require.Equal(t, 0, ds.Retries, "retries: 0 turns them off")
+	require.Equal(t, time.Hour, ds.RetryAfter)
+	require.Equal(t, 10, ds.Attempts)
 	require.Empty(t, watchDefinitions(parse("")))
 }

@@ -10,8 +10,20 @@
 // listing's fingerprint (and the load it replaces), so two replicas
 // publish the same Nats-Msg-Id and JetStream keeps one; once a load of the
 // listing has an attempt, its fate (a retry, a dead letter) is the
-// consumer's, and the watch publishes the partition again only when its
-// files change.
+// consumer's, and the watch publishes the partition again when its files
+// change.
+//
+// Or when the listing's event was dead-lettered for no fault of its files
+// (retryable): its retries exhausted, a crash loop, the store down past
+// wait_up_to. The audit tells it, as the consumer decided it: the latest
+// attempt failed transient with the event's last allowed load, or is
+// left `started` from it, or failed for a wait that ran out. The watch
+// then publishes the same listing again, Dataset.Retries times at most,
+// under RetryRunID, the first Dataset.RetryAfter after that attempt ended
+// and each next twice as long after its own; the replicas agree on when
+// and on the run_id. A fatal verdict on what was read (a malformed file,
+// a type that does not fit, checks refusing it), a cancellation, an
+// attempt the consumer still retries or holds: never.
 //
 // S3 event notifications on a NATS subject, when configured, make a
 // partition listed within seconds; they only name which partition to list
@@ -23,10 +35,12 @@
 package watch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +51,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/internal/calendar"
 	"github.com/idem-data/idem/internal/clock"
+	"github.com/idem-data/idem/internal/defaults"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 )
@@ -45,6 +60,7 @@ import (
 const (
 	ReasonNew     = "new"     // it never loaded
 	ReasonChanged = "changed" // its files differ from its last load's
+	ReasonRetry   = "retry"   // its listing's event was dead-lettered for no fault of its files
 )
 
 // RunIDPrefix starts the run_id of every event a watch publishes.
@@ -64,6 +80,16 @@ type Dataset struct {
 	Last  int
 	// Subject is where S3 event notifications arrive; "" for none.
 	Subject string
+	// Retries is how many times a listing whose event was dead-lettered
+	// for no fault of its files is published again (0: never), the first
+	// RetryAfter after the dead letter (0: defaults.WatchRetryAfter), each
+	// next twice as long after the previous one's.
+	Retries    int
+	RetryAfter time.Duration
+	// Attempts is the dataset's budget of loads per event, after which
+	// the consumer dead-letters it (config's MaxAttempts); 0:
+	// defaults.MaxAttempts.
+	Attempts int
 }
 
 // Watcher publishes the events the watches decide, for one pipeline.
@@ -85,8 +111,8 @@ type Watcher struct {
 	// the replicas of one fleet share them; "" subscribes each replica.
 	Queue string
 	Log   zerolog.Logger
-	// Published, when set, hears of each partition published (reason new
-	// or changed; not a duplicate another replica sent first); Failed of
+	// Published, when set, hears of each partition published (reason new,
+	// changed or retry; not a duplicate another replica sent first); Failed of
 	// each listing or publish that failed, for the metrics.
 	Published func(dataset, reason string)
 	Failed    func(dataset string)
@@ -106,11 +132,18 @@ type Decision struct {
 	Ready       bool
 	Fingerprint string
 	Files       int
-	// Reason is ReasonNew or ReasonChanged when the partition is to be
-	// published, under RunID; "" otherwise, and Why says why not.
+	// Reason is ReasonNew, ReasonChanged or ReasonRetry when the
+	// partition is to be published, under RunID; "" otherwise, and Why
+	// says why not.
 	Reason string
 	RunID  string
 	Why    string
+	// Retry is the number of the retry published (Reason ReasonRetry) or
+	// waited for (RetryAt); 0 otherwise.
+	Retry int
+	// RetryAt is when retry Retry is due, while the partition waits for
+	// it; zero otherwise.
+	RetryAt time.Time
 	// Err is a listing that failed; the next pass tries again.
 	Err error
 }
@@ -124,6 +157,66 @@ func RunID(fingerprint string, replaces int64) string {
 		id += "-" + strconv.FormatInt(replaces, 10)
 	}
 	return id
+}
+
+// retrySuffix separates a listing's run_id from the number of its retry.
+const retrySuffix = "-retry"
+
+// RetryRunID names retry n (from 1) of the listing whose run is runID.
+func RetryRunID(runID string, n int) string {
+	return runID + retrySuffix + strconv.Itoa(n)
+}
+
+// retryOf is which publish of the listing whose first run is runID the
+// run latest is: 0 for runID itself, n for RetryRunID(runID, n); false
+// when latest is another run.
+func retryOf(runID, latest string) (int, bool) {
+	if latest == runID {
+		return 0, true
+	}
+	rest, ok := strings.CutPrefix(latest, runID+retrySuffix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 1 || strconv.Itoa(n) != rest {
+		return 0, false
+	}
+	return n, true
+}
+
+// waitOver are the fatal reasons of a load that gave up waiting for its
+// source (files missing, or not ready, past wait_up_to; a store that did
+// not answer meanwhile): the watch, which publishes only a listing it
+// found complete, retries them. Every other fatal reason is a verdict on
+// what was read.
+var waitOver = map[string]bool{files.ReasonMissingFiles: true, files.ReasonNotReady: true}
+
+// deadLettered says whether the latest attempt l of a listing's run left
+// its event dead-lettered for no fault of its files, as the consumer
+// decides it from the same attempt (consumer.Decide): what it was (for
+// Why) when so, and otherwise why the watch leaves the run alone.
+func deadLettered(l audit.LoadedListing, attempts int) (what string, retryable bool) {
+	last := l.LatestAttempt >= attempts
+	switch {
+	case l.LatestStatus == audit.StatusFailed && l.LatestErrorKind == audit.KindTransient && last:
+		return fmt.Sprintf("failed its last allowed load (%d of %d)", l.LatestAttempt, attempts), true
+	case l.LatestStatus == audit.StatusStarted && last:
+		// The process died in the last allowed load, and the crash-loop
+		// guard dead-letters its event; or that load still runs, and the
+		// retry waits for the partition's lock, then is skipped as
+		// superseded if it loaded.
+		return fmt.Sprintf("never finished its last allowed load (%d of %d)", l.LatestAttempt, attempts), true
+	case l.LatestStatus == audit.StatusFailed && l.LatestErrorKind == audit.KindFatal && waitOver[l.LatestReason]:
+		return "gave up waiting for its files (" + l.LatestReason + ")", true
+	case l.LatestStatus == audit.StatusFailed && l.LatestErrorKind == audit.KindFatal:
+		return "failed for good (" + cmp.Or(l.LatestReason, audit.KindFatal) + "): only new files publish it again", false
+	case l.LatestStatus == audit.StatusFailed && l.LatestErrorKind == audit.KindCheck:
+		return "refused by its checks: only new files publish it again", false
+	case l.LatestStatus == audit.StatusStarted || l.LatestStatus == audit.StatusFailed:
+		return "the consumer retries or holds it", false
+	}
+	return "", false // cancelled
 }
 
 // Decide lists the partitions keys of ds and compares each complete one
@@ -192,14 +285,48 @@ func (w *Watcher) Decide(ctx context.Context, ds *Dataset, keys []string, now ti
 			d.Reason = ReasonChanged
 		}
 		d.RunID = RunID(d.Fingerprint, l.AuditID)
-		if l.LatestRunID == d.RunID {
+		if n, ok := retryOf(d.RunID, l.LatestRunID); ok {
 			// Its event was delivered: a retry or a dead letter is the
 			// consumer's to decide, and publishing again would only load
-			// the same files into the same failure.
-			d.Reason, d.Why = "", "run "+d.RunID+" already attempted ("+l.LatestStatus+")"
+			// the same files into the same failure, unless the dead
+			// letter was not the files' fault.
+			decideRetry(d, ds, l, n, now)
 		}
 	}
 	return out, nil
+}
+
+// decideRetry decides d, whose listing's latest attempt l is of its
+// run's publish n (0 the first): nothing, or retry n+1 once due.
+func decideRetry(d *Decision, ds *Dataset, l audit.LoadedListing, n int, now time.Time) {
+	run := d.RunID
+	if n > 0 {
+		run = RetryRunID(d.RunID, n)
+	}
+	d.Reason = ""
+	what, retryable := deadLettered(l, cmp.Or(ds.Attempts, defaults.MaxAttempts))
+	switch {
+	case !retryable || ds.Retries <= 0:
+		d.Why = "run " + run + " already attempted (" + l.LatestStatus + ")"
+		if what != "" {
+			d.Why += ": " + what
+		}
+		return
+	case n >= ds.Retries:
+		d.Why = fmt.Sprintf("gave up after %d retries: run %s %s; idem audit why %s %s names its dead letter, "+
+			"which idem dlq replay loads again", n, run, what, ds.Name, d.Partition)
+		return
+	}
+	after := cmp.Or(ds.RetryAfter, defaults.WatchRetryAfter)
+	due := l.LatestAt.Add(after << n)
+	if now.Before(due) {
+		d.Retry, d.RetryAt = n+1, due
+		d.Why = fmt.Sprintf("retry %d of %d after %s (at %s): run %s %s", n+1, ds.Retries, after<<n,
+			due.UTC().Format(time.RFC3339), run, what)
+		return
+	}
+	d.Reason, d.RunID, d.Retry = ReasonRetry, RetryRunID(d.RunID, n+1), n+1
+	d.Why = "run " + run + " " + what
 }
 
 // Check lists the partitions keys of ds and publishes those Decide says.
@@ -257,6 +384,9 @@ func (w *Watcher) publish(ctx context.Context, ds *Dataset, d Decision, now time
 		ev = w.Log.Debug()
 	} else if w.Published != nil {
 		w.Published(ds.Name, d.Reason)
+	}
+	if d.Retry > 0 {
+		ev = ev.Int("retry", d.Retry).Str("why", d.Why)
 	}
 	ev.Str("dataset", ds.Name).Str("partition", d.Partition).Str("reason", d.Reason).
 		Str("fingerprint", d.Fingerprint[:min(16, len(d.Fingerprint))]).Int("files", d.Files).

@@ -73,7 +73,8 @@ func newRig(t *testing.T, spec files.Spec, store files.Store, ns *server.Server)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"idem.ready.>"}, Duplicates: 2 * time.Minute})
 	require.NoError(t, err)
 	r := &rig{t: t, db: db, h: h, ns: ns, js: js,
-		ds: &Dataset{Name: "orders", Type: schemas.PartitionDate, Spec: spec, Store: store, Every: time.Hour, Last: 3}}
+		ds: &Dataset{Name: "orders", Type: schemas.PartitionDate, Spec: spec, Store: store, Every: time.Hour, Last: 3,
+			Retries: 3, RetryAfter: 5 * time.Minute, Attempts: 2}}
 	r.a, r.b = r.watcher(), r.watcher()
 	return r
 }
@@ -100,7 +101,13 @@ func (r *rig) publishedSoFar() []string {
 // decide is replica a's decision on one partition.
 func (r *rig) decide(partition string) Decision {
 	r.t.Helper()
-	ds, err := r.a.Decide(context.Background(), r.ds, []string{partition}, time.Now())
+	return r.decideAt(partition, time.Now())
+}
+
+// decideAt is replica a's decision on one partition at now.
+func (r *rig) decideAt(partition string, now time.Time) Decision {
+	r.t.Helper()
+	ds, err := r.a.Decide(context.Background(), r.ds, []string{partition}, now)
 	require.NoError(r.t, err)
 	require.NoError(r.t, ds[0].Err)
 	return ds[0]
@@ -109,9 +116,15 @@ func (r *rig) decide(partition string) Decision {
 // check is a pass of both replicas over partition.
 func (r *rig) check(partition string) Decision {
 	r.t.Helper()
+	return r.checkAt(partition, time.Now())
+}
+
+// checkAt is a pass of both replicas over partition, their clocks at now.
+func (r *rig) checkAt(partition string, now time.Time) Decision {
+	r.t.Helper()
 	var first Decision
 	for _, w := range []*Watcher{r.a, r.b, r.a} {
-		ds, err := w.Check(context.Background(), r.ds, []string{partition}, time.Now())
+		ds, err := w.Check(context.Background(), r.ds, []string{partition}, now)
 		require.NoError(r.t, err)
 		if first.Partition == "" {
 			first = ds[0]
@@ -222,9 +235,16 @@ func TestWatchPublishesNewThenChangedPartitionsOnce(t *testing.T) {
 	require.True(t, handlers.IsFatal(errs[0]), "%v", errs[0])
 	d = r.decide("2026-11-28")
 	require.Empty(t, d.Reason)
-	require.Equal(t, "run "+d.RunID+" already attempted (failed)", d.Why)
+	require.Equal(t, "run "+d.RunID+" already attempted (failed): failed for good (schema_mismatch): only new files publish it again", d.Why)
 	r.check("2026-11-28")
 	require.Empty(t, r.events())
+	// Nor later: a verdict on the files is not retried, however long after.
+	for _, later := range []time.Duration{5 * time.Minute, time.Hour, 1000 * time.Hour} {
+		d = r.checkAt("2026-11-28", time.Now().Add(later))
+		require.Empty(t, d.Reason)
+		require.Zero(t, d.Retry)
+		require.Empty(t, r.events(), "%s later", later)
+	}
 	require.EqualValues(t, 3, r.rows())
 }
 
