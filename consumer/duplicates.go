@@ -22,6 +22,17 @@ const dupLinger = time.Millisecond
 // dupMaxBatch bounds one batch.
 const dupMaxBatch = 256
 
+// A backlog of new runs (a backfill) finds no duplicate, and asking costs
+// the warehouse a statement per batch: after dupMisses batches in a row
+// found none, only one batch in dupProbeEvery is asked about (the others
+// go to their loads, whose own ledger check still skips a duplicate),
+// until one finds a duplicate again. A replay's flood of duplicates is so
+// found within dupProbeEvery batches.
+const (
+	dupMisses     = 4
+	dupProbeEvery = 16
+)
+
 // dupBatcher gathers the questions of waiting messages into batches.
 type dupBatcher struct {
 	ask     Duplicates
@@ -29,6 +40,9 @@ type dupBatcher struct {
 
 	mu      sync.Mutex
 	pending []dupQuestion
+	// misses counts the batches in a row that found no duplicate;
+	// batches counts every batch, to pick the probes.
+	misses, batches int
 }
 
 type dupQuestion struct {
@@ -57,17 +71,35 @@ func (b *dupBatcher) flush() {
 	b.mu.Lock()
 	qs := b.pending
 	b.pending = nil
+	ask := len(qs) > 0 && (b.misses < dupMisses || b.batches%dupProbeEvery == 0)
+	if len(qs) > 0 {
+		b.batches++
+	}
 	b.mu.Unlock()
 	if len(qs) == 0 {
 		return
 	}
-	ms := make([]*Message, len(qs))
-	for i, q := range qs {
-		ms[i] = q.m
+	var answers []int
+	if ask {
+		ms := make([]*Message, len(qs))
+		for i, q := range qs {
+			ms[i] = q.m
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		answers = b.ask(ctx, ms)
+		cancel()
+		found := false
+		for _, n := range answers {
+			found = found || n > 0
+		}
+		b.mu.Lock()
+		if found {
+			b.misses = 0
+		} else {
+			b.misses++
+		}
+		b.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	answers := b.ask(ctx, ms)
-	cancel()
 	for i, q := range qs {
 		if i < len(answers) {
 			q.answer <- answers[i]

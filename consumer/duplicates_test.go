@@ -121,3 +121,46 @@ func TestALoneMessageIsNotAskedAbout(t *testing.T) {
 	_, asked := asker.asked()
 	require.Zero(t, asked)
 }
+
+// TestDupBatcherProbesABacklogOfNewRuns: batches that find no duplicate
+// stop being asked about, but for one in dupProbeEvery; a probe that finds
+// one makes every batch asked about again.
+func TestDupBatcherProbesABacklogOfNewRuns(t *testing.T) {
+	dups := false
+	var asked int
+	b := &dupBatcher{timeout: waitFor, ask: func(_ context.Context, ms []*Message) []int {
+		asked++
+		out := make([]int, len(ms))
+		if dups {
+			for i := range out {
+				out[i] = 1
+			}
+		}
+		return out
+	}}
+	batch := func() int {
+		ch := b.check(&Message{})
+		b.flush()
+		return <-ch
+	}
+	for range dupMisses {
+		require.Zero(t, batch())
+	}
+	require.Equal(t, dupMisses, asked, "asked while it may find some")
+	for range 3 * dupProbeEvery {
+		require.Zero(t, batch())
+	}
+	require.Equal(t, dupMisses+3, asked, "then one batch in %d", dupProbeEvery)
+
+	dups = true
+	found := 0
+	for range dupProbeEvery {
+		found += batch()
+	}
+	require.Positive(t, found, "a probe finds the flood")
+	before := asked
+	for range 5 {
+		require.Equal(t, 1, batch(), "and every batch is asked about again")
+	}
+	require.Equal(t, before+5, asked)
+}
