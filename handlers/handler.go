@@ -271,6 +271,19 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 	if !ok {
 		return nil, audit.Attempt{}, zerolog.Logger{}, Fatal(ReasonUnknownDataset, fmt.Errorf("dataset %q is not configured", ev.Dataset))
 	}
+	a := h.attemptOf(ctx, ds, ev, m)
+	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
+		Uint64("stream_seq", m.StreamSeq).Logger()
+	if h.Verified != nil && !m.Reverify {
+		if err := h.Verified(ctx); err != nil {
+			return nil, audit.Attempt{}, log, classifyBeforeLoad(err)
+		}
+	}
+	return ds, a, log, nil
+}
+
+// attemptOf is ev's attempt of dataset ds, as the audit records it.
+func (h *Handler) attemptOf(ctx context.Context, ds *Dataset, ev schemas.Event, m Meta) audit.Attempt {
 	a := audit.Attempt{
 		RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
 		StreamSeq:   m.StreamSeq,
@@ -292,14 +305,7 @@ func (h *Handler) attempt(ctx context.Context, ev schemas.Event, m Meta) (*Datas
 	if d, ok := ev.Key.LogicalDate(); ok {
 		a.LogicalDate = &d
 	}
-	log := h.Log.With().Str("dataset", ev.Dataset).Str("partition", a.Partition).Str("run_id", ev.RunID).
-		Uint64("stream_seq", m.StreamSeq).Logger()
-	if h.Verified != nil && !m.Reverify {
-		if err := h.Verified(ctx); err != nil {
-			return nil, audit.Attempt{}, log, classifyBeforeLoad(err)
-		}
-	}
-	return ds, a, log, nil
+	return a
 }
 
 // run takes an attempt whose audit statement ran (b) to its end: the load

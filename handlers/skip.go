@@ -40,15 +40,7 @@ func (h *Handler) SkipDone(ctx context.Context, evs []schemas.Event, ms []Meta) 
 		if !ok {
 			continue
 		}
-		a := audit.Attempt{
-			RunKey:      audit.RunKey{Pipeline: h.Pipeline, Dataset: ev.Dataset, Partition: ev.Key.Key, RunID: ev.RunID},
-			StreamSeq:   ms[i].StreamSeq,
-			Force:       ev.Force,
-			TriggeredBy: ev.Attributes[TriggeredByAttribute],
-			Attributes:  ev.Attributes,
-
-			DefinitionHash: ds.DefinitionHash,
-		}
+		a := h.attemptOf(ctx, ds, ev, ms[i])
 		if a.Force && a.StreamSeq == 0 {
 			continue // a forced run without its message's sequence is never a duplicate
 		}
@@ -59,9 +51,6 @@ func (h *Handler) SkipDone(ctx context.Context, evs []schemas.Event, ms []Meta) 
 			seen[a.RunKey] = map[uint64]bool{}
 		}
 		seen[a.RunKey][a.StreamSeq] = true
-		if d, ok := ev.Key.LogicalDate(); ok {
-			a.LogicalDate = &d
-		}
 		l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: ms[i]}
 		as = append(as, asked{i: i, l: l})
 		gs = append(gs, audit.GroupBegin{Attempt: a, SkipResult: l.skipResult(), Into: new(audit.Begun)})
