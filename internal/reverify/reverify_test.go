@@ -358,6 +358,20 @@ func (c *cutLoader) Handle(ctx context.Context, ev schemas.Event, m handlers.Met
 	return c.Handler.Handle(ctx, ev, m)
 }
 
+// lostAndCut publishes n runs of one partition, acknowledged and lost, and
+// returns their sequences and a reverifier whose loader finds the
+// warehouse gone at the one of index at, once.
+func (r *rig) lostAndCut(n, at int) ([]uint64, *cutLoader, *reverify.Reverifier) {
+	r.t.Helper()
+	var seqs []uint64
+	for i := range n {
+		seqs = append(seqs, r.publish("events", "2026-11-01", fmt.Sprintf("r%d", i)))
+	}
+	r.ackAll(n)
+	cut := &cutLoader{Handler: r.h, at: seqs[at]}
+	return seqs, cut, r.anotherWith(cut)
+}
+
 // TestACutPassResumesOnTheSameServer: a pass cut by a fault after loading
 // the first lost events leaves them settled on the server; the next pass
 // on the same server reads the window after them, loads the rest, and
@@ -366,13 +380,7 @@ func (c *cutLoader) Handle(ctx context.Context, ev schemas.Event, m handlers.Met
 func TestACutPassResumesOnTheSameServer(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	var seqs []uint64
-	for i := range 6 {
-		seqs = append(seqs, r.publish("events", "2026-11-01", fmt.Sprintf("r%d", i)))
-	}
-	r.ackAll(6)
-	cut := &cutLoader{Handler: r.h, at: seqs[3]}
-	rv := r.anotherWith(cut)
+	seqs, cut, rv := r.lostAndCut(6, 3)
 
 	first := rv.Pass(ctx, "test")
 	require.Error(t, first.Err, "cut at the fourth event")
@@ -395,13 +403,7 @@ func TestACutPassResumesOnTheSameServer(t *testing.T) {
 func TestACutPassStartsOverOnANewServer(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	var seqs []uint64
-	for i := range 4 {
-		seqs = append(seqs, r.publish("events", "2026-11-01", fmt.Sprintf("r%d", i)))
-	}
-	r.ackAll(4)
-	cut := &cutLoader{Handler: r.h, at: seqs[2]}
-	rv := r.anotherWith(cut)
+	_, _, rv := r.lostAndCut(4, 2)
 	require.Error(t, rv.Pass(ctx, "test").Err)
 	reverify.ForgetServer(rv)
 

@@ -128,16 +128,22 @@ func meta(msg *consumer.Message) handlers.Meta {
 		Stream: msg.Stream, MsgID: msg.Headers.Get(nats.MsgIdHdr), Published: msg.Published, Trace: msg.Span}
 }
 
+// eventsOf is what the handler gets of msgs.
+func eventsOf(msgs []*consumer.Message) ([]schemas.Event, []handlers.Meta) {
+	evs := make([]schemas.Event, len(msgs))
+	ms := make([]handlers.Meta, len(msgs))
+	for i, msg := range msgs {
+		evs[i], ms[i] = msg.Event, meta(msg)
+	}
+	return evs, ms
+}
+
 // groupFunc is the consumer's group handler: several events of one
 // dataset, one group load (handlers.HandleGroup), each event's metrics.
 func groupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.GroupHandler {
 	return func(ctx context.Context, msgs []*consumer.Message) []error {
 		start := time.Now()
-		evs := make([]schemas.Event, len(msgs))
-		ms := make([]handlers.Meta, len(msgs))
-		for i, msg := range msgs {
-			evs[i], ms[i] = msg.Event, meta(msg)
-		}
+		evs, ms := eventsOf(msgs)
 		outs, errs := h.HandleGroup(ctx, evs, ms)
 		took := time.Since(start)
 		for i, msg := range msgs {
@@ -163,11 +169,7 @@ func groupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.GroupHandler {
 func dupFunc(h *handlers.Handler, m *metrics.Metrics) consumer.Duplicates {
 	return func(ctx context.Context, msgs []*consumer.Message) []int {
 		start := time.Now()
-		evs := make([]schemas.Event, len(msgs))
-		ms := make([]handlers.Meta, len(msgs))
-		for i, msg := range msgs {
-			evs[i], ms[i] = msg.Event, meta(msg)
-		}
+		evs, ms := eventsOf(msgs)
 		skips := h.SkipDone(ctx, evs, ms)
 		took := time.Since(start)
 		for i, n := range skips {
