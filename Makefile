@@ -17,6 +17,10 @@ PKGS  ?= ./...
 # the same packages, test files included. -ldflags=-w: no DWARF in the test
 # binaries, a quarter less linking.
 HARNESS_PKGS ?= ./e2e/ ./bench/chaos/ ./bench/
+# The campaign of the faults beyond the default one's runs in a go test of
+# its own, beside the rest of its package: one package's tests run one
+# after another, and the two campaigns mostly wait on their processes.
+FAULTS_TEST = TestChaosFaultsShort
 TEST_FIRST ?= ./handlers/ ./internal/cli/ ./internal/statuspage/ ./sources/files/ \
 	./audit/ ./consumer/ ./sources/pgsource/ ./strategies/ ./internal/service/ ./internal/localpg/ ./internal/reverify/
 TEST_P ?= 3
@@ -60,10 +64,12 @@ vet: ## go vet
 test: ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
 	@$(MAKE) --no-print-directory -j3 test-tools vet tidy-check
 ifeq ($(PKGS),./...)
-	@$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) $(HARNESS_PKGS) & harness=$$!; \
+	@$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) -skip '^$(FAULTS_TEST)$$' $(HARNESS_PKGS) & harness=$$!; \
+	$(GO) test $(TEST_FLAGS) -run '^$(FAULTS_TEST)$$' ./bench/chaos/ & faults=$$!; \
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(TEST_FIRST) $$($(GO) list ./... | grep -vE '/idem/(e2e|bench|bench/chaos)$$'); race=$$?; \
-	wait $$harness; harness=$$?; \
-	if [ $$race -ne 0 ] || [ $$harness -ne 0 ]; then echo "make test: FAIL (race run exit $$race, harness run exit $$harness)"; exit 1; fi
+	wait $$harness; harness=$$?; wait $$faults; faults=$$?; \
+	if [ $$race -ne 0 ] || [ $$harness -ne 0 ] || [ $$faults -ne 0 ]; then \
+		echo "make test: FAIL (race run exit $$race, harness run exit $$harness, $(FAULTS_TEST) exit $$faults)"; exit 1; fi
 else
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(PKGS)
 endif
@@ -161,7 +167,7 @@ chaos-full: postgres ## the full campaign: every fault kind and every kind of da
 
 .PHONY: chaos-faults
 chaos-faults: postgres ## the focused campaign of each fault kind beyond the default campaign's (site crash, full disk, full streams, clock steps, source failover, object store), with their mechanism tests (about 9 min; needs root for the tmpfs)
-	CHAOS_FAULTS=1 $(GO) test -count=1 -timeout 30m -run '^(TestChaos(Faults|SiteCrash|DiskFull|StorageFull|ClockStep|SourceFailover|ObjectStore|Timely)Short|TestSiteCrashSparesTheCrashBudget|TestBallastFillsTheDataDirectory)$$' -v ./bench/chaos/
+	CHAOS_FAULTS=1 $(GO) test -count=1 -timeout 30m -run '^(TestChaos(SiteCrash|DiskFull|StorageFull|ClockStep|SourceFailover|ObjectStore|Timely)Short|TestSiteCrashSparesTheCrashBudget|TestBallastFillsTheDataDirectory)$$' -v ./bench/chaos/
 
 # Benchmarks (bench/): ratios of idem to the bare SQL, pgbench and a naive
 # consumer, measured in one run. IDEM_DATABASE_URL / IDEM_NATS_URL point the

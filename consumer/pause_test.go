@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,4 +134,86 @@ func TestResumeRunsEveryHeldMessageOfAnIdleLane(t *testing.T) {
 	}, waitFor, tick, "both held")
 	sw.set("orders", time.Now().Add(-time.Second)) // the pause ended
 	e.hook.waitEvent(t, "orders/acked", 2)
+}
+
+// A message that passed the pause check, then waited for the warehouse (an
+// open circuit) or for its dataset's turn, does not load through a pause
+// set while it waited: it is held again, and loads once resumed.
+func TestPauseSetWhileWaitingHoldsTheMessage(t *testing.T) {
+	t.Parallel()
+	t.Run("the warehouse", func(t *testing.T) {
+		t.Parallel()
+		sw := &pauseSwitch{}
+		w := &warehouse{}
+		w.down.Store(true)
+		e := newEnv(t, func(c *Config) {
+			c.AckWait = time.Second
+			c.Datasets["orders"] = Dataset{Retry: Retry{MaxAttempts: 1, Delay: time.Millisecond, MaxDelay: time.Millisecond}}
+			c.Paused = sw.paused
+			c.Probe = w.probe
+			c.ProbeDelay = 50 * time.Millisecond
+			c.MaxProbeDelay = 100 * time.Millisecond
+		})
+		var tries atomic.Int32
+		var loaded calls
+		e.start(func(_ context.Context, m *Message) error {
+			tries.Add(1)
+			if w.down.Load() {
+				return unavailable{}
+			}
+			if _, paused := sw.paused("orders"); paused {
+				t.Errorf("%s loaded while its dataset was paused", m.Event.Key.Key)
+			}
+			loaded.add(m)
+			return nil
+		})
+		last := e.publish("idem.ready.orders", event("orders", "2026-11-01", "r1"), nil)
+		// The load found the warehouse down: the message waits for the
+		// circuit, past its pause check.
+		require.Eventually(t, func() bool { return tries.Load() == 1 && w.probes.Load() >= 2 }, waitFor, tick)
+		sw.set("orders", time.Time{})
+		w.down.Store(false)
+		time.Sleep(time.Second) // the circuit closes within 100 ms
+		require.Zero(t, loaded.count(), "a message loaded through a pause set while it waited for the warehouse")
+		sw.resume("orders")
+		e.settled(last)
+		require.Equal(t, 1, loaded.count())
+		require.Zero(t, e.streamMsgs(testDLQ))
+	})
+	t.Run("a turn", func(t *testing.T) {
+		t.Parallel()
+		sw := &pauseSwitch{}
+		e := newEnv(t, func(c *Config) {
+			c.AckWait = time.Second
+			c.Datasets["orders"] = Dataset{MaxConcurrency: 1}
+			c.Paused = sw.paused
+		})
+		first := make(chan struct{})
+		release := make(chan struct{})
+		var loaded calls
+		e.start(func(_ context.Context, m *Message) error {
+			if loaded.add(m) == 1 {
+				close(first)
+				<-release
+				return nil
+			}
+			if _, paused := sw.paused("orders"); paused {
+				t.Errorf("%s loaded while its dataset was paused", m.Event.Key.Key)
+			}
+			return nil
+		})
+		e.publish("idem.ready.orders", event("orders", "2026-11-01", "r1"), nil)
+		<-first
+		last := e.publish("idem.ready.orders", event("orders", "2026-11-02", "r1"), nil)
+		// The second waits for the first's turn, past its pause check.
+		require.Eventually(t, func() bool { return strings.Contains(e.logs.String(), "waiting for a turn") }, waitFor, tick)
+		sw.set("orders", time.Time{})
+		close(release)
+		time.Sleep(time.Second)
+		require.Equal(t, 1, loaded.count(), "a message loaded through a pause set while it waited for its turn")
+		sw.resume("orders")
+		e.settled(last)
+		require.Equal(t, 2, loaded.count())
+		require.Zero(t, e.streamMsgs(testDLQ))
+	})
 }

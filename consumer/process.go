@@ -71,26 +71,38 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		in.Err, in.Attempt = c.unknownDataset(hard, d), d.m.NumDelivered
 		return in, 0, false, false
 	}
-	if err := c.holdWhilePaused(hard, d); err != nil {
-		in.Err, in.Cause = err, context.Cause(hard)
-		return in, 0, false, false
-	}
-	trial, ok := c.circuit.pass()
-	if !ok {
-		in.Err, in.Cause = ErrShutdown, ErrShutdown
-		return in, 0, trial, false
-	}
-	release, turn := c.takeTurn(d)
-	switch {
-	case turn == turnFull:
-		in.Err = errNoTurn
-		return in, 0, trial, false
-	case turn == turnStopped || c.isStopping():
-		if release != nil {
-			release()
+	var release func()
+	for {
+		if err := c.holdWhilePaused(hard, d); err != nil {
+			in.Err, in.Cause = err, context.Cause(hard)
+			return in, 0, false, false
 		}
-		in.Err, in.Cause = ErrShutdown, ErrShutdown
-		return in, 0, trial, false
+		var ok bool
+		if trial, ok = c.circuit.pass(); !ok {
+			in.Err, in.Cause = ErrShutdown, ErrShutdown
+			return in, 0, trial, false
+		}
+		var turn turnResult
+		release, turn = c.takeTurn(d)
+		switch {
+		case turn == turnFull:
+			in.Err = errNoTurn
+			return in, 0, trial, false
+		case turn == turnStopped || c.isStopping():
+			if release != nil {
+				release()
+			}
+			in.Err, in.Cause = ErrShutdown, ErrShutdown
+			return in, 0, trial, false
+		}
+		// Waiting for the warehouse or for a turn can outlast a pause set
+		// meanwhile: the message is held again, its turn and the circuit's
+		// trial given back, before a load starts.
+		if _, paused := c.paused(d.dataset); !paused {
+			break
+		}
+		release()
+		c.circuit.settle(trial, false, false)
 	}
 	defer release()
 	// The process span's context carries hard's values and cancellation.

@@ -92,8 +92,8 @@
 //
 // Options.LeastPrivilege runs the replicas as grants.sql's role
 // (grants.go). TestChaosFaultsShort runs every one of these kinds in one
-// campaign, and each has a focused campaign too; all run with
-// CHAOS_FAULTS=1 (make chaos-faults), the mechanism tests in make test.
+// campaign; each has a focused campaign too (CHAOS_FAULTS=1, make
+// chaos-faults).
 //
 // # Determinism
 //

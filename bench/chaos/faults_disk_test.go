@@ -61,13 +61,40 @@ func sizedTmpfs(t *testing.T, sizeMB int) string {
 		t.Skipf("pg_disk_full needs a sized tmpfs, and mount failed: %v: %s", err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-			return
+		// The server's processes may still be exiting when its stop
+		// returns, on a loaded machine: the mount stays busy a moment.
+		var out []byte
+		var err error
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			if out, err = exec.Command("umount", mnt).CombinedOutput(); err == nil {
+				_ = os.RemoveAll(dir)
+				return
+			}
+			if time.Now().After(deadline) {
+				break
+			}
 		}
-		_ = os.RemoveAll(dir)
+		t.Errorf("umount %s: %v: %s; processes using it: %v", mnt, err, out, usersOf(mnt))
 	})
 	return mnt
+}
+
+// usersOf lists the processes whose working directory or an open file is
+// below dir, as "pid command".
+func usersOf(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		links, _ := filepath.Glob(p + "/fd/*")
+		for _, l := range append([]string{p + "/cwd"}, links...) {
+			if target, err := os.Readlink(l); err == nil && (strings.HasPrefix(target, dir+"/") || target == dir) {
+				comm, _ := os.ReadFile(p + "/comm")
+				out = append(out, filepath.Base(p)+" "+strings.TrimSpace(string(comm)))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // pgOnTmpfs starts a cluster whose data directory is on a tmpfs of sizeMB

@@ -19,13 +19,14 @@ func shortCampaign(t *testing.T) {
 	}
 }
 
-// focused skips a campaign of the faults beyond the default campaign's
-// unless CHAOS_FAULTS is set (make chaos-faults).
+// focused skips a focused campaign of one fault kind unless CHAOS_FAULTS
+// is set (make chaos-faults): make test runs TestChaosFaultsShort, every
+// such kind in one campaign, instead.
 func focused(t *testing.T) {
 	t.Helper()
 	shortCampaign(t)
 	if os.Getenv("CHAOS_FAULTS") == "" {
-		t.Skip("the campaigns of the faults beyond the default campaign's run with CHAOS_FAULTS=1 (make chaos-faults)")
+		t.Skip("the focused campaigns run with CHAOS_FAULTS=1 (make chaos-faults); make test runs TestChaosFaultsShort")
 	}
 }
 
@@ -42,8 +43,8 @@ const faultsShortSeed = 20267609
 var faultsShortOptions = Options{Seed: faultsShortSeed, Cluster: true, PGSource: true, Files: true, Downstream: true, Timely: true, LeastPrivilege: true,
 	Kinds: faultsShortKinds, LongRounds: -1, Duration: 100 * time.Second, Events: 600}
 
-// TestChaosFaultsShort is the campaign of the faults beyond the default
-// campaign's, all in one (make chaos-faults): three nats-server processes
+// TestChaosFaultsShort is the campaign `make test` runs for the faults
+// beyond the default campaign's, all in one: three nats-server processes
 // with R3 streams, the warehouse on a sized tmpfs, a PostgreSQL source
 // with its standby, watched file datasets in a real versitygw, a
 // downstream dataset, the replicas as the loader role of grants.sql; and
@@ -51,7 +52,7 @@ var faultsShortOptions = Options{Seed: faultsShortSeed, Cluster: true, PGSource:
 // and the object store down, slow or failing, among 100 s of faults. Each kind also has a focused
 // campaign of its own (make chaos-faults).
 func TestChaosFaultsShort(t *testing.T) {
-	focused(t)
+	shortCampaign(t)
 	o := faultsShortOptions
 	o.PG = pgOnTmpfs(t, 640)
 	r := runCampaign(t, o)

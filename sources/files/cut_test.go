@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,76 @@ func TestBodyCutMidFileIsTransient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A store that closes the connection without an answer (a proxy or a
+// load balancer in front of a stopped store does: the client reads "EOF")
+// is unavailable in every format, never a fatal bad_file and never the end
+// of a file. A Parquet file small enough to be read in the footer's one
+// request was read as zeros ("invalid magic header"), dead-lettered
+// bad_file; a larger one the store left after its footer ended cleanly
+// with none of its rows.
+func TestStoreClosingTheConnectionIsTransient(t *testing.T) {
+	b := s3Backend(t)
+	var closing atomic.Bool
+	proxy := objectProxy(t, b.s3.Endpoint, func(*http.Response) {
+		if closing.Load() {
+			panic(http.ErrAbortHandler) // the connection closed, no response
+		}
+	})
+	store, err := NewS3(bucket, S3Options{Endpoint: proxy.URL, PathStyle: true})
+	require.NoError(t, err)
+	target := Target{Table: pgx.Identifier{"orders"}, Columns: ordersColumns, Fill: map[string]string{"dt": "2026-11-28"}}
+	list := func(t *testing.T, dir string, format Format, fx map[string][]byte) (Spec, []File) {
+		for name, body := range fx {
+			b.put(t, dir+"dt=2026-11-28/"+name, body)
+		}
+		spec := Spec{URL: b.base + dir + "dt={partition}/", Format: format}
+		r, err := Ready(context.Background(), store, spec, dir+"dt=2026-11-28/", time.Now())
+		require.NoError(t, err)
+		require.NotEmpty(t, r.Listing.Files)
+		return spec, r.Listing.Files
+	}
+	transient := func(t *testing.T, err error) {
+		t.Helper()
+		require.Error(t, err, "a file the store did not serve was read to its end")
+		var fatal interface{ Fatal() bool }
+		require.False(t, errors.As(err, &fatal) && fatal.Fatal(), "fatal: %v", err)
+		require.True(t, StoreUnavailable(err), "not the store's trouble: %v", err)
+		require.NotErrorIs(t, err, io.EOF)
+	}
+
+	// The store gone before the first read: every object read fails.
+	fixtures := map[Format]map[string][]byte{CSV: ordersCSV, NDJSON: ordersNDJSON, Parquet: ordersParquet(t)}
+	for format, fx := range fixtures {
+		t.Run(string(format), func(t *testing.T) {
+			spec, files := list(t, "closed-"+string(format)+"/", format, fx)
+			closing.Store(true)
+			defer closing.Store(false)
+			for i := range files {
+				transient(t, readCut(store, spec, &files[i], target))
+			}
+		})
+	}
+
+	// The store gone after the footer of a file larger than the tail read
+	// with it: the reads of its pages fail.
+	t.Run("parquet pages", func(t *testing.T) {
+		rows := make([]parquetOrder, 4000)
+		for i := range rows {
+			rows[i] = parquetOrder{ID: int32(i), Amount: int64(i), Note: ptr(strings.Repeat("n", 20+i%40))}
+		}
+		body := writeParquet(t, rows, 500)
+		require.Greater(t, len(body), 2*parquetTail)
+		spec, files := list(t, "closed-pages/", Parquet, map[string][]byte{"part-0.parquet": body})
+		s, err := OpenStream(context.Background(), store, spec, &files[0], target)
+		require.NoError(t, err)
+		defer s.Close()
+		closing.Store(true)
+		defer closing.Store(false)
+		_, err = bytesRead(s)
+		transient(t, err)
+	})
 }
 
 // readCut opens f and reads its stream to the end, returning the first

@@ -166,7 +166,9 @@
 // text starts with a reason word (schema_mismatch, missing_files,
 // file_changed, manifest, not_ready, bad_file) and names the file by its
 // URL. Store errors wrap the SDK's with the operation and the object; the
-// credentials are replaced by [redacted] wherever they would appear.
+// credentials are replaced by [redacted] wherever they would appear. No
+// store error is io.EOF to errors.Is, even a connection the store closed
+// ("...: EOF"): only a file's true end is.
 //
 // # Credentials
 //

@@ -102,7 +102,7 @@ func openParquet(f *File, ra ReaderAt, allow Allow, t Target) (*Stream, error) {
 // parquetFooter reads f's footer through a cache of its tail, which a
 // second parquet.OpenFile reads again for free.
 func parquetFooter(f *File, ra ReaderAt) (*tailCache, *parquet.File, error) {
-	tail, err := newTailCache(ra, f.Size)
+	tail, err := newTailCache(f, ra)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -231,13 +231,20 @@ type tailCache struct {
 	tail []byte
 }
 
-func newTailCache(ra io.ReaderAt, size int64) (*tailCache, error) {
-	n := min(size, parquetTail)
-	c := &tailCache{ra: ra, off: size - n, tail: make([]byte, n)}
-	if _, err := ra.ReadAt(c.tail, c.off); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+// newTailCache reads the last bytes of f. Only a read of all of them fills
+// the cache: fewer, with io.EOF or no error, is a file shorter than its
+// listing said, never a tail of zeros to parse.
+func newTailCache(f *File, ra io.ReaderAt) (*tailCache, error) {
+	n := min(f.Size, parquetTail)
+	c := &tailCache{ra: ra, off: f.Size - n, tail: make([]byte, n)}
+	got, err := ra.ReadAt(c.tail, c.off)
+	switch {
+	case got == len(c.tail):
+		return c, nil
+	case err == nil || err == io.EOF:
+		return nil, &ChangedError{URL: f.URL, Listed: fmt.Sprintf("%d bytes", f.Size), Found: fmt.Sprintf("%d bytes", c.off+int64(got))}
 	}
-	return c, nil
+	return nil, err
 }
 
 func (c *tailCache) ReadAt(p []byte, off int64) (int, error) {

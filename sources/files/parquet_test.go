@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/big"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,26 @@ func TestParquetUnsupported(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	require.True(t, fe.Fatal())
 	require.Contains(t, err.Error(), "bad_file: "+b.base+"n/dt=2026-11-28/b.parquet: ")
+}
+
+// A Parquet file cut short between its listing and the read of its footer
+// (a local file truncated in place) is a file that changed, never a bad
+// file: the read found fewer bytes than listed, not zeros to parse.
+func TestParquetShorterThanListedIsChanged(t *testing.T) {
+	b := localBackend(t)
+	body := ordersParquet(t)["part-0.parquet"]
+	b.put(t, "short/dt=2026-11-28/part-0.parquet", body)
+	spec := Spec{URL: b.base + "short/dt={partition}/", Format: Parquet}
+	store := b.storeFor(t, spec)
+	r, err := ready(t, store, spec, "2026-11-28", time.Now())
+	require.NoError(t, err)
+	f := r.Listing.Files[0]
+	ra, err := store.OpenAt(context.Background(), &f)
+	require.NoError(t, err)
+	defer ra.Close()
+	require.NoError(t, os.Truncate(strings.TrimPrefix(f.URL, "file://"), int64(len(body)/2)))
+	target := Target{Table: pgx.Identifier{"orders"}, Columns: ordersColumns, Fill: map[string]string{"dt": "2026-11-28"}}
+	_, err = openParquet(&f, ra, Allow{}, target)
+	var ce *ChangedError
+	require.ErrorAs(t, err, &ce, "a file shorter than listed: %v", err)
 }

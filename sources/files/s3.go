@@ -337,12 +337,26 @@ func (e *s3Error) Error() string {
 	return fmt.Sprintf("s3 %s %s: %s", e.op, e.url, msg)
 }
 
+// Unwrap gives ErrNotFound for a 404, and the SDK's error unless it wraps
+// io.EOF: that one is a connection the store closed without an answer
+// ("request send failed, ...: EOF", what a proxy in front of a stopped
+// store does), and the readers that stop at io.EOF (a Parquet footer's or
+// page's, a CSV line's) must never take it for the end of a file. Its
+// text stays; StoreUnavailable and Timeout look at e.err itself.
 func (e *s3Error) Unwrap() []error {
-	if e.notFound {
-		return []error{ErrNotFound, e.err}
+	err := e.err
+	if errors.Is(err, io.EOF) {
+		err = errConnectionClosed
 	}
-	return []error{e.err}
+	if e.notFound {
+		return []error{ErrNotFound, err}
+	}
+	return []error{err}
 }
+
+// errConnectionClosed is what an *s3Error whose SDK error wraps io.EOF
+// unwraps to.
+var errConnectionClosed = errors.New("the store closed the connection")
 
 // Timeout lets callers that classify by behaviour see a deadline.
 func (e *s3Error) Timeout() bool {
