@@ -140,6 +140,10 @@ func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (_ er
 			c.lanes.endLoad(d.lane)
 			return ErrShutdown, 0, false, 0
 		}
+		if err := c.pausedMeanwhile(d); err != nil {
+			c.lanes.endLoad(d.lane)
+			return err, 0, false, 0
+		}
 		c.loadStarted(d.lane)
 		defer c.endLoad(d.lane)
 		members := c.groups.take(d, size-1)

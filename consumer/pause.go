@@ -149,6 +149,17 @@ func (c *Consumer) holdWhilePaused(hard context.Context, d *delivery) error {
 	}
 }
 
+// pausedMeanwhile is the *PausedError of d's dataset when it was paused
+// while d waited for its load slot: d then goes back for later, loading
+// nothing (the pause was checked before the wait).
+func (c *Consumer) pausedMeanwhile(d *delivery) error {
+	if left, paused := c.paused(d.dataset); paused {
+		d.log.Info().Msg("dataset paused while the message waited for a slot: nak'ed for later")
+		return &PausedError{Dataset: d.dataset, Left: left}
+	}
+	return nil
+}
+
 // isPaused reports the *PausedError in err's chain.
 func isPaused(err error) (*PausedError, bool) {
 	var p *PausedError

@@ -216,4 +216,60 @@ func TestPauseSetWhileWaitingHoldsTheMessage(t *testing.T) {
 		require.Equal(t, 2, loaded.count())
 		require.Zero(t, e.streamMsgs(testDLQ))
 	})
+	for _, grouped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a slot", true: "a slot, grouped"}[grouped], func(t *testing.T) {
+			t.Parallel()
+			sw := &pauseSwitch{}
+			// Without groups as many are fetched ahead as run: two long
+			// loads, so that a third waits.
+			blocking := map[bool]int{false: 2, true: 1}[grouped]
+			release := make(chan struct{})
+			var loaded calls
+			load := func(m *Message) {
+				if loaded.add(m) <= blocking {
+					<-release
+					return
+				}
+				if _, paused := sw.paused("orders"); paused {
+					t.Errorf("%s loaded while its dataset was paused", m.Event.Key.Key)
+				}
+			}
+			e := newEnv(t, func(c *Config) {
+				c.AckWait = time.Second
+				c.MaxInFlight = blocking
+				c.Paused = sw.paused
+				if grouped {
+					c.MaxGroup = 4
+					c.GroupSize = func(*Message) int { return 4 }
+					c.GroupHandler = func(_ context.Context, ms []*Message) []error {
+						for _, m := range ms {
+							load(m)
+						}
+						return make([]error, len(ms))
+					}
+				}
+			})
+			e.start(func(_ context.Context, m *Message) error { load(m); return nil })
+			for i := range blocking {
+				e.publish("idem.ready.orders", event("orders", fmt.Sprintf("2026-10-%02d", i+1), "r1"), nil)
+			}
+			require.Eventually(t, func() bool { return loaded.count() == blocking }, waitFor, tick)
+			last := e.publish("idem.ready.customers", event("customers", "2026-11-02", "r1"), nil)
+			if grouped {
+				last = e.publish("idem.ready.orders", event("orders", "2026-11-02", "r1"), nil)
+			}
+			// Fetched past its pause check, it waits for the only slot.
+			require.Eventually(t, func() bool { return e.consumerInfo().Delivered.Stream >= last }, waitFor, tick)
+			sw.set("orders", time.Time{})
+			sw.set("customers", time.Time{})
+			close(release)
+			time.Sleep(time.Second)
+			require.Equal(t, blocking, loaded.count(), "a message loaded through a pause set while it waited for a slot")
+			sw.resume("orders")
+			sw.resume("customers")
+			e.settled(last)
+			require.Equal(t, blocking+1+map[bool]int{false: 0, true: 1}[grouped], loaded.count())
+			require.Zero(t, e.streamMsgs(testDLQ))
+		})
+	}
 }

@@ -138,6 +138,10 @@ func (c *Consumer) run(hard context.Context, d *delivery) (in Input, handled tim
 		return in, 0, trial, false
 	}
 	defer c.endLoad(d.lane)
+	if err := c.pausedMeanwhile(d); err != nil {
+		in.Err = err
+		return in, 0, trial, false
+	}
 	ctx := d.log.WithContext(pctx)
 	start := time.Now()
 	in.Err = c.call(ctx, d)
