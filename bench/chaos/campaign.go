@@ -89,7 +89,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.Logf("chaos: seed %d, %d events over %s, %d replicas, logs in %s", o.Seed, o.Events, o.Duration, o.Replicas, c.logs)
 
 	pub := &publisher{js: c.pubJS, db: c.db, logf: o.Logf}
-	nem := &nemesis{replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
+	nem := &nemesis{everyKind: o.EveryKind, replicas: c.replicas, wh: c.wh, db: c.db, dbName: dbName, nats: c.nats, cluster: c.cluster, js: c.js,
 		link: c.link, pooler: c.pooler, src: c.src, store: c.files.objStore(), logf: o.Logf}
 
 	// A reader samples the targets from now until the replicas stop.
@@ -111,7 +111,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	timelyDone := c.timely.run(pubCtx, start, c.pubJS, c.adminCfg)
 	// The nemesis starts no fault after the phase, but lets the last one run
 	// its length: a warehouse outage is never cut short.
-	nemErr := nem.run(ctx, start, start.Add(o.Duration), sched)
+	end := start.Add(o.Duration)
+	if o.EveryKind {
+		nem.extend = start.Add(2 * o.Duration)
+	}
+	nemErr := nem.run(ctx, start, end, sched)
 	if nemErr == nil {
 		sleepCtx(ctx, time.Until(start.Add(o.Duration)))
 	}

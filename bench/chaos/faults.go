@@ -383,16 +383,20 @@ func natsLinkTarget(rng *rand.Rand) int {
 // nemesis runs the schedule, one fault at a time, against the processes,
 // the database and the NATS server of the campaign.
 type nemesis struct {
-	replicas []*replica
-	wh       *warehouse    // the primary to stop, and the standby to promote
-	db       *pgxpool.Pool // not through the proxy, to the primary: for pg_terminate_backend
-	dbName   string
-	nats     natsServers
-	cluster  *natsCluster        // nil with one server
-	js       jetstream.JetStream // direct to the servers, to find the stream's leader
-	link     *dbLink
-	pooler   Pooler // nil without Options.PoolMode
-	logf     func(string, ...any)
+	// everyKind and extend: Options.EveryKind, extend the latest start
+	// of a fault of a kind not yet injected.
+	everyKind bool
+	extend    time.Time
+	replicas  []*replica
+	wh        *warehouse    // the primary to stop, and the standby to promote
+	db        *pgxpool.Pool // not through the proxy, to the primary: for pg_terminate_backend
+	dbName    string
+	nats      natsServers
+	cluster   *natsCluster        // nil with one server
+	js        jetstream.JetStream // direct to the servers, to find the stream's leader
+	link      *dbLink
+	pooler    Pooler // nil without Options.PoolMode
+	logf      func(string, ...any)
 
 	src   *sourceDB // nil without Options.PGSource
 	store *objStore // nil without Options.Files
@@ -401,17 +405,61 @@ type nemesis struct {
 	history []*fault
 }
 
+// What the nemesis does with the next fault.
+const (
+	nemesisInject = iota
+	nemesisPass   // passed over: a kind not yet injected comes first
+	nemesisStop   // the phase is over
+)
+
+// next decides the fault faults[i] at now: injected, passed over, or the
+// phase over. Without everyKind, every fault before end is injected. With
+// it, a nemesis behind its schedule passes over a kind already injected
+// while one not yet injected is still to come, and past end injects only
+// those, until extend.
+func (n *nemesis) next(now, start, end time.Time, faults []*fault, i int, injected map[string]bool) int {
+	f := faults[i]
+	unseen := func(faults []*fault) bool {
+		for _, f := range faults {
+			if !injected[f.Kind] {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case now.Before(end):
+		if n.everyKind && injected[f.Kind] && now.Sub(start.Add(f.At)) > time.Second && unseen(faults[i+1:]) {
+			return nemesisPass
+		}
+		return nemesisInject
+	case !n.everyKind || !now.Before(n.extend) || !unseen(faults[i:]):
+		return nemesisStop
+	case injected[f.Kind]:
+		return nemesisPass
+	}
+	return nemesisInject
+}
+
 // run executes the faults in order, starting none after end. Every fault
 // runs its full length and heals before run moves on; only ctx cancels a
 // hold, and healing happens even then.
 func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault) error {
-	for _, f := range faults {
+	injected := map[string]bool{}
+	for i, f := range faults {
 		if d := time.Until(start.Add(f.At)); d > 0 {
 			sleepCtx(ctx, min(d, time.Until(end)))
 		}
-		if ctx.Err() != nil || !time.Now().Before(end) {
+		if ctx.Err() != nil {
 			return nil
 		}
+		switch n.next(time.Now(), start, end, faults, i, injected) {
+		case nemesisStop:
+			return nil
+		case nemesisPass:
+			continue
+		}
+		injected[f.Kind] = true
 		f.Start = time.Now()
 		err := n.inject(ctx, f)
 		f.End = time.Now()

@@ -147,6 +147,12 @@ type Options struct {
 	// focused campaign for one fault kind or a few. Set LongRounds to -1
 	// to leave the long faults out too.
 	Kinds []string
+	// EveryKind makes a short campaign inject every kind its schedule
+	// holds whatever the machine's pace: on a busy machine heals outlast
+	// their plan, so a nemesis behind its schedule passes over a fault of
+	// a kind already injected while a kind not yet injected is still to
+	// come, and goes on past Duration (up to twice it) until each has run.
+	EveryKind bool
 	// Downstream adds a dataset that `then:` runs after every load of
 	// replace (faults_jsfull.go), so the relay publishes downstream events
 	// into the events stream; the checker matches them with the upstream

@@ -379,3 +379,30 @@ func TestKindsRestrictTheDraw(t *testing.T) {
 		t.Fatalf("Validate with an unknown kind: %v", err)
 	}
 }
+
+// TestEveryKindCatchesUp: a nemesis behind its schedule passes over the
+// kinds it already injected while another is still to come, and past the
+// phase injects only the kinds not yet injected, until its extension.
+func TestEveryKindCatchesUp(t *testing.T) {
+	start := time.Now()
+	end, extend := start.Add(100*time.Second), start.Add(200*time.Second)
+	faults := []*fault{{Kind: "a", At: 0}, {Kind: "a", At: 10 * time.Second}, {Kind: "b", At: 20 * time.Second}, {Kind: "a", At: 30 * time.Second}, {Kind: "c", At: 90 * time.Second}}
+	injected := map[string]bool{"a": true}
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+
+	plain := &nemesis{}
+	require.Equal(t, nemesisInject, plain.next(at(50*time.Second), start, end, faults, 1, injected), "without everyKind every fault runs")
+	require.Equal(t, nemesisStop, plain.next(at(101*time.Second), start, end, faults, 4, injected))
+
+	n := &nemesis{everyKind: true, extend: extend}
+	require.Equal(t, nemesisInject, n.next(at(10*time.Second), start, end, faults, 1, injected), "on time: a repeat runs")
+	require.Equal(t, nemesisPass, n.next(at(50*time.Second), start, end, faults, 1, injected), "behind: b and c first")
+	require.Equal(t, nemesisInject, n.next(at(50*time.Second), start, end, faults, 2, injected))
+	injected["b"] = true
+	require.Equal(t, nemesisPass, n.next(at(150*time.Second), start, end, faults, 3, injected), "past the phase: only c")
+	require.Equal(t, nemesisInject, n.next(at(150*time.Second), start, end, faults, 4, injected))
+	require.Equal(t, nemesisStop, n.next(at(201*time.Second), start, end, faults, 4, injected), "the extension is over")
+	injected["c"] = true
+	require.Equal(t, nemesisInject, n.next(at(95*time.Second), start, end, faults, 4, injected), "within the phase, the last one runs")
+	require.Equal(t, nemesisStop, n.next(at(150*time.Second), start, end, faults, 4, injected), "every kind injected: the phase ends")
+}
