@@ -23,10 +23,6 @@ import (
 	"syscall"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
 	"github.com/idem-data/idem/internal/localpg"
 )
 
@@ -122,13 +118,10 @@ func startObjStore(ctx context.Context, bin, dir, logs string, seed int64) (*obj
 		s.close()
 		return nil, err
 	}
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, "s3", "127.0.0.1:0", s.errs.addr)
-	if err := p.Start(); err != nil {
+	if s.link, err = startLink(s.errs.addr); err != nil {
 		s.close()
-		return nil, fmt.Errorf("chaos: toxiproxy for the object store: %w", err)
+		return nil, fmt.Errorf("chaos: the object store's link: %w", err)
 	}
-	s.link = &dbLink{proxy: p, addr: p.Listen}
 	return s, nil
 }
 
