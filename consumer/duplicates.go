@@ -156,6 +156,11 @@ func (c *Consumer) waitLoad(d *delivery) (ok bool, skipped int) {
 			if !withdraw() {
 				c.lanes.endLoad(d.lane)
 			}
+			// A skip the question recorded is acked, not sent back: its
+			// redelivery would be recorded skipped a second time.
+			if dup != nil {
+				return false, <-dup
+			}
 			return false, 0
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -169,4 +170,49 @@ func TestDupBatcherProbesABacklogOfNewRuns(t *testing.T) {
 		require.Equal(t, 1, batch(), "and every batch is asked about again")
 	}
 	require.Equal(t, before+5, asked)
+}
+
+// TestAStopAcksASkipItsQuestionRecorded: a stop that comes while a
+// waiting message's question is in flight waits for the answer, and a
+// skip it recorded is acked, not sent back to be recorded twice.
+func TestAStopAcksASkipItsQuestionRecorded(t *testing.T) {
+	asked := make(chan struct{})
+	answer := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	e := newEnv(t, func(c *Config) {
+		c.MaxInFlight = 2
+		c.Duplicates = func(_ context.Context, ms []*Message) []int {
+			once.Do(func() { close(asked) })
+			<-answer
+			out := make([]int, len(ms))
+			for i, m := range ms {
+				if strings.HasPrefix(m.Event.RunID, "dup") {
+					out[i] = 1
+				}
+			}
+			return out
+		}
+	})
+	e.publish("idem.ready.orders", event("orders", "2026-01-01", "first"), nil)
+	e.publish("idem.ready.orders", event("orders", "2026-01-02", "first"), nil)
+	var loads calls
+	_, stop := e.start(func(ctx context.Context, m *Message) error {
+		loads.add(m)
+		<-release
+		return nil
+	})
+	require.Eventually(t, func() bool { return loads.count() == 2 }, waitFor, tick)
+	dup := e.publish("idem.ready.orders", event("orders", "2026-01-03", "dup_run"), nil)
+	<-asked
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop(5 * time.Second) }()
+	time.Sleep(200 * time.Millisecond) // the stop begins while the question is out
+	close(answer)
+	close(release)
+	require.NoError(t, <-stopped)
+	require.Equal(t, 2, loads.count(), "the duplicate never loaded")
+	info := e.consumerInfo()
+	require.GreaterOrEqual(t, info.AckFloor.Stream, dup, "the skip acked: %+v", info.AckFloor)
+	require.Zero(t, e.hook.event("orders/interrupted"), "nothing sent back")
 }

@@ -123,6 +123,10 @@ func (c *Consumer) runGrouped(hard context.Context, d *delivery, size int) (_ er
 				}
 			case <-c.stopping:
 				letGo()
+				// A skip the question recorded is acked, not sent back.
+				if n := <-dup; n > 0 {
+					return nil, 0, false, n
+				}
 				return ErrShutdown, 0, false, 0
 			}
 		}
