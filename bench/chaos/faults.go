@@ -468,17 +468,22 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 		n.mu.Unlock()
 		if err != nil {
 			f.Err = err.Error()
+		}
+		// Logged first: a fault that ends the campaign is named at once,
+		// not when the publisher has finished.
+		n.logf("fault %-15s replica=%d server=%s hold=%s took=%s param=%d outage=%s %s%s", f.Kind, f.Replica, f.Server, f.Hold.Round(time.Millisecond),
+			f.End.Sub(f.Start).Round(time.Millisecond), f.Param, f.Outage.Round(time.Millisecond), f.Skipped, f.Err)
+		if err != nil {
 			// A fault the harness cannot heal (PostgreSQL that will not start)
 			// ends the campaign: what follows would measure the harness.
 			switch f.Kind {
 			case FaultPGFast, FaultPGImmediate, FaultWarehouseDown, FaultFailover, FaultNATSRestart, FaultNATSDown, FaultPoolerRestart,
 				FaultLeaderKill, FaultFollowerKill, FaultNodeDown, FaultNATSRolling, FaultJSStorageFull, FaultSourceFailover,
 				FaultSiteCrash, FaultPGDiskFull, FaultObjectStoreDown:
+				n.logf("chaos: %s could not be healed: the fault phase ends", f.Kind)
 				return fmt.Errorf("chaos: %s: %w", f.Kind, err)
 			}
 		}
-		n.logf("fault %-15s replica=%d server=%s hold=%s took=%s param=%d outage=%s %s%s", f.Kind, f.Replica, f.Server, f.Hold.Round(time.Millisecond),
-			f.End.Sub(f.Start).Round(time.Millisecond), f.Param, f.Outage.Round(time.Millisecond), f.Skipped, f.Err)
 	}
 	return nil
 }
