@@ -23,6 +23,12 @@ const priorSQL = `
                             OR (a.status = 'failed' AND a.error_kind = 'transient'))
                      ORDER BY a.id DESC LIMIT nullif(i.budget, 0)) s) p`
 
+// groupInputSQL opens the group statements: $1, the beginRows, as rows.
+const groupInputSQL = `
+WITH input AS MATERIALIZED (
+     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
+            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text)),`
+
 // beginRow is one attempt of a group as beginGroupSQL reads it.
 type beginRow struct {
 	Ord       int               `json:"ord"`
@@ -46,11 +52,7 @@ type beginRow struct {
 // insert under the same budget and the same skip result, row by row, in
 // one statement. A group's partitions are distinct, so each inserted row
 // is found again by its partition and run.
-var beginGroupSQL = `
-WITH input AS MATERIALIZED (
-     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
-            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text)),
-look AS MATERIALIZED (
+var beginGroupSQL = groupInputSQL + `look AS MATERIALIZED (
      SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last
        FROM input i` + priorSQL + `),
 ins AS (
@@ -116,11 +118,7 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 // writes the `skipped` row (and its result) of each whose run is done, the
 // same row beginGroupSQL would, and nothing for the others, which go on to
 // their load. No budget: a skip spends none.
-var skipDoneSQL = `
-WITH input AS MATERIALIZED (
-     SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
-            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text)),
-look AS MATERIALIZED (
+var skipDoneSQL = groupInputSQL + `look AS MATERIALIZED (
      SELECT i.ord, p.n FROM input i` + priorSQL + `
       WHERE ` + groupDoneSQL + `),
 ins AS (

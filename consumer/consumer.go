@@ -417,12 +417,7 @@ func (c *Consumer) startLoad(ln lane) bool {
 		}
 		return false
 	}
-	if c.isStopping() {
-		c.lanes.endLoad(ln)
-		return false
-	}
-	c.loadStarted(ln)
-	return true
+	return c.loadGranted(ln)
 }
 
 // loadStarted counts a granted load in.

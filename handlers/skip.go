@@ -26,6 +26,10 @@ func (h *Handler) SkipDone(ctx context.Context, evs []schemas.Event, ms []Meta) 
 			return skips
 		}
 	}
+	type message struct {
+		run audit.RunKey
+		seq uint64
+	}
 	type asked struct {
 		i int
 		l *loading
@@ -33,7 +37,7 @@ func (h *Handler) SkipDone(ctx context.Context, evs []schemas.Event, ms []Meta) 
 	var (
 		as   []asked
 		gs   []audit.GroupBegin
-		seen = map[audit.RunKey]map[uint64]bool{}
+		seen = map[message]bool{}
 	)
 	for i, ev := range evs {
 		ds, ok := h.dataset(ev.Dataset)
@@ -44,13 +48,11 @@ func (h *Handler) SkipDone(ctx context.Context, evs []schemas.Event, ms []Meta) 
 		if a.Force && a.StreamSeq == 0 {
 			continue // a forced run without its message's sequence is never a duplicate
 		}
-		if seen[a.RunKey][a.StreamSeq] {
+		m := message{a.RunKey, a.StreamSeq}
+		if seen[m] {
 			continue // the same message twice: the second goes to its load
 		}
-		if seen[a.RunKey] == nil {
-			seen[a.RunKey] = map[uint64]bool{}
-		}
-		seen[a.RunKey][a.StreamSeq] = true
+		seen[m] = true
 		l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: ms[i]}
 		as = append(as, asked{i: i, l: l})
 		gs = append(gs, audit.GroupBegin{Attempt: a, SkipResult: l.skipResult(), Into: new(audit.Begun)})

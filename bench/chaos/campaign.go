@@ -28,7 +28,7 @@ type campaign struct {
 	wh       *warehouse
 	nats     natsServers
 	cluster  *natsCluster // the cluster topology; nil with one server
-	link     *dbLink
+	link     *proxyLink
 	pooler   Pooler     // between the replicas and the link; nil without Options.PoolMode
 	src      *sourceDB  // the PostgreSQL source; nil without Options.PGSource
 	nc       *nats.Conn // the checker's: the servers' own ports, never a proxy

@@ -394,7 +394,7 @@ type nemesis struct {
 	nats      natsServers
 	cluster   *natsCluster        // nil with one server
 	js        jetstream.JetStream // direct to the servers, to find the stream's leader
-	link      *dbLink
+	link      *proxyLink
 	pooler    Pooler // nil without Options.PoolMode
 	logf      func(string, ...any)
 

@@ -80,7 +80,7 @@ type objStore struct {
 	incarnation int
 
 	errs *errProxy
-	link *dbLink // Toxiproxy, in front of errs
+	link *proxyLink // Toxiproxy, in front of errs
 	// touch, when set, is called as a slow or failing store's fault
 	// starts: the workload writes a correction then, so that loads read
 	// through the fault (fileWorkload.run).

@@ -69,7 +69,7 @@ func (n *natsBox) up() error {
 	}
 }
 
-// dbLink is the Toxiproxy proxy between every idem process and PostgreSQL
+// proxyLink is the Toxiproxy proxy between every idem process and PostgreSQL
 // (or the object store), behind a listener of the harness's own at addr.
 //
 // Toxiproxy can wedge: a toxic whose reader is gone blocks on an
@@ -81,7 +81,7 @@ func (n *natsBox) up() error {
 // does not return within toxicWait starts a new proxy to the same
 // upstream, closes every connection through the old one (the clients
 // reconnect, as after a reset), and leaves the old one to its goroutines.
-type dbLink struct {
+type proxyLink struct {
 	addr  string
 	front net.Listener
 
@@ -97,12 +97,12 @@ type dbLink struct {
 // toxicWait bounds a Toxiproxy call; a healthy one returns at once.
 const toxicWait = 20 * time.Second
 
-func startLink(upstream string) (*dbLink, error) {
+func startLink(upstream string) (*proxyLink, error) {
 	front, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("chaos: link: %w", err)
 	}
-	l := &dbLink{addr: front.Addr().String(), front: front, upstream: upstream, conns: map[net.Conn]bool{}, wait: toxicWait}
+	l := &proxyLink{addr: front.Addr().String(), front: front, upstream: upstream, conns: map[net.Conn]bool{}, wait: toxicWait}
 	if l.proxy, err = newToxiproxy(upstream); err != nil {
 		front.Close()
 		return nil, err
@@ -121,7 +121,7 @@ func newToxiproxy(upstream string) (*toxiproxy.Proxy, error) {
 }
 
 // serve pipes each connection of the front to the current proxy.
-func (l *dbLink) serve() {
+func (l *proxyLink) serve() {
 	for {
 		c, err := l.front.Accept()
 		if err != nil {
@@ -142,7 +142,7 @@ func (l *dbLink) serve() {
 	}
 }
 
-func (l *dbLink) pipe(c, b net.Conn) {
+func (l *proxyLink) pipe(c, b net.Conn) {
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -161,8 +161,8 @@ func (l *dbLink) pipe(c, b net.Conn) {
 }
 
 // bounded runs fn, a Toxiproxy call, within toxicWait; a call that does not
-// return replaces the proxy (see dbLink).
-func (l *dbLink) bounded(fn func() error) error {
+// return replaces the proxy (see proxyLink).
+func (l *proxyLink) bounded(fn func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
 	select {
@@ -181,7 +181,7 @@ func (l *dbLink) bounded(fn func() error) error {
 
 // replace points the front at a new proxy to upstream and closes every
 // connection through the old one, which is left to stop on its own.
-func (l *dbLink) replace(upstream string) error {
+func (l *proxyLink) replace(upstream string) error {
 	p, err := newToxiproxy(upstream)
 	if err != nil {
 		return err
@@ -200,7 +200,7 @@ func (l *dbLink) replace(upstream string) error {
 
 // toxic adds a toxic on the given streams ("upstream" is idem to
 // PostgreSQL) and returns a function that removes it.
-func (l *dbLink) toxic(kind string, attrs string, streams ...string) (remove func(), err error) {
+func (l *proxyLink) toxic(kind string, attrs string, streams ...string) (remove func(), err error) {
 	l.mu.Lock()
 	p := l.proxy
 	l.mu.Unlock()
@@ -235,9 +235,9 @@ func (l *dbLink) toxic(kind string, attrs string, streams ...string) (remove fun
 // moved to a promoted server would: a new proxy behind the same address,
 // the old one's connections (already dead with the old server) closed.
 // idem's config names that address only.
-func (l *dbLink) repoint(upstream string) error { return l.replace(upstream) }
+func (l *proxyLink) repoint(upstream string) error { return l.replace(upstream) }
 
-func (l *dbLink) close() {
+func (l *proxyLink) close() {
 	l.front.Close()
 	l.mu.Lock()
 	p := l.proxy
