@@ -77,9 +77,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// the fault schedule of a seed, and the other way round. The schedule
 	// comes first: a failover in it needs a standby from the setup on.
 	pl := makePlan(o, rand.New(rand.NewPCG(uint64(o.Seed), 1)))
-	var sched []*fault
+	var sched, second []*fault
 	if !o.NoFaults {
-		sched = schedule(o, rand.New(rand.NewPCG(uint64(o.Seed), 2)))
+		first, other := o.split()
+		sched = schedule(first, rand.New(rand.NewPCG(uint64(o.Seed), 2)))
+		if len(o.Second) > 0 {
+			second = schedule(other, rand.New(rand.NewPCG(uint64(o.Seed), 3)))
+		}
 	}
 	c := &campaign{o: o}
 	defer c.close()
@@ -115,7 +119,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.EveryKind {
 		nem.extend = start.Add(2 * o.Duration)
 	}
+	secondDone := make(chan error, 1)
+	nemCtx, stopSecond := context.WithCancel(ctx)
+	defer stopSecond()
+	go func() { secondDone <- nem.run(nemCtx, start, end, second) }()
 	nemErr := nem.run(ctx, start, end, sched)
+	if nemErr != nil {
+		stopSecond() // its fault heals, and it starts no other
+	}
+	nemErr = errors.Join(nemErr, <-secondDone)
 	if nemErr == nil {
 		sleepCtx(ctx, time.Until(start.Add(o.Duration)))
 	}

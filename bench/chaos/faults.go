@@ -403,6 +403,20 @@ type nemesis struct {
 
 	mu      sync.Mutex
 	history []*fault
+	// site is held by each fault while it runs, alone by those that stop
+	// every process (Options.Second: two schedules at once).
+	site sync.RWMutex
+}
+
+// exclusive takes the site for a fault of kind: alone for a site crash or
+// a rolling restart, shared for the others. It returns the release.
+func (n *nemesis) exclusive(kind string) (unlock func()) {
+	if kind == FaultSiteCrash || kind == FaultRollingRestart {
+		n.site.Lock()
+		return n.site.Unlock
+	}
+	n.site.RLock()
+	return n.site.RUnlock
 }
 
 // What the nemesis does with the next fault.
@@ -460,9 +474,11 @@ func (n *nemesis) run(ctx context.Context, start, end time.Time, faults []*fault
 			continue
 		}
 		injected[f.Kind] = true
+		unlock := n.exclusive(f.Kind)
 		f.Start = time.Now()
 		err := n.inject(ctx, f)
 		f.End = time.Now()
+		unlock()
 		n.mu.Lock()
 		n.history = append(n.history, f)
 		n.mu.Unlock()

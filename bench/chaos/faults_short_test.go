@@ -117,7 +117,15 @@ func TestChaosFullCampaign(t *testing.T) {
 	// new kinds' heals being slow (a site crash some 15 s). 24 over 100
 	// min plans 52 or more of each.
 	o.ExtraWeight = 24
-	o.Events, o.Duration, o.Partitions, o.DrainBound = 100000, 100*time.Minute, 100, 3*time.Minute
+	// One schedule runs one fault at a time: about 650 in 100 min, the
+	// new kinds' heals being slow. A second nemesis, at the same time,
+	// draws the replicas' own faults, the object store's and clock steps,
+	// mostly quick ones (weight 5 for its new kinds).
+	o.Second = []string{FaultKill, FaultPause, FaultPGTerminate, FaultNATSLatency, FaultClockStep, FaultObjectStoreDown, FaultObjectStoreSlow, FaultObjectStore5xx}
+	o.SecondWeight = 5
+	// The backlog built during 90 min of faults drains after them: the
+	// bound is generous, and the report gives the time it took.
+	o.Events, o.Duration, o.Partitions, o.DrainBound = 100000, 90*time.Minute, 100, 20*time.Minute
 	o.LongRounds, o.WarehouseDownMin, o.WarehouseDownMax = 4, 30*time.Second, 2*time.Minute
 	o.FaultGapMin, o.FaultGapMax = 300*time.Millisecond, 1500*time.Millisecond
 	o.PG = pgOnTmpfs(t, 4000)

@@ -153,6 +153,15 @@ type Options struct {
 	// a kind already injected while a kind not yet injected is still to
 	// come, and goes on past Duration (up to twice it) until each has run.
 	EveryKind bool
+	// Second, when set, are kinds of Kinds that a second nemesis draws, at
+	// the same time as the first, which draws the others: one schedule runs
+	// one fault at a time, and the slow heals of the sources' and the
+	// site's faults leave the processes' own faults rare. The second
+	// schedule has no long faults. A site crash and a rolling restart wait
+	// for the other nemesis's fault to end, and it for them.
+	Second []string
+	// SecondWeight, when set, is the second schedule's ExtraWeight.
+	SecondWeight int
 	// Downstream adds a dataset that `then:` runs after every load of
 	// replace (faults_jsfull.go), so the relay publishes downstream events
 	// into the events stream; the checker matches them with the upstream
@@ -259,6 +268,17 @@ func (o Options) Validate() error {
 		if !knownKind(k) {
 			add("Kinds: %q is no fault kind of the schedule", k)
 		}
+	}
+	for _, k := range o.Second {
+		if !slices.Contains(o.Kinds, k) {
+			add("Second: %q is not one of Kinds", k)
+		}
+		if k == FaultSiteCrash || k == FaultRollingRestart {
+			add("Second: %q stops every process: only the first nemesis draws it", k)
+		}
+	}
+	if len(o.Second) > 0 && len(o.Second) == len(o.Kinds) {
+		add("Second: every kind of Kinds; leave some to the first nemesis")
 	}
 	if slices.Contains(o.Kinds, FaultSourceFailover) && !o.PGSource {
 		add("Kinds: %q needs PGSource", FaultSourceFailover)
@@ -388,4 +408,20 @@ func setDur(p *time.Duration, def time.Duration) {
 	if *p == 0 {
 		*p = def
 	}
+}
+
+// split is the options of the two schedules: the first draws the kinds
+// of Kinds that Second does not name, with the long faults; the second
+// draws those of Second alone. Without Second, the first is o.
+func (o Options) split() (first, second Options) {
+	if len(o.Second) == 0 {
+		return o, o
+	}
+	first, second = o, o
+	first.Kinds = slices.DeleteFunc(slices.Clone(o.Kinds), func(k string) bool { return slices.Contains(o.Second, k) })
+	second.Kinds, second.LongRounds = slices.Clone(o.Second), -1
+	if o.SecondWeight > 0 {
+		second.ExtraWeight = o.SecondWeight
+	}
+	return first, second
 }

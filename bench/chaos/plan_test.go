@@ -406,3 +406,63 @@ func TestEveryKindCatchesUp(t *testing.T) {
 	require.Equal(t, nemesisInject, n.next(at(95*time.Second), start, end, faults, 4, injected), "within the phase, the last one runs")
 	require.Equal(t, nemesisStop, n.next(at(150*time.Second), start, end, faults, 4, injected), "every kind injected: the phase ends")
 }
+
+// TestSecondNemesisDrawsItsOwnKinds: with Second, the first schedule
+// draws none of its kinds and keeps the long faults; the second draws only
+// its kinds, no long fault, at its own weight; a kind that stops every
+// process stays with the first.
+func TestSecondNemesisDrawsItsOwnKinds(t *testing.T) {
+	o := Options{Seed: 11, Cluster: true, Files: true, PGSource: true, Kinds: append(clusterKindsAll(), faultsShortKinds...), ExtraWeight: 24,
+		Second: []string{FaultKill, FaultPause, FaultClockStep, FaultObjectStore5xx}, SecondWeight: 5, LongRounds: 1,
+		Duration: 30 * time.Minute, Events: 1000}.WithDefaults()
+	first, second := o.split()
+	long := 0
+	for _, f := range schedule(first, rand.New(rand.NewPCG(uint64(o.Seed), 2))) {
+		if slices.Contains(o.Second, f.Kind) {
+			t.Errorf("the first schedule drew %s, one of Second", f.Kind)
+		}
+		if slices.Contains(longKinds, f.Kind) {
+			long++
+		}
+	}
+	if long != len(longKinds) {
+		t.Errorf("the first schedule has %d long faults, want %d", long, len(longKinds))
+	}
+	seen := map[string]int{}
+	for _, f := range schedule(second, rand.New(rand.NewPCG(uint64(o.Seed), 3))) {
+		seen[f.Kind]++
+	}
+	for k := range seen {
+		if !slices.Contains(o.Second, k) {
+			t.Errorf("the second schedule drew %s, not one of Second", k)
+		}
+	}
+	if len(seen) != len(o.Second) {
+		t.Errorf("the second schedule drew %v, want each of %v", seen, o.Second)
+	}
+	if second.ExtraWeight != 5 || first.ExtraWeight != 24 {
+		t.Errorf("weights: first %d, second %d", first.ExtraWeight, second.ExtraWeight)
+	}
+	bad := o
+	bad.Second = []string{FaultKill, FaultSiteCrash}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), FaultSiteCrash) {
+		t.Errorf("Validate with a site crash in Second: %v", err)
+	}
+}
+
+// TestSiteCrashRunsAlone: a site crash or a rolling restart waits for the
+// other nemesis's fault, and a fault of the other waits for them.
+func TestSiteCrashRunsAlone(t *testing.T) {
+	n := &nemesis{}
+	unlock := n.exclusive(FaultKill)
+	require.False(t, n.site.TryLock(), "a site crash started during a kill")
+	other := n.exclusive(FaultObjectStoreDown)
+	other()
+	unlock()
+	unlock = n.exclusive(FaultSiteCrash)
+	require.False(t, n.site.TryRLock(), "a fault started during a site crash")
+	unlock()
+	unlock = n.exclusive(FaultRollingRestart)
+	require.False(t, n.site.TryRLock(), "a fault started during a rolling restart")
+	unlock()
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,6 +47,7 @@ type earlyPart struct {
 	publish, ready  time.Duration
 	runID           string
 	sent, readyDone bool
+	due             bool // its ready time has passed (under timely.mu)
 }
 
 // timelyItem is one step of the moving world, at its offset in the phase:
@@ -73,6 +75,8 @@ type timely struct {
 	corrections int
 	pauses      int
 	pauseFails  int
+	rewritten   int // ready marks written again (keepReady)
+	every       time.Duration // keepReady's period: keepReadyEvery, shorter in tests
 	lastChange  time.Time
 }
 
@@ -87,7 +91,7 @@ func setupTimely(ctx context.Context, o Options, db *pgxpool.Pool) (*timely, err
 	if _, err := db.Exec(ctx, timelySQL); err != nil {
 		return nil, fmt.Errorf("chaos: the timely datasets: %w", err)
 	}
-	t := &timely{o: o, db: db, bin: o.Bin}
+	t := &timely{o: o, db: db, bin: o.Bin, every: keepReadyEvery}
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	for i := 4; i >= 0; i-- {
 		t.days = append(t.days, today.AddDate(0, 0, -i).Format(time.DateOnly))
@@ -161,8 +165,11 @@ func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStrea
 		return done
 	}
 	t.cfg = cfg
+	keeping := make(chan struct{})
+	go func() { defer close(keeping); t.keepReady(ctx) }()
 	go func() {
 		defer close(done)
+		defer func() { <-keeping }()
 		for _, day := range t.days {
 			publishRaw(ctx, js, recheckDataset, day, fmt.Sprintf("rc-%d-%s", t.o.Seed, day))
 		}
@@ -175,6 +182,9 @@ func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStrea
 			}
 			switch {
 			case it.early != nil && it.rows:
+				t.mu.Lock()
+				it.early.due = true
+				t.mu.Unlock()
 				t.makeReady(ctx, it.early)
 			case it.early != nil:
 				publishRaw(ctx, js, earlyDataset, earlyKey(it.early.p), it.early.runID)
@@ -231,9 +241,58 @@ func (t *timely) makeReady(ctx context.Context, e *earlyPart) {
 		return err
 	})
 	if err == nil {
+		t.mu.Lock()
 		e.readyDone = true
+		t.mu.Unlock()
 	}
 }
+
+// keepReady writes again, every keepReadyEvery until ctx ends, the rows
+// and mark of each early partition whose ready time has passed and whose
+// mark the warehouse does not hold: as an upstream job reruns when its
+// output is gone. A failover can lose a mark that committed on the old
+// primary only, and makeReady gives up after a minute-long outage; either
+// would leave the event waiting past its wait_up_to and dead-lettered,
+// rightly, as not_ready (seen in a full campaign).
+func (t *timely) keepReady(ctx context.Context) {
+	for ctx.Err() == nil {
+		sleepCtx(ctx, t.every)
+		t.mu.Lock()
+		var due []*earlyPart
+		var keys []string
+		for _, e := range t.parts {
+			if e.due {
+				due, keys = append(due, e), append(keys, earlyKey(e.p))
+			}
+		}
+		t.mu.Unlock()
+		if len(due) == 0 {
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rows, err := t.db.Query(qctx, `SELECT d::text FROM unnest($1::date[]) d
+			WHERE NOT EXISTS (SELECT 1 FROM staging.early_ready r WHERE r.event_date = d)`, keys)
+		var missing []string
+		if err == nil {
+			missing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, e := range due {
+			if slices.Contains(missing, earlyKey(e.p)) {
+				t.mu.Lock()
+				t.rewritten++
+				t.mu.Unlock()
+				t.makeReady(ctx, e)
+			}
+		}
+	}
+}
+
+// keepReadyEvery is how often keepReady looks for lost ready marks.
+const keepReadyEvery = 5 * time.Second
 
 // correct changes a rechecked partition's rows, with no event.
 func (t *timely) correct(ctx context.Context, p int) {
@@ -306,6 +365,9 @@ func (t *timely) recheckDiff(ctx context.Context) (int, error) {
 // TimelyFigures are the moving world's.
 type TimelyFigures struct {
 	EarlyPartitions int `json:"early_partitions"`
+	// MarksRewritten counts the ready marks the workload wrote again
+	// because the warehouse had lost them (a failover) or never got them.
+	MarksRewritten int `json:"marks_rewritten"`
 	// EarlyWaited counts the early events that waited for their rows.
 	EarlyWaited int `json:"early_waited"`
 	// EarlyBeforeReady counts loads of an early partition that started
@@ -331,7 +393,7 @@ func (t *timely) check(ctx context.Context, db querier, r *Report) error {
 	if t == nil {
 		return nil
 	}
-	f := &TimelyFigures{EarlyPartitions: len(t.parts), Corrections: t.corrections, Pauses: t.pauses, PauseFails: t.pauseFails}
+	f := &TimelyFigures{EarlyPartitions: len(t.parts), Corrections: t.corrections, Pauses: t.pauses, PauseFails: t.pauseFails, MarksRewritten: t.rewritten}
 	r.Timely = f
 	if t.pauseFails > 0 {
 		r.violate("%d pauses could not be set within a minute", t.pauseFails)
