@@ -75,7 +75,7 @@ type timely struct {
 	corrections int
 	pauses      int
 	pauseFails  int
-	rewritten   int // ready marks written again (keepReady)
+	rewritten   int           // ready marks written again (keepReady)
 	every       time.Duration // keepReady's period: keepReadyEvery, shorter in tests
 	lastChange  time.Time
 }
