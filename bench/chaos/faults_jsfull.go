@@ -414,6 +414,31 @@ SELECT (SELECT count(*) FROM up),
 	if err != nil {
 		return fmt.Errorf("chaos: check downstream: %w", err)
 	}
+	if d.NotOnce > 0 {
+		// The evidence: each such upstream run, its load and outbox row,
+		// and every attempt of its downstream run.
+		rows, err := db.Query(ctx, `
+WITH up AS (SELECT id, partition_key, run_id, finished_at FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $2 AND status = 'success'),
+     down AS (SELECT partition_key, run_id, count(*) FILTER (WHERE status = 'success') AS n,
+                     string_agg(status || coalesce(' ' || error_kind, '') || ' at ' || to_char(started_at, 'HH24:MI:SS.MS'), ', ' ORDER BY id) AS attempts
+                FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $3 GROUP BY 1, 2)
+SELECT up.id, up.partition_key, up.run_id, to_char(up.finished_at, 'HH24:MI:SS.MS'),
+       coalesce((SELECT to_char(sent_at, 'HH24:MI:SS.MS') FROM idem.outbox o WHERE o.audit_id = up.id AND o.dataset = $3 AND o.result IS NULL AND o.lineage IS NULL LIMIT 1), 'none'),
+       coalesce(down.n, 0), coalesce(down.attempts, 'none')
+  FROM up LEFT JOIN down USING (partition_key, run_id) WHERE coalesce(down.n, 0) <> 1 ORDER BY up.id LIMIT 5`,
+			pipeline, downstreamOf, downstreamDataset)
+		if err == nil {
+			for rows.Next() {
+				var id, n int64
+				var part, run, at, sent, attempts string
+				if rows.Scan(&id, &part, &run, &at, &sent, &n, &attempts) == nil {
+					r.note("downstream run not loaded once: %s %s run %s (audit %d, done %s, outbox sent %s): %d successes; attempts: %s",
+						downstreamOf, part, run, id, at, sent, n, cut(attempts, 300))
+				}
+			}
+			rows.Close()
+		}
+	}
 	var up, down string
 	if err := db.QueryRow(ctx, checksumSQL("SELECT "+columns+" FROM analytics."+downstreamOf)).Scan(&up); err != nil {
 		return err

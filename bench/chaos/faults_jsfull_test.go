@@ -195,6 +195,9 @@ DELETE FROM `+downstreamTarget+` WHERE id = (SELECT min(id) FROM `+downstreamTar
 	require.NoError(t, checkDownstream(ctx, db, o, r))
 	require.Equal(t, DownstreamFigures{UpstreamLoads: 4, Rows: 3, Unsent: 1, Missing: 1, LoadedOnce: 1, NotOnce: 3, Unexpected: 1}, *r.Downstream)
 	require.Len(t, r.Violations, 5, "%q", r.Violations)
+	require.Len(t, r.Notes, 3, "the evidence of each run not loaded once: %q", r.Notes)
+	require.Contains(t, r.Notes[0], "run b")
+	require.Contains(t, r.Notes[0], "2 successes")
 
 	// Without downstream events the check does nothing.
 	r = &Report{}

@@ -78,6 +78,10 @@ type timely struct {
 	rewritten   int           // ready marks written again (keepReady)
 	every       time.Duration // keepReady's period: keepReadyEvery, shorter in tests
 	lastChange  time.Time
+	// pausedAt is when each idem pause that succeeded returned: the
+	// operator's pause is in force from then, not from its row's since,
+	// which is the transaction's start (a slow link delays the commit).
+	pausedAt []time.Time
 }
 
 // setupTimely creates the datasets' tables and rows and plans the moving
@@ -328,6 +332,7 @@ func (t *timely) pause(ctx context.Context) {
 		return
 	}
 	t.pauses++
+	t.pausedAt = append(t.pausedAt, time.Now())
 }
 
 // settle waits until every rechecked partition equals its rows again (a
@@ -447,11 +452,18 @@ func (t *timely) check(ctx context.Context, db querier, r *Report) error {
 	if t.corrections > 0 && f.RecheckReloads == 0 {
 		r.violate("%d silent corrections and no recheck reload", t.corrections)
 	}
+	// In force from the later of its since and the return of the command
+	// that set it (a pause whose command failed is left out: its commit
+	// time is unknown), plus the second the replicas take to read it.
+	t.mu.Lock()
+	returned := slices.Clone(t.pausedAt)
+	t.mu.Unlock()
 	if err := q(&f.LoadsWhilePaused, `SELECT count(*) FROM idem.pipeline_audit a
 		JOIN idem.dataset_pauses p ON p.dag_id = a.dag_id AND p.task_id = a.task_id
+		CROSS JOIN LATERAL (SELECT min(r) AS at FROM unnest($3::timestamptz[]) r WHERE r >= p.since) ret
 		WHERE a.dag_id = $1 AND a.task_id = $2
-		  AND a.started_at >= p.since + interval '1.5 seconds'
-		  AND a.started_at < coalesce(p.resumed_at, p.until)`, pipeline, pausedDataset); err != nil {
+		  AND a.started_at >= greatest(p.since, coalesce(ret.at, 'infinity')) + interval '1.5 seconds'
+		  AND a.started_at < coalesce(p.resumed_at, p.until)`, pipeline, pausedDataset, returned); err != nil {
 		return err
 	}
 	if f.LoadsWhilePaused > 0 {
