@@ -138,8 +138,14 @@ func checkDatasets(ctx context.Context, pool *pgxpool.Pool, h *handlers.Handler,
 		if err == nil {
 			err = handlers.Check(ctx, pool, h.Datasets[n], SamplePartition(h.Datasets[n].PartitionType))
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+		case handlers.IsFatal(handlers.Classify(err)):
 			log.Error().Str("dataset", n).Err(err).Msg("dataset is broken: its events will go to the dead-letter stream until it is fixed")
+		default:
+			// The warehouse did not answer (a restart, a cut connection):
+			// not the dataset's fault, and its loads will tell.
+			log.Warn().Str("dataset", n).Err(err).Msg("dataset not checked: the warehouse did not answer; its first load checks it")
 		}
 	}
 }
