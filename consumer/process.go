@@ -277,6 +277,8 @@ func (c *Consumer) apply(d *delivery, in Input, f Fate, handled time.Duration) {
 			log.Debug().Dur("retry_in", f.Delay).Msg("no turn for the dataset: nak'ed for later, not counted")
 		case f.Waiting:
 			log.Info().Str("waiting", in.Err.Error()).Dur("retry_in", f.Delay).Msg("source not ready: waiting, no attempt spent")
+		case f.Paused:
+			log.Debug().Str("paused", in.Err.Error()).Dur("retry_in", f.Delay).Msg("dataset paused: nak'ed for later, no attempt spent")
 		default:
 			log.Warn().Err(in.Err).Int("max_attempts", d.retry.MaxAttempts).Dur("retry_in", f.Delay).
 				Msg("transient failure: will retry")
