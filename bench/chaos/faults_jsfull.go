@@ -88,9 +88,20 @@ func (t storageFullTarget) label() string { return t.stream + ":" + t.name }
 func (n *nemesis) storageFull(ctx, heal context.Context, f *fault) error {
 	t := storageFullTargets[f.Param]
 	f.Server = t.label()
-	orig, held, err := fillStream(heal, n.js, t.stream)
-	if err != nil {
-		return err
+	orig, held, changed, err := fillStream(heal, n.js, t.stream)
+	switch {
+	case err != nil && !changed:
+		// The stream could not be read (an election, a server down for
+		// the other nemesis): nothing was lowered, so nothing to heal.
+		f.Skipped = "stream not reachable: " + err.Error()
+		return nil
+	case err != nil:
+		// The update may have applied: put the limit back.
+		if _, rerr := restoreStream(heal, n.js, orig, 0); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		f.Skipped = "stream not filled: " + err.Error()
+		return nil
 	}
 	full := time.Now()
 	sleepCtx(ctx, f.Hold)
@@ -111,34 +122,50 @@ func (n *nemesis) storageFull(ctx, heal context.Context, f *fault) error {
 // one byte: 0 means no limit), with DiscardNew, and returns the config to
 // restore and the last sequence when it filled. DiscardNew refuses new
 // messages and removes none: JetStream enforces a lowered MaxBytes by
-// deleting the oldest only under DiscardOld.
-func fillStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.StreamConfig, uint64, error) {
+// deleting the oldest only under DiscardOld. The stream is looked up for
+// up to fillLookup (an election may be under way); changed reports
+// whether, on an error, the update may have applied.
+func fillStream(ctx context.Context, js jetstream.JetStream, stream string) (orig jetstream.StreamConfig, held uint64, changed bool, err error) {
+	var info *jetstream.StreamInfo
+	var s jetstream.Stream
+	deadline := time.Now().Add(fillLookup)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err = js.Stream(actx, stream)
+		if err == nil {
+			info, err = s.Info(actx)
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return jetstream.StreamConfig{}, 0, false, fmt.Errorf("look up %s: %w", stream, err)
+		}
+		sleepCtx(ctx, time.Second)
+	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(actx, stream)
-	if err != nil {
-		return jetstream.StreamConfig{}, 0, fmt.Errorf("look up %s: %w", stream, err)
-	}
-	info, err := s.Info(actx)
-	if err != nil {
-		return jetstream.StreamConfig{}, 0, fmt.Errorf("info of %s: %w", stream, err)
-	}
-	orig := info.Config
+	orig = info.Config
 	cfg := orig
 	cfg.Discard = jetstream.DiscardNew
 	cfg.MaxBytes = max(int64(info.State.Bytes), 1)
 	if _, err := js.UpdateStream(actx, cfg); err != nil {
-		return jetstream.StreamConfig{}, 0, fmt.Errorf("fill %s: %w", stream, err)
+		return orig, 0, true, fmt.Errorf("fill %s: %w", stream, err)
 	}
 	// In a cluster a message proposed before the update applied may still
 	// commit after its answer: the sequence to hold is read once those
 	// have landed.
 	sleepCtx(actx, fillSettle)
 	if info, err = s.Info(actx); err != nil {
-		return jetstream.StreamConfig{}, 0, fmt.Errorf("info of %s: %w", stream, err)
+		return orig, 0, true, fmt.Errorf("info of %s: %w", stream, err)
 	}
-	return orig, info.State.LastSeq, nil
+	return orig, info.State.LastSeq, false, nil
 }
+
+// fillLookup is how long a full stream's fault tries to read the stream
+// before it passes over the fault.
+const fillLookup = 30 * time.Second
 
 // fillSettle is how long after a stream's limit is lowered the messages
 // proposed before it may still commit.

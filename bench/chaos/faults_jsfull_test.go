@@ -85,7 +85,7 @@ func TestStorageFullRefusesAndRestores(t *testing.T) {
 			before, err := s.Info(ctx)
 			require.NoError(t, err)
 
-			orig, held, err := fillStream(ctx, js, tg.stream)
+			orig, held, _, err := fillStream(ctx, js, tg.stream)
 			require.NoError(t, err)
 			require.Equal(t, before.Config, orig)
 			require.Equal(t, before.State.LastSeq, held)
