@@ -199,6 +199,23 @@ DELETE FROM `+downstreamTarget+` WHERE id = (SELECT min(id) FROM `+downstreamTar
 	require.Contains(t, r.Notes[0], "run b")
 	require.Contains(t, r.Notes[0], "2 successes")
 
+	// e: the failover lost its upstream load after the relay had sent its
+	// downstream event; the re-verification's reload sent another, and
+	// the downstream run loaded twice. Explained, not a violation.
+	_, err = db.Exec(ctx, `
+WITH up AS (
+  INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at, attributes)
+  VALUES ('chaos', 'replace', '2026-01-05', 'e', 'success', 1, now(), '{"idem.reverify": "true"}') RETURNING id, partition_key, run_id)
+INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, sent_at) SELECT 'replace_down', partition_key, run_id, id, now() FROM up;
+INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, finished_at)
+VALUES ('chaos', 'replace_down', '2026-01-05', 'e', 'success', 1, now()), ('chaos', 'replace_down', '2026-01-05', 'e', 'success', 1, now())`)
+	require.NoError(t, err)
+	r = &Report{}
+	require.NoError(t, checkDownstream(ctx, db, o, r))
+	require.Equal(t, 1, r.Downstream.TwiceLost)
+	require.Equal(t, 3, r.Downstream.NotOnce, "e is not counted as loaded twice")
+	require.Len(t, r.Violations, 5, "%q", r.Violations)
+
 	// Without downstream events the check does nothing.
 	r = &Report{}
 	require.NoError(t, checkDownstream(ctx, db, Options{}, r))
