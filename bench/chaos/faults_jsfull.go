@@ -406,18 +406,18 @@ func (c *campaign) waitDownstream(ctx context.Context, bound time.Duration) erro
 
 // DownstreamFigures compare the downstream dataset with its upstream.
 type DownstreamFigures struct {
-	UpstreamLoads int  `json:"upstream_loads"` // successes of the upstream
-	Rows          int  `json:"rows"`           // downstream outbox rows
-	Unsent        int  `json:"unsent"`         // of which never published
-	Missing       int  `json:"missing"`        // upstream successes without their outbox row
-	LoadedOnce    int  `json:"loaded_once"`    // upstream runs whose downstream run loaded exactly once
-	NotOnce       int  `json:"not_once"`       // upstream runs whose downstream run loaded 0 or 2+ times
+	UpstreamLoads int `json:"upstream_loads"` // successes of the upstream
+	Rows          int `json:"rows"`           // downstream outbox rows
+	Unsent        int `json:"unsent"`         // of which never published
+	Missing       int `json:"missing"`        // upstream successes without their outbox row
+	LoadedOnce    int `json:"loaded_once"`    // upstream runs whose downstream run loaded exactly once
+	NotOnce       int `json:"not_once"`       // upstream runs whose downstream run loaded 0 or 2+ times
 	// TwiceLost are upstream runs whose downstream run loaded twice
 	// because a failover lost the upstream load after the relay had
 	// published its downstream event, and the re-verification's reload
 	// published another (not in NotOnce).
-	TwiceLost int `json:"twice_lost"`
-	Unexpected    int  `json:"unexpected"`     // downstream loads of a run the upstream never loaded
+	TwiceLost     int  `json:"twice_lost"`
+	Unexpected    int  `json:"unexpected"` // downstream loads of a run the upstream never loaded
 	TableEqualsUp bool `json:"table_equals_upstream"`
 }
 
