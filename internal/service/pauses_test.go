@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/testkit/audittest"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -78,9 +79,7 @@ func TestPausesKeepTheDatabasesClock(t *testing.T) {
 func TestPausesNotReadLatelyHoldEveryDataset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	_, err := audit.Migrate(ctx, db.Pool)
-	require.NoError(t, err)
+	db := audittest.NewDB(t)
 	down, err := pgxpool.New(ctx, "postgres://idem@127.0.0.1:1/none?connect_timeout=1")
 	require.NoError(t, err)
 	defer down.Close()
