@@ -199,7 +199,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		h.exits = append(h.exits, rep.history()...)
 	}
 	c.figures(r, pl, settle, pub, h)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	// A 90-minute campaign's outbox and audit hold millions of rows.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
 	if err := checkTables(cctx, c.db, r); err != nil {
 		return r, err

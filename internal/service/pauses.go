@@ -17,20 +17,6 @@ import (
 // resume reaches every replica of the fleet within about this long.
 const pausePoll = time.Second
 
-// pauseStale is how old the last read may be before this replica stops
-// trusting it: a read that failed (a connection cut, the database slow)
-// would otherwise let it load through a pause set since, for as long as
-// the database keeps failing its reads and answering its loads. Past it,
-// every dataset is held until a read succeeds, as before the first.
-const pauseStale = pausePoll + pausePoll/2
-
-// pauseSet is one read of the pauses: each paused dataset's deadline on
-// this replica's clock (zero: until resumed), and when the read began.
-type pauseSet struct {
-	deadlines map[string]time.Time
-	began     time.Time
-}
-
 // pauses keeps the pipeline's pauses in force (idem.dataset_pauses) in
 // memory for the consumer's Paused, which is asked for every message, and
 // sets idem_dataset_paused.
@@ -41,7 +27,7 @@ type pauses struct {
 	m        *metrics.Metrics
 	log      zerolog.Logger
 
-	cur    atomic.Pointer[pauseSet]
+	cur    atomic.Pointer[map[string]time.Time]
 	failed bool
 	// now is this replica's clock (time.Now; a test steps it).
 	now func() time.Time
@@ -60,16 +46,14 @@ type pauses struct {
 // long as the database says, no longer and no shorter.
 func (p *pauses) Paused(dataset string) (time.Time, bool) {
 	m := p.cur.Load()
-	now := p.clock()
-	if m == nil || now.Sub(m.began) > pauseStale {
-		// Never read (the warehouse was down when this replica started),
-		// or not read lately: whether the dataset is paused is unknown, so
-		// its messages wait for the next read rather than load through a
-		// pause.
-		return now.Add(pausePoll), true
+	if m == nil {
+		// Never read (the warehouse was down when this replica started):
+		// whether the dataset is paused is unknown, so its messages wait
+		// for the next read rather than load through a pause.
+		return p.clock().Add(pausePoll), true
 	}
-	deadline, ok := m.deadlines[dataset]
-	if !ok || !deadline.IsZero() && !now.Before(deadline) {
+	deadline, ok := (*m)[dataset]
+	if !ok || !deadline.IsZero() && !p.clock().Before(deadline) {
 		return time.Time{}, false
 	}
 	return deadline, true
@@ -82,12 +66,10 @@ func (p *pauses) clock() time.Time {
 	return time.Now()
 }
 
-// refresh reads the pauses once; on an error the last ones read stay,
-// until they are pauseStale old.
+// refresh reads the pauses once; on an error the last ones read stay.
 func (p *pauses) refresh(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	began := p.clock()
 	dbNow, err := audit.DatabaseNow(rctx, p.db)
 	local := p.clock()
 	var in map[string]audit.Pause
@@ -96,7 +78,7 @@ func (p *pauses) refresh(ctx context.Context) {
 	}
 	if err != nil {
 		if !p.failed && ctx.Err() == nil {
-			p.log.Warn().Err(err).Msg("pauses not read: every dataset waits until the database answers")
+			p.log.Warn().Err(err).Msg("pauses not read: the last ones read stay in force until the database answers")
 		}
 		p.failed = true
 		return
@@ -113,7 +95,7 @@ func (p *pauses) refresh(ctx context.Context) {
 		}
 		deadlines[name] = d
 	}
-	p.cur.Store(&pauseSet{deadlines: deadlines, began: began})
+	p.cur.Store(&deadlines)
 	if p.m == nil {
 		return
 	}
