@@ -421,6 +421,23 @@ type DownstreamFigures struct {
 	TableEqualsUp bool `json:"table_equals_upstream"`
 }
 
+// downstreamRunsSQL opens the downstream checks ($1 the pipeline, $2 the
+// upstream, $3 the downstream, $4 audit.ReverifyAttribute): up, the
+// upstream's successes, reloaded when the re-verification wrote them; ob,
+// their downstream outbox rows; down, each downstream run's successes (n)
+// and attempts.
+const downstreamRunsSQL = `
+WITH up AS (SELECT id, partition_key, run_id, finished_at, coalesce(attributes->>$4 = 'true', false) AS reloaded
+              FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $2 AND status = 'success'),
+     ob AS (SELECT audit_id, sent_at FROM idem.outbox WHERE dataset = $3 AND result IS NULL AND lineage IS NULL),
+     down AS (SELECT partition_key, run_id, count(*) FILTER (WHERE status = 'success') AS n,
+                     string_agg(status || coalesce(' ' || error_kind, '') || ' at ' || to_char(started_at, 'HH24:MI:SS.MS'), ', ' ORDER BY id) AS attempts
+                FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $3 GROUP BY 1, 2)`
+
+// notLoadedOnceSQL is an upstream run (up LEFT JOIN down) whose downstream
+// run did not load exactly once, a failover's double (TwiceLost) aside.
+const notLoadedOnceSQL = `coalesce(down.n, 0) <> 1 AND NOT (up.reloaded AND down.n = 2)`
+
 // checkDownstream, with downstream events on: every upstream success wrote
 // exactly one downstream outbox row, each row was published, each upstream
 // run's downstream run loaded exactly once (it inherits the run_id), no
@@ -432,20 +449,15 @@ func checkDownstream(ctx context.Context, db querier, o Options, r *Report) erro
 	}
 	d := &DownstreamFigures{}
 	r.Downstream = d
-	err := db.QueryRow(ctx, `
-WITH up AS (SELECT id, partition_key, run_id, coalesce(attributes->>$4 = 'true', false) AS reloaded
-               FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $2 AND status = 'success'),
-     ob AS (SELECT audit_id, sent_at FROM idem.outbox WHERE dataset = $3 AND result IS NULL AND lineage IS NULL),
-     down AS (SELECT partition_key, run_id, count(*) AS n FROM idem.pipeline_audit
-               WHERE dag_id = $1 AND task_id = $3 AND status = 'success' GROUP BY 1, 2)
+	err := db.QueryRow(ctx, downstreamRunsSQL+`
 SELECT (SELECT count(*) FROM up),
        (SELECT count(*) FROM ob),
        (SELECT count(*) FROM ob WHERE sent_at IS NULL),
        (SELECT count(*) FROM up WHERE (SELECT count(*) FROM ob WHERE ob.audit_id = up.id) <> 1),
        (SELECT count(*) FROM up JOIN down USING (partition_key, run_id) WHERE down.n = 1),
-       (SELECT count(*) FROM up LEFT JOIN down USING (partition_key, run_id) WHERE coalesce(down.n, 0) <> 1 AND NOT (up.reloaded AND down.n = 2)),
+       (SELECT count(*) FROM up LEFT JOIN down USING (partition_key, run_id) WHERE `+notLoadedOnceSQL+`),
        (SELECT count(*) FROM up JOIN down USING (partition_key, run_id) WHERE up.reloaded AND down.n = 2),
-       (SELECT count(*) FROM down WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.partition_key = down.partition_key AND up.run_id = down.run_id))`,
+       (SELECT count(*) FROM down WHERE n > 0 AND NOT EXISTS (SELECT 1 FROM up WHERE up.partition_key = down.partition_key AND up.run_id = down.run_id))`,
 		pipeline, downstreamOf, downstreamDataset, audit.ReverifyAttribute).Scan(&d.UpstreamLoads, &d.Rows, &d.Unsent, &d.Missing, &d.LoadedOnce, &d.NotOnce, &d.TwiceLost, &d.Unexpected)
 	if err != nil {
 		return fmt.Errorf("chaos: check downstream: %w", err)
@@ -453,16 +465,11 @@ SELECT (SELECT count(*) FROM up),
 	if d.NotOnce > 0 {
 		// The evidence: each such upstream run, its load and outbox row,
 		// and every attempt of its downstream run.
-		rows, err := db.Query(ctx, `
-WITH up AS (SELECT id, partition_key, run_id, finished_at, attributes FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $2 AND status = 'success'),
-     down AS (SELECT partition_key, run_id, count(*) FILTER (WHERE status = 'success') AS n,
-                     string_agg(status || coalesce(' ' || error_kind, '') || ' at ' || to_char(started_at, 'HH24:MI:SS.MS'), ', ' ORDER BY id) AS attempts
-                FROM idem.pipeline_audit WHERE dag_id = $1 AND task_id = $3 GROUP BY 1, 2)
+		rows, err := db.Query(ctx, downstreamRunsSQL+`
 SELECT up.id, up.partition_key, up.run_id, to_char(up.finished_at, 'HH24:MI:SS.MS'),
-       coalesce((SELECT to_char(sent_at, 'HH24:MI:SS.MS') FROM idem.outbox o WHERE o.audit_id = up.id AND o.dataset = $3 AND o.result IS NULL AND o.lineage IS NULL LIMIT 1), 'none'),
+       coalesce((SELECT to_char(sent_at, 'HH24:MI:SS.MS') FROM ob WHERE ob.audit_id = up.id LIMIT 1), 'none'),
        coalesce(down.n, 0), coalesce(down.attempts, 'none')
-  FROM up LEFT JOIN down USING (partition_key, run_id) WHERE coalesce(down.n, 0) <> 1
-   AND NOT (coalesce(up.attributes->>$4 = 'true', false) AND down.n = 2) ORDER BY up.id LIMIT 5`,
+  FROM up LEFT JOIN down USING (partition_key, run_id) WHERE `+notLoadedOnceSQL+` ORDER BY up.id LIMIT 5`,
 			pipeline, downstreamOf, downstreamDataset, audit.ReverifyAttribute)
 		if err == nil {
 			for rows.Next() {

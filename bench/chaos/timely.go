@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os/exec"
 	"slices"
@@ -43,11 +44,10 @@ CREATE TABLE analytics.rechecked (id bigint, event_date date NOT NULL, amount nu
 // earlyPart is one partition of the early dataset: its event is published
 // at publish, its rows and ready mark written at ready (either first).
 type earlyPart struct {
-	p               int
-	publish, ready  time.Duration
-	runID           string
-	sent, readyDone bool
-	due             bool // its ready time has passed (under timely.mu)
+	p              int
+	publish, ready time.Duration
+	runID          string
+	due            bool // its ready time has passed (under timely.mu)
 }
 
 // timelyItem is one step of the moving world, at its offset in the phase:
@@ -192,7 +192,6 @@ func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStrea
 				t.makeReady(ctx, it.early)
 			case it.early != nil:
 				publishRaw(ctx, js, earlyDataset, earlyKey(it.early.p), it.early.runID)
-				it.early.sent = true
 			case it.correct >= 0:
 				t.correct(ctx, it.correct)
 			case it.pause:
@@ -237,18 +236,13 @@ func retrySQL(ctx context.Context, fn func(ctx context.Context) error) error {
 // makeReady writes an early partition's rows and, in the same
 // transaction, its ready mark.
 func (t *timely) makeReady(ctx context.Context, e *earlyPart) {
-	err := retrySQL(ctx, func(ctx context.Context) error {
+	_ = retrySQL(ctx, func(ctx context.Context) error {
 		_, err := t.db.Exec(ctx, `WITH rows AS (INSERT INTO staging.early_src
 				SELECT $1::bigint * 1000 + g, $2::date, g * 2.5, 'early ' || g, 0 FROM generate_series(1, 8) g
 				ON CONFLICT (id) DO NOTHING)
 			INSERT INTO staging.early_ready (event_date) VALUES ($2::date) ON CONFLICT DO NOTHING`, int64(e.p+1), earlyKey(e.p))
 		return err
-	})
-	if err == nil {
-		t.mu.Lock()
-		e.readyDone = true
-		t.mu.Unlock()
-	}
+	}) // one that gave up is written again by keepReady
 }
 
 // keepReady writes again, every keepReadyEvery until ctx ends, the rows
@@ -261,12 +255,11 @@ func (t *timely) makeReady(ctx context.Context, e *earlyPart) {
 func (t *timely) keepReady(ctx context.Context) {
 	for ctx.Err() == nil {
 		sleepCtx(ctx, t.every)
+		due := map[string]*earlyPart{}
 		t.mu.Lock()
-		var due []*earlyPart
-		var keys []string
 		for _, e := range t.parts {
 			if e.due {
-				due, keys = append(due, e), append(keys, earlyKey(e.p))
+				due[earlyKey(e.p)] = e
 			}
 		}
 		t.mu.Unlock()
@@ -275,7 +268,7 @@ func (t *timely) keepReady(ctx context.Context) {
 		}
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rows, err := t.db.Query(qctx, `SELECT d::text FROM unnest($1::date[]) d
-			WHERE NOT EXISTS (SELECT 1 FROM staging.early_ready r WHERE r.event_date = d)`, keys)
+			WHERE NOT EXISTS (SELECT 1 FROM staging.early_ready r WHERE r.event_date = d)`, slices.Collect(maps.Keys(due)))
 		var missing []string
 		if err == nil {
 			missing, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -284,13 +277,11 @@ func (t *timely) keepReady(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		for _, e := range due {
-			if slices.Contains(missing, earlyKey(e.p)) {
-				t.mu.Lock()
-				t.rewritten++
-				t.mu.Unlock()
-				t.makeReady(ctx, e)
-			}
+		for _, k := range missing {
+			t.mu.Lock()
+			t.rewritten++
+			t.mu.Unlock()
+			t.makeReady(ctx, due[k])
 		}
 	}
 }
@@ -452,19 +443,8 @@ func (t *timely) check(ctx context.Context, db querier, r *Report) error {
 	if t.corrections > 0 && f.RecheckReloads == 0 {
 		r.violate("%d silent corrections and no recheck reload", t.corrections)
 	}
-	// In force from the later of its since and the return of the command
-	// that set it (a pause whose command failed is left out: its commit
-	// time is unknown), plus the second the replicas take to read it.
-	t.mu.Lock()
-	returned := slices.Clone(t.pausedAt)
-	t.mu.Unlock()
-	if err := q(&f.LoadsWhilePaused, `SELECT count(*) FROM idem.pipeline_audit a
-		JOIN idem.dataset_pauses p ON p.dag_id = a.dag_id AND p.task_id = a.task_id
-		CROSS JOIN LATERAL (SELECT min(r) AS at FROM unnest($3::timestamptz[]) r WHERE r >= p.since) ret
-		WHERE a.dag_id = $1 AND a.task_id = $2
-		  AND a.started_at >= greatest(p.since, coalesce(ret.at, 'infinity')) + interval '1.5 seconds'
-		  AND a.started_at < coalesce(p.resumed_at, p.until)`, pipeline, pausedDataset, returned); err != nil {
-		return err
+	if f.LoadsWhilePaused, err = t.loadsWhilePaused(ctx, db); err != nil {
+		return fmt.Errorf("chaos: timely check: %w", err)
 	}
 	if f.LoadsWhilePaused > 0 {
 		r.violate("%d attempts of %s started while it was paused", f.LoadsWhilePaused, pausedDataset)
@@ -479,4 +459,23 @@ func (t *timely) check(ctx context.Context, db querier, r *Report) error {
 // which check judges instead of the default checks.
 func isTimelyDataset(dataset string) bool {
 	return dataset == earlyDataset || dataset == recheckDataset
+}
+
+// loadsWhilePaused counts the attempts of pausedDataset that started while
+// one of its pauses was in force: from the later of its since and the
+// return of the command that set it (a pause whose command failed is left
+// out: its commit time is unknown), plus the second the replicas take to
+// read it, until it ended.
+func (t *timely) loadsWhilePaused(ctx context.Context, db querier) (int, error) {
+	t.mu.Lock()
+	returned := slices.Clone(t.pausedAt)
+	t.mu.Unlock()
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM idem.pipeline_audit a
+		JOIN idem.dataset_pauses p ON p.dag_id = a.dag_id AND p.task_id = a.task_id
+		CROSS JOIN LATERAL (SELECT min(r) AS at FROM unnest($3::timestamptz[]) r WHERE r >= p.since) ret
+		WHERE a.dag_id = $1 AND a.task_id = $2
+		  AND a.started_at >= greatest(p.since, coalesce(ret.at, 'infinity')) + interval '1.5 seconds'
+		  AND a.started_at < coalesce(p.resumed_at, p.until)`, pipeline, pausedDataset, returned).Scan(&n)
+	return n, err
 }

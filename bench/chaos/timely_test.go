@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -13,16 +12,8 @@ import (
 // has passed and whose mark the warehouse lost (a failover) gets its rows
 // and mark again; a partition not yet due is left alone.
 func TestLostReadyMarksAreWrittenAgain(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs PostgreSQL")
-	}
 	ctx := t.Context()
-	srv := pg(t)
-	db, err := pgxpool.New(ctx, srv.URL("postgres"))
-	require.NoError(t, err)
-	defer db.Close()
-	_, err = db.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS staging; CREATE SCHEMA IF NOT EXISTS analytics`)
-	require.NoError(t, err)
+	db := checkerDB(t)
 	tl, err := setupTimely(ctx, Options{Timely: true, Seed: 5, Partitions: 3, Duration: 10 * time.Second}, db)
 	require.NoError(t, err)
 	tl.every = 50 * time.Millisecond
@@ -52,4 +43,32 @@ func TestLostReadyMarksAreWrittenAgain(t *testing.T) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	require.Equal(t, 1, tl.rewritten)
+}
+
+// TestPauseCountsFromItsCommandsReturn: an attempt of the paused dataset
+// is counted against a pause from 1.5 s after the later of its since and
+// the return of the command that set it, until its end; a pause whose
+// command never returned counts nothing.
+func TestPauseCountsFromItsCommandsReturn(t *testing.T) {
+	ctx := t.Context()
+	db := checkerDB(t)
+	since := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	_, err := db.Exec(ctx, `INSERT INTO idem.dataset_pauses (dag_id, task_id, paused_by, reason, since, until, resumed_at, resumed_by)
+		VALUES ($1, $2, 'chaos', 'returned', $3::timestamptz, NULL, $3::timestamptz + interval '20 seconds', 'chaos'),
+		       ($1, $2, 'chaos', 'never returned', $3::timestamptz + interval '1 hour', $3::timestamptz + interval '1 hour 20 seconds', NULL, NULL)`, pipeline, pausedDataset, since)
+	require.NoError(t, err)
+	attempt := func(at time.Duration) {
+		t.Helper()
+		_, err := db.Exec(ctx, `INSERT INTO idem.pipeline_audit (dag_id, task_id, partition_key, run_id, status, attempt, started_at)
+			VALUES ($1, $2, '2026-01-01', $3, 'started', 1, $4)`, pipeline, pausedDataset, at.String(), since.Add(at))
+		require.NoError(t, err)
+	}
+	attempt(2 * time.Second)            // after since + 1.5 s, before the command returned + 1.5 s
+	attempt(6 * time.Second)            // in force
+	attempt(25 * time.Second)           // after the pause
+	attempt(time.Hour + 10*time.Second) // in the pause whose command never returned
+	tl := &timely{pausedAt: []time.Time{since.Add(3 * time.Second)}}
+	n, err := tl.loadsWhilePaused(ctx, db)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 }

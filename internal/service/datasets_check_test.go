@@ -47,10 +47,17 @@ datasets:
 	require.NoError(t, err)
 	require.Contains(t, check(db.Pool), "dataset is broken")
 
-	down, err := pgxpool.New(ctx, "postgres://idem@127.0.0.1:1/none?connect_timeout=1")
-	require.NoError(t, err)
-	defer down.Close()
-	out := check(down)
+	out := check(unreachablePool(t))
 	require.NotContains(t, out, "dataset is broken")
 	require.Contains(t, out, "dataset not checked: the warehouse did not answer")
+}
+
+// unreachablePool is a pool whose every connection is refused at once: a
+// warehouse that does not answer.
+func unreachablePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://idem@127.0.0.1:1/none?connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }

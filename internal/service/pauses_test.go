@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -71,17 +70,14 @@ func TestPausesKeepTheDatabasesClock(t *testing.T) {
 func TestPausesUnreadHoldEveryDataset(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	down, err := pgxpool.New(ctx, "postgres://idem@127.0.0.1:1/none?connect_timeout=1")
-	require.NoError(t, err)
-	defer down.Close()
-	p := &pauses{db: down, pipeline: "shop", log: zerolog.Nop()}
+	p := &pauses{db: unreachablePool(t), pipeline: "shop", log: zerolog.Nop()}
 	p.refresh(ctx)
 	deadline, ok := p.Paused("orders")
 	require.True(t, ok, "pauses never read: the dataset loads through whatever pause there is")
 	require.WithinDuration(t, time.Now().Add(pausePoll), deadline, pausePoll)
 
 	db := pgtest.NewDB(t)
-	_, err = audit.Migrate(ctx, db.Pool)
+	_, err := audit.Migrate(ctx, db.Pool)
 	require.NoError(t, err)
 	p.db = db.Pool
 	p.refresh(ctx)
