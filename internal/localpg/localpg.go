@@ -132,8 +132,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if s.Port == 0 {
-		if s.Port, err = FreePort(); err != nil {
+	chosen := s.Port == 0
+	if chosen {
+		if s.Port, err = freePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -174,7 +175,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Restart(ctx, ""); err != nil {
+	if err := s.startOn(ctx, chosen); err != nil {
+		if s.tmp != "" {
+			_ = os.RemoveAll(s.tmp) // its log is in err
+		}
 		return nil, err
 	}
 	if opts.Log != nil {
@@ -384,6 +388,44 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// freePort draws the port of a server whose caller left it to localpg; a
+// variable so a test can hand out a port that is taken.
+var freePort = FreePort
+
+// portTries bounds how many ports startOn tries.
+const portTries = 4
+
+// startOn starts s. A port drawn by freePort is free when drawn, not when
+// the server binds it: another process (a test binary starting its own
+// server at the same moment) can take it in between. When chosen and the
+// server found its port taken, it moves to another free port (the last
+// "port" line of postgresql.conf wins) and tries again; a port the caller
+// named is never changed.
+func (s *Server) startOn(ctx context.Context, chosen bool) error {
+	for try := 1; ; try++ {
+		err := s.Restart(ctx, "")
+		if err == nil || !chosen || try == portTries || !strings.Contains(err.Error(), "Address already in use") {
+			return err
+		}
+		port, perr := freePort()
+		if perr != nil {
+			return err
+		}
+		f, ferr := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if ferr != nil {
+			return err
+		}
+		_, ferr = fmt.Fprintf(f, "\n# idem localpg: port %d was taken\nport = %d\n", s.Port, port)
+		f.Close()
+		if ferr != nil {
+			return err
+		}
+		s.Port = port
+		// The next failure's message must show the next start's log only.
+		_ = os.Truncate(s.LogFile, 0)
+	}
+}
+
 // tail is the last n bytes of s or fewer, from the start of a line.
 func tail(s string, n int) string {
 	if len(s) <= n {
@@ -415,11 +457,11 @@ func (s *Server) Standby(ctx context.Context, port int) (*Server, error) {
 	}
 	st.Port = port
 	if st.Port == 0 {
-		if st.Port, err = FreePort(); err != nil {
+		if st.Port, err = freePort(); err != nil {
 			return nil, err
 		}
 	}
-	if err := st.backupOf(ctx, s); err != nil {
+	if err := st.backupOf(ctx, s, port == 0); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -441,13 +483,14 @@ func (s *Server) Follow(ctx context.Context, primary *Server) error {
 	if err := os.RemoveAll(s.DataDir); err != nil {
 		return err
 	}
-	return s.backupOf(ctx, primary)
+	return s.backupOf(ctx, primary, false)
 }
 
 // backupOf fills s's empty data directory with a base backup of primary
 // (-R: standby.signal and primary_conninfo, so it streams from primary),
-// sets s's own port and starts it.
-func (s *Server) backupOf(ctx context.Context, primary *Server) error {
+// sets s's own port and starts it; chosen says that port was drawn by
+// freePort, so another one may take its place (startOn).
+func (s *Server) backupOf(ctx context.Context, primary *Server, chosen bool) error {
 	if out, err := s.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres",
 		"-D", s.DataDir, "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
 		return fmt.Errorf("pg_basebackup: %w\n%s", err, out)
@@ -462,7 +505,7 @@ func (s *Server) backupOf(ctx context.Context, primary *Server) error {
 	if err != nil {
 		return err
 	}
-	return s.Restart(ctx, "")
+	return s.startOn(ctx, chosen)
 }
 
 // Running reports whether the server's postmaster runs. Not pg_ctl status:

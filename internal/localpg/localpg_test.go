@@ -2,6 +2,7 @@ package localpg
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -129,4 +130,38 @@ func hasTable(t *testing.T, s *Server) bool {
 	var ok bool
 	require.NoError(t, c.QueryRow(ctx, "SELECT to_regclass('public.t') IS NOT NULL").Scan(&ok))
 	return ok
+}
+
+// A port Start drew can be taken before the server binds it (another test
+// binary starting its own server at that moment): Start moves to another
+// free port. A port its caller named is never changed.
+func TestStartMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx := context.Background()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+
+	draws := 0
+	freePort = func() (int, error) {
+		draws++
+		if draws == 1 {
+			return port, nil
+		}
+		return FreePort()
+	}
+	t.Cleanup(func() { freePort = FreePort })
+
+	s, err := Start(ctx, Options{Copy: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	require.NotEqual(t, port, s.Port)
+	require.Equal(t, 2, draws, "one port taken, one more drawn")
+	sqlExec(t, s, "SELECT 1")
+
+	_, err = Start(ctx, Options{Port: port, Copy: true})
+	require.ErrorContains(t, err, "Address already in use", "a named port is not changed")
 }
