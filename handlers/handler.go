@@ -241,6 +241,10 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		// Taken before the load reads: a change landing in between moves
 		// the next recheck's, which reloads; it is never missed.
 		f, err := h.fingerprint(ctx, ds, ev.Key, st)
+		if s := ds.Stage; err != nil && s != nil {
+			err = s.unanswered(ctx, err, m.Published, h.now())
+			h.recordWait(ctx, a, s.WaitUpTo, m.Published, err)
+		}
 		if err != nil {
 			return Outcome{}, err
 		}
@@ -374,12 +378,13 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 	var refused *checks.Error
 	var lag interface{ NotReady() bool }
 	switch {
-	case l.ds.Stage != nil && !IsFatal(err) && (errors.As(err, &lag) && lag.NotReady() || files.StoreUnavailable(err)):
+	case l.ds.Stage != nil && !IsFatal(err) && (errors.As(err, &lag) && lag.NotReady() || files.StoreUnavailable(err) || sourceUnavailable(err)):
 		// The source's standby fell behind between the gate asked before
-		// the attempt and the copy's own, or the object store failed to
-		// serve a file (5xx, SlowDown, a cut connection): a wait, as the
-		// gate's or a listing's would have been, recorded unavailable so
-		// that it spends no attempt; past wait_up_to, fatal.
+		// the attempt and the copy's own, the source database refused the
+		// copy's connection or shut down (a failover), or the object store
+		// failed to serve a file (5xx, SlowDown, a cut connection): a
+		// wait, as the gate's or a listing's would have been, recorded
+		// unavailable so that it spends no attempt; past wait_up_to, fatal.
 		err = l.ds.Stage.wait(err, l.m.Published, h.now())
 		kind = audit.KindUnavailable
 		if IsFatal(err) {

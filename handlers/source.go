@@ -98,7 +98,7 @@ func (s *Staged) ready(ctx context.Context, key schemas.Partition, published, no
 			return nil, s.wait(err, published, now)
 		}
 		if err != nil {
-			return nil, err
+			return nil, s.unanswered(ctx, err, published, now)
 		}
 		return st, nil
 	}
@@ -204,6 +204,29 @@ func (s *Staged) wait(err error, published, now time.Time) error {
 		reason = ReasonMissingFiles
 	}
 	return waitOrGiveUp(err, published, now, s.WaitUpTo, reason)
+}
+
+// unanswered is what a failure to ask the source before an attempt (its
+// lag gate, its fingerprint) comes to. A source that did not answer (down,
+// refusing, shutting down for a failover) leaves the partition's readiness
+// unknown, and no load ran: the event waits, as for a standby behind or a
+// store that cannot be listed, and spends no attempt; past wait_up_to it
+// is dead-lettered. Counting such failures as attempts would let a source's
+// failover, longer than the backoff, dead-letter valid events. A fatal
+// error, or ctx's own end, stands.
+func (s *Staged) unanswered(ctx context.Context, err error, published, now time.Time) error {
+	if err == nil || IsFatal(err) || ctx.Err() != nil {
+		return err
+	}
+	return s.wait(fmt.Errorf("the source could not be asked: %w", err), published, now)
+}
+
+// sourceUnavailable reports a source that cannot be used at all now
+// (pgsource's SourceUnavailable): an outage of the source, not of the
+// warehouse, nor the event's fault.
+func sourceUnavailable(err error) bool {
+	var u interface{ SourceUnavailable() bool }
+	return errors.As(err, &u) && u.SourceUnavailable()
 }
 
 // prepare reads the target's columns into the stage's definition, once

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/parquet-go/parquet-go"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -26,6 +27,7 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/lineage"
+	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/schemas"
 	"github.com/idem-data/idem/sources/files"
 	"github.com/idem-data/idem/sources/pgsource"
@@ -600,4 +602,70 @@ func TestFilesSourceStoreFailingMidLoadWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), e.db.Int(t, "SELECT count(*) FROM analytics.t"))
 	require.Equal(t, int64(1), e.db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"), "the waits spent attempts")
+}
+
+// A source database that does not answer (stopped, as during its
+// failover) leaves the partition's readiness unknown: whether the lag gate
+// or the fingerprint asks it before the attempt or the copy is the first
+// to, the event waits,
+// however many times it is delivered, and spends no attempt; once the
+// source is back it loads, once, as attempt 1. Only past wait_up_to is it
+// dead-lettered. Counted by its deliveries instead, a failover longer than
+// the backoff dead-lettered valid events as exhausted.
+func TestPostgresSourceDownWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	src, err := localpg.Start(ctx, localpg.Options{Copy: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	sc, err := pgx.Connect(ctx, src.URL(""))
+	require.NoError(t, err)
+	_, err = sc.Exec(ctx, `CREATE TABLE src (id bigint, event_date date, amount numeric(12,2), note text);
+		INSERT INTO src SELECT g, '2026-11-28', g, 'row ' || g FROM generate_series(1, 5) g`)
+	require.NoError(t, err)
+	require.NoError(t, sc.Close(ctx))
+
+	for _, first := range []string{"gate", "fingerprint", "copy"} {
+		t.Run(first, func(t *testing.T) {
+			db := audittest.NewDB(t)
+			_, err := audit.Migrate(ctx, db.Pool)
+			require.NoError(t, err)
+			db.Exec(t, "CREATE SCHEMA analytics;"+stagedDDL)
+			sspec := strategies.Spec{Dataset: "ds", Source: handlers.StageSQL, Target: strategies.Table{Schema: "analytics", Name: "t"}, PartitionColumn: "event_date"}
+			st, err := strategies.New("delete_insert", sspec)
+			require.NoError(t, err)
+			pg := pgsource.Spec{URL: src.URL(""), SQL: "SELECT id, event_date, amount, note FROM src WHERE event_date = @partition"}.WithDefaults()
+			ds := &handlers.Dataset{Name: "ds", Strategy: st, Target: "analytics.t", Stage: &handlers.Staged{Postgres: &pg, WaitUpTo: time.Hour, PartitionColumn: "event_date"}}
+			switch first {
+			case "gate":
+				pg.MaxReplicaLag = time.Minute
+			case "fingerprint":
+				ds.Fingerprint = &handlers.Fingerprint{SQL: "SELECT count(*) FROM src WHERE event_date = @partition"}
+			}
+			require.NoError(t, pg.Validate())
+			h := &handlers.Handler{DB: db.Pool, Pipeline: "test", Datasets: map[string]*handlers.Dataset{"ds": ds}, Log: zerolog.Nop()}
+			require.Empty(t, h.Prepare(ctx))
+			e := &stagedEnv{t: t, db: db, h: h}
+
+			require.NoError(t, src.Stop(ctx, "fast"))
+			for range 6 {
+				_, err = e.load("2026-11-28", "r1", time.Now())
+				var wait *handlers.WaitError
+				require.ErrorAs(t, err, &wait, "a source that does not answer: the event waits")
+				require.False(t, handlers.IsFatal(err))
+			}
+			require.Zero(t, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE error_kind IS DISTINCT FROM 'unavailable'"),
+				"no attempt spent")
+			_, err = e.load("2026-11-28", "r1", time.Now().Add(-2*time.Hour))
+			require.True(t, handlers.IsFatal(err), "past wait_up_to: %v", err)
+			require.ErrorContains(t, err, "wait_up_to 1h0m0s")
+
+			require.NoError(t, src.Restart(ctx, ""))
+			_, err = e.load("2026-11-28", "r1", time.Now())
+			require.NoError(t, err)
+			require.Equal(t, int64(5), db.Int(t, "SELECT count(*) FROM analytics.t"))
+			require.Equal(t, int64(1), db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"),
+				"the waits spent no attempt")
+		})
+	}
 }
