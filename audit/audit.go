@@ -190,6 +190,9 @@ type Begun struct {
 	LastDied bool
 	// Spent reports that Prior had reached the budget: nothing was written.
 	Spent bool
+	// Paused reports that the dataset was paused when the statement ran:
+	// nothing was written, whatever the ledger or the budget said.
+	Paused bool
 	// ResultWritten reports that the statement wrote the skip's result
 	// (QueueBegin with a result body).
 	ResultWritten bool
@@ -263,6 +266,7 @@ res AS (
 func beginWith(done, result string) string {
 	return `
 WITH done AS MATERIALIZED (` + done + `),
+paused AS (` + pausedSQL("$1", "$2") + ` AS yes),
 prior AS (
      SELECT count(*)::int AS n, (array_agg(s.status ORDER BY s.id DESC))[1] AS last
        FROM (SELECT id, status FROM idem.pipeline_audit
@@ -277,16 +281,30 @@ ins AS (
              triggered_by, attributes, finished_at, definition_hash)
      SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, prior.n + 1, $6::boolean, $7, $8, $9,
             CASE WHEN done.yes THEN clock_timestamp() END, $11::text
-       FROM done, prior
-      WHERE done.yes OR $10::int = 0 OR prior.n < $10::int
+       FROM done, prior, paused
+      WHERE NOT paused.yes AND (done.yes OR $10::int = 0 OR prior.n < $10::int)
      RETURNING id, status)` + result + `
-SELECT prior.n, prior.last, ins.id, ins.status FROM prior LEFT JOIN ins ON true`
+SELECT prior.n, prior.last, ins.id, ins.status, paused.yes FROM prior CROSS JOIN paused LEFT JOIN ins ON true`
+}
+
+// pausedSQL is true while the dataset that the two SQL expressions name
+// is paused (idem.dataset_pauses: open and not past its until, by the
+// server's clock). The statements that begin attempts ask it, so that a
+// pause committed before an attempt's statement holds that attempt even
+// on a replica whose own reading of the pauses is stale (it could not
+// read them through an outage, or it was stopped between its check and
+// its begin): the database decides, once, for the whole fleet.
+func pausedSQL(pipeline, dataset string) string {
+	return `SELECT EXISTS (SELECT 1 FROM idem.dataset_pauses
+                      WHERE dag_id = ` + pipeline + ` AND task_id = ` + dataset + ` AND resumed_at IS NULL
+                        AND (until IS NULL OR until > clock_timestamp()))`
 }
 
 // QueueBegin queues on b the start of an attempt, in one statement, for a
 // caller that pipelines it with its own statements; into is filled once
 // b's results are read, and ran reports whether the statement succeeded.
-// When the run is already done it writes a finished `skipped` row: without
+// While the dataset is paused it writes nothing and reports Paused. When
+// the run is already done it writes a finished `skipped` row: without
 // force, when the ledger holds a success for the run; with force, when
 // this very message (the stream sequence) already loaded, so a forced
 // event redelivered after its commit does not load again. Otherwise it
@@ -310,14 +328,14 @@ func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Be
 			status *string
 			last   *string
 		)
-		if err := r.Scan(&into.Prior, &last, &id, &status); err != nil {
+		if err := r.Scan(&into.Prior, &last, &id, &status, &into.Paused); err != nil {
 			return fmt.Errorf("audit: begin: %w", err)
 		}
 		*ran = true
 		into.Attempt = into.Prior + 1
 		into.LastDied = last != nil && *last == StatusStarted
 		if id == nil {
-			into.Spent = true
+			into.Spent = !into.Paused
 			return nil
 		}
 		into.ID, into.Skipped = *id, *status == StatusSkipped

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
@@ -119,4 +120,78 @@ func TestCancellationsCoverRunsAndRanges(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, acts, 2)
 	require.Equal(t, "cancel", acts[0].Action)
+}
+
+// The statements that begin attempts ask the pauses themselves: while the
+// dataset is paused they write nothing, whatever the ledger or the budget
+// says, and report Paused; another dataset of the pipeline, a pause of
+// another pipeline, a pause past its until or one resumed hold nothing.
+func TestBeginWritesNothingWhilePaused(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	att := func(dataset, part string) audit.Attempt {
+		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: part, RunID: "r-" + part}, StreamSeq: 7}
+	}
+	begin := func(a audit.Attempt) audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		var bg audit.Begun
+		var ran bool
+		audit.QueueBegin(b, a, 5, nil, &bg, &ran)
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return bg
+	}
+	group := func(as ...audit.Attempt) []audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		gs := make([]audit.GroupBegin, len(as))
+		out := make([]audit.Begun, len(as))
+		for i, a := range as {
+			gs[i] = audit.GroupBegin{Attempt: a, Budget: 5, Into: &out[i]}
+		}
+		var ran bool
+		require.NoError(t, audit.QueueBeginGroup(b, gs, &ran))
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return out
+	}
+	rows := func() int64 { return db.Int(t, "SELECT count(*) FROM idem.pipeline_audit") }
+
+	_, err := audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "upstream fix", nil, "")
+	require.NoError(t, err)
+	_, err = audit.PauseDataset(ctx, db.Pool, "other", "customers", "alice", "another pipeline", nil, "")
+	require.NoError(t, err)
+
+	bg := begin(att("orders", "2026-11-28"))
+	require.True(t, bg.Paused)
+	require.False(t, bg.Spent, "a pause is no spent budget")
+	require.Zero(t, bg.ID)
+	gs := group(att("orders", "2026-11-29"), att("orders", "2026-11-30"))
+	require.True(t, gs[0].Paused && gs[1].Paused)
+	require.Zero(t, gs[0].ID+gs[1].ID)
+	require.Zero(t, rows(), "nothing written while paused")
+
+	bg = begin(att("customers", "2026-11-28"))
+	require.False(t, bg.Paused, "another dataset, and a pause of another pipeline, hold nothing")
+	require.NotZero(t, bg.ID)
+
+	_, err = audit.ResumeDataset(ctx, db.Pool, "shop", "orders", "bob", "fixed", "")
+	require.NoError(t, err)
+	bg = begin(att("orders", "2026-11-28"))
+	require.False(t, bg.Paused)
+	require.NotZero(t, bg.ID)
+	require.Equal(t, 1, bg.Attempt, "the held begins counted no attempt")
+
+	until := time.Now().Add(300 * time.Millisecond)
+	_, err = audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "short", &until, "")
+	require.NoError(t, err)
+	require.True(t, group(att("orders", "2026-11-29"))[0].Paused)
+	time.Sleep(time.Until(until) + 50*time.Millisecond)
+	gs = group(att("orders", "2026-11-29"), att("orders", "2026-11-30"))
+	require.False(t, gs[0].Paused || gs[1].Paused, "a pause past its until holds nothing")
+	require.NotZero(t, gs[0].ID)
+	require.NotZero(t, gs[1].ID)
+	require.EqualValues(t, 4, rows())
 }

@@ -53,7 +53,7 @@ type beginRow struct {
 // one statement. A group's partitions are distinct, so each inserted row
 // is found again by its partition and run.
 var beginGroupSQL = groupInputSQL + `look AS MATERIALIZED (
-     SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last
+     SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last, (` + pausedSQL("i.dag", "i.task") + `) AS paused
        FROM input i` + priorSQL + `),
 ins AS (
      INSERT INTO idem.pipeline_audit
@@ -62,7 +62,7 @@ ins AS (
      SELECT i.dag, i.task, i.ld, i.part, i.run, CASE WHEN p.yes THEN 'skipped' ELSE 'started' END, p.n + 1, i.force,
             i.seq, i.trig, i.attrs, CASE WHEN p.yes THEN clock_timestamp() END, i.def
        FROM input i JOIN look p USING (ord)
-      WHERE p.yes OR i.budget = 0 OR p.n < i.budget
+      WHERE NOT p.paused AND (p.yes OR i.budget = 0 OR p.n < i.budget)
       ORDER BY i.ord
      RETURNING id, partition_key, run_id, status),
 res AS (
@@ -71,7 +71,7 @@ res AS (
        FROM ins JOIN input i ON i.part = ins.partition_key AND i.run = ins.run_id
       WHERE ins.status = 'skipped' AND i.skip IS NOT NULL
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
-SELECT i.ord, p.n, p.last, ins.id, ins.status
+SELECT i.ord, p.n, p.last, ins.id, ins.status, p.paused
   FROM input i JOIN look p USING (ord) LEFT JOIN ins ON ins.partition_key = i.part AND ins.run_id = i.run
  ORDER BY i.ord`
 
@@ -97,12 +97,13 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 			status *string
 			last   *string
 			prior  int
+			paused bool
 		)
-		err := eachAnswer(rs, len(gs), 0, "begin", []any{&prior, &last, &id, &status}, func(i int) {
+		err := eachAnswer(rs, len(gs), 0, "begin", []any{&prior, &last, &id, &status, &paused}, func(i int) {
 			into := gs[i].Into
-			*into = Begun{Prior: prior, Attempt: prior + 1, LastDied: last != nil && *last == StatusStarted}
+			*into = Begun{Prior: prior, Attempt: prior + 1, LastDied: last != nil && *last == StatusStarted, Paused: paused}
 			if id == nil {
-				into.Spent = true
+				into.Spent = !paused
 			} else {
 				into.ID, into.Skipped = *id, *status == StatusSkipped
 				into.ResultWritten = into.Skipped && gs[i].SkipResult != nil

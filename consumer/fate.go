@@ -148,7 +148,7 @@ type Input struct {
 //	Err == nil                                   -> Ack (DoubleAck)
 //	Cause or Err is ErrShutdown                  -> Nak after ShutdownDelay (not a failure)
 //	Err is errNoTurn                             -> Nak after TurnDelay(Delivery) (not a failure)
-//	Err is a *PausedError (dataset paused)       -> Nak after PauseDelay(Delivery, Left) (not a failure)
+//	Err is a *PausedError, or DatasetPaused()    -> Nak after PauseDelay(Delivery, Left) (not a failure)
 //	Err is errElsewhere or errRollout            -> Nak after 1-3s: another replica knows the dataset, or may soon
 //	Err has Unavailable() == true                -> Hold (the warehouse circuit)
 //	Err has WaitFor() > 0 (a source not ready)   -> Nak after WaitFor, no attempt spent
@@ -174,6 +174,10 @@ func Decide(in Input) Fate {
 		return Fate{Action: Nak, Delay: TurnDelay(in.Delivery), Deferred: true}
 	case paused:
 		return Fate{Action: Nak, Delay: PauseDelay(in.Delivery, p.Left), Paused: true}
+	case has(in.Err, func(e interface{ DatasetPaused() bool }) bool { return e.DatasetPaused() }):
+		// The handler's begin found the pause this process had not read
+		// yet: back later, as a pause it had read would have sent it.
+		return Fate{Action: Nak, Delay: PauseDelay(in.Delivery, 0), Paused: true}
 	case errors.Is(in.Err, errElsewhere) || errors.Is(in.Err, errRollout):
 		return Fate{Action: Nak, Delay: fleetDelay(in.Jitter), Deferred: true}
 	case has(in.Err, func(e interface{ Unavailable() bool }) bool { return e.Unavailable() }):

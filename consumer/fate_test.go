@@ -38,6 +38,13 @@ func (spent) BudgetSpent() bool { return true }
 func (s spent) Crashed() bool   { return s.crashed }
 func (spent) Attempt() int      { return 3 }
 
+// datasetPaused says the handler's begin found the dataset paused, as
+// handlers.PausedError does.
+type datasetPaused struct{}
+
+func (datasetPaused) Error() string       { return "dataset orders is paused: no attempt began" }
+func (datasetPaused) DatasetPaused() bool { return true }
+
 func TestDecide(t *testing.T) {
 	retry := Retry{MaxAttempts: 3, Delay: time.Second, MaxDelay: time.Minute}
 	transient := errors.New("connection reset")
@@ -102,6 +109,8 @@ func TestDecide(t *testing.T) {
 			want: Fate{Action: Nak, Delay: 2 * time.Second, Paused: true}},
 		{name: "a paused message comes back no later than the pause's end", err: &PausedError{Dataset: "orders", Left: 300 * time.Millisecond}, attempt: 1,
 			want: Fate{Action: Nak, Delay: 300 * time.Millisecond, Paused: true}},
+		{name: "a pause the handler's begin found goes back as one, whatever the attempt", err: fmt.Errorf("x: %w", datasetPaused{}), attempt: 3,
+			want: Fate{Action: Nak, Delay: 2 * time.Second, Paused: true}},
 		{name: "shutdown wins over a pause", err: &PausedError{Dataset: "orders"}, cause: ErrShutdown, attempt: 1,
 			want: Fate{Action: Nak, Delay: shutdownDelay, Shutdown: true}},
 		{name: "a dataset another replica knows is left to it", err: errElsewhere, attempt: 1,

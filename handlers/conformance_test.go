@@ -45,7 +45,35 @@ func testConformance(t *testing.T, f fixture) {
 		t.Run("other_partitions_untouched", func(t *testing.T) { t.Parallel(); testOtherPartitions(t, f) })
 		t.Run("empty_source_is_fatal", func(t *testing.T) { t.Parallel(); testEmpty(t, f) })
 		t.Run("hostile_run_id_is_data", func(t *testing.T) { t.Parallel(); testHostile(t, f) })
+		t.Run("paused_begins_nothing", func(t *testing.T) { t.Parallel(); testPaused(t, f) })
 	})
+}
+
+// A pause the replica has not read yet (the handler is not told of it) is
+// found by the statement that begins the attempt: nothing is written, not
+// even an audit row, and the error says paused, so the consumer sends the
+// message back without spending an attempt. Once resumed, it loads as
+// attempt 1.
+func testPaused(t *testing.T, f fixture) {
+	e := newEnv(t, f)
+	ctx := context.Background()
+	e.stage("2026-11-28", 1, 10, 0, 1)
+	_, err := audit.PauseDataset(ctx, e.db.Pool, "test", "ds", "alice", "upstream fix", nil, "")
+	require.NoError(t, err)
+	for range 2 {
+		_, err = e.load("2026-11-28", "r1", false)
+		var paused *handlers.PausedError
+		require.ErrorAs(t, err, &paused)
+		require.Equal(t, "ds", paused.Dataset)
+	}
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "no attempt while paused")
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM ("+f.visible+") v"), "nothing loaded while paused")
+
+	_, err = audit.ResumeDataset(ctx, e.db.Pool, "test", "ds", "bob", "fixed", "")
+	require.NoError(t, err)
+	e.mustLoad("2026-11-28", "r1", false)
+	require.Equal(t, e.expected("2026-11-28"), e.visible())
+	require.Equal(t, int64(1), e.db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"))
 }
 
 func testReruns(t *testing.T, f fixture) {

@@ -124,6 +124,20 @@ func (e *AttemptError) Unwrap() error { return e.Err }
 // Attempt is the attempt's number, from 1.
 func (e *AttemptError) Attempt() int { return e.N }
 
+// PausedError says the statement that begins an attempt found the dataset
+// paused: it wrote nothing, no load ran, and the message goes back for
+// later, spending no attempt. The replica's own reading of the pauses
+// holds messages before they get that far; this is the database's answer
+// when that reading was stale.
+type PausedError struct{ Dataset string }
+
+func (e *PausedError) Error() string {
+	return "dataset " + e.Dataset + " is paused: no attempt began"
+}
+
+// DatasetPaused reports true.
+func (e *PausedError) DatasetPaused() bool { return true }
+
 // BudgetSpentError says a message's loads already ran as many times as its
 // budget allows: this delivery ran nothing. It happens when the last allowed
 // attempt ended without a verdict (LastDied: the process died in it) or its

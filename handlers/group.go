@@ -325,6 +325,9 @@ func (g *group) load(ctx context.Context) bool {
 		m.l.begun = began
 		m.l.log = m.l.log.With().Int("attempt", m.b.Attempt).Logger()
 		switch {
+		case m.b.Paused && m.b.ID == 0:
+			m.state, m.err = memberDecided, &PausedError{Dataset: m.l.a.Dataset}
+			m.l.log.Info().Msg("dataset paused: no attempt began, the message goes back for later")
 		case m.b.Spent:
 			m.state, m.err = memberDecided, &BudgetSpentError{Attempts: m.b.Prior, LastDied: m.b.LastDied}
 			m.l.log.Warn().Err(m.err).Msg("retry budget spent: not loading again")

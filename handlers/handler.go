@@ -319,6 +319,9 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 	log := l.log.With().Int("attempt", b.Attempt).Logger()
 	l.log = log
 	switch {
+	case b.Paused && b.ID == 0:
+		log.Info().Msg("dataset paused: no attempt began, the message goes back for later")
+		return Outcome{}, &PausedError{Dataset: l.a.Dataset}
 	case b.Spent:
 		err := &BudgetSpentError{Attempts: b.Prior, LastDied: b.LastDied}
 		log.Warn().Err(err).Msg("retry budget spent: not loading again")

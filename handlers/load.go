@@ -86,7 +86,7 @@ func (l *loading) begin(ctx context.Context, budget int) (audit.Begun, error) {
 		b.Queue("COMMIT")
 		l.queueOpen(b)
 	}
-	if err := l.c.SendBatch(ctx, b).Close(); err != nil || bg.Spent || bg.Skipped {
+	if err := l.c.SendBatch(ctx, b).Close(); err != nil || bg.Spent || bg.Paused || bg.Skipped {
 		return bg, err
 	}
 	if !prepared {
