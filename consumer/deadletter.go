@@ -110,3 +110,39 @@ func (p *deadLetterer) publish(ctx context.Context, configuredDataset string, dl
 	}
 	return ack, nil
 }
+
+// termConfirmFor bounds how long confirmTerm tries.
+const termConfirmFor = 30 * time.Second
+
+// confirmTerm terminates m, whose dead letter is stored, and waits for the
+// server to confirm it (a Term sent with a reply subject is answered once
+// the consumer applied it), sending it again while no answer comes. A Term
+// sent fire-and-forget while the consumer has no leader (an election after
+// a server died) is dropped without an error: the message comes back after
+// AckWait, and when its next verdict comes after the dead-letter stream's
+// duplicate window (a warehouse outage, a pause, in between) it is
+// dead-lettered a second time. Past termConfirmFor it gives up, and the
+// window is the only guard left. Each try waits at most each.
+func confirmTerm(ctx context.Context, nc *nats.Conn, m jetstream.Msg, reason string, each time.Duration) error {
+	if nc == nil || m.Reply() == "" {
+		return m.TermWithReason(reason)
+	}
+	ctx, cancel := context.WithTimeout(ctx, termConfirmFor)
+	defer cancel()
+	body := []byte("+TERM " + reason)
+	retry := time.NewTicker(250 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, each)
+		_, err := nc.RequestWithContext(rctx, m.Reply(), body)
+		rcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no answer within %s: %w", termConfirmFor, err)
+		case <-retry.C:
+		}
+	}
+}

@@ -132,8 +132,12 @@
 // drops a publish whose id it has seen within the dead-letter stream's
 // duplicate window (StreamConfig.Duplicates; DefaultDuplicates, 2 minutes,
 // on the streams EnsureStreams creates). The second attempts it absorbs
-// come soon after the first: a Term lost after the PubAck brings the
-// message back after AckWait (30s by default); an advisory whose ack was
+// come soon after the first. The Term that follows the PubAck is sent
+// with a reply and sent again until the server confirms it (for up to
+// 30s): one sent fire-and-forget while the consumer had no leader was
+// dropped, and the message came back to run again, perhaps only after a
+// warehouse outage or a pause, past the window. A Term still lost brings
+// the message back after AckWait (30s by default); an advisory whose ack was
 // lost comes back after the reconciler's ack wait (30s); several replicas
 // see no advisory twice, as the advisory consumer is a shared work queue.
 // The window must therefore stay longer than AckWait and 30s. Beyond it a

@@ -326,8 +326,8 @@ func (c *Consumer) deadLetter(d *delivery, in Input, f Fate, log zerolog.Logger)
 		}
 	})
 	ack, err := c.dl.publish(sctx, d.dataset, dl)
-	hb.Stop()
 	if err != nil {
+		hb.Stop()
 		span.SetStatus(codes.Error, "dead letter not published")
 		log.Error().Err(err).AnErr("cause", in.Err).Dur("retry_in", f.Delay).
 			Msg("dead letter not published: nak'ed, the message stays pending")
@@ -336,9 +336,11 @@ func (c *Consumer) deadLetter(d *delivery, in Input, f Fate, log zerolog.Logger)
 		}
 		return false
 	}
-	if err := d.msg.TermWithReason(dl.termReason()); err != nil {
-		span.SetStatus(codes.Error, "term not sent")
-		log.Warn().Err(err).Msg("term not sent: the redelivery will be dead-lettered again, deduplicated by Nats-Msg-Id")
+	err = confirmTerm(context.WithoutCancel(sctx), c.js.Conn(), d.msg, dl.termReason(), min(c.cfg.AckTimeout, 2*time.Second))
+	hb.Stop()
+	if err != nil {
+		span.SetStatus(codes.Error, "term not confirmed")
+		log.Warn().Err(err).Msg("term not confirmed: the redelivery will be dead-lettered again, deduplicated by Nats-Msg-Id within the duplicate window")
 	}
 	log.Error().Err(in.Err).Str("error_kind", string(f.Kind)).Str("dlq_subject", c.dl.subject(d.dataset)).
 		Uint64("dlq_seq", ack.Sequence).Bool("duplicate", ack.Duplicate).Msg("dead-lettered")
