@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/audit"
+	"github.com/idem-data/idem/testkit/audittest"
 )
 
 func TestPauseResumeKeepHistory(t *testing.T) {
@@ -194,4 +195,29 @@ func TestBeginWritesNothingWhilePaused(t *testing.T) {
 	require.NotZero(t, gs[0].ID)
 	require.NotZero(t, gs[1].ID)
 	require.EqualValues(t, 4, rows())
+
+	// A run already loaded, asked about by the statement for messages
+	// waiting for a load slot: while paused, not even its skipped row.
+	done := att("orders", "2026-12-01")
+	id, err := audittest.Start(ctx, db.Pool, done)
+	require.NoError(t, err)
+	require.NoError(t, audittest.Succeed(ctx, db.Pool, done.RunKey, id, audit.Rows{Inserted: 1}, false))
+	skip := func() audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		var out audit.Begun
+		var ran bool
+		require.NoError(t, audit.QueueSkipDone(b, []audit.GroupBegin{{Attempt: done, Budget: 5, Into: &out}}, &ran))
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return out
+	}
+	_, err = audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "again", nil, "")
+	require.NoError(t, err)
+	require.Zero(t, skip().ID, "no skip while paused")
+	require.EqualValues(t, 5, rows())
+	_, err = audit.ResumeDataset(ctx, db.Pool, "shop", "orders", "bob", "", "")
+	require.NoError(t, err)
+	require.True(t, skip().Skipped)
+	require.EqualValues(t, 6, rows())
 }

@@ -118,10 +118,11 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 // skipDoneSQL is beginGroupSQL for attempts that wait for a load slot: it
 // writes the `skipped` row (and its result) of each whose run is done, the
 // same row beginGroupSQL would, and nothing for the others, which go on to
-// their load. No budget: a skip spends none.
+// their load. No budget: a skip spends none. While the dataset is paused
+// it writes nothing: the begin that follows finds the pause.
 var skipDoneSQL = groupInputSQL + `look AS MATERIALIZED (
      SELECT i.ord, p.n FROM input i` + priorSQL + `
-      WHERE ` + groupDoneSQL + `),
+      WHERE ` + groupDoneSQL + ` AND NOT (` + pausedSQL("i.dag", "i.task") + `)),
 ins AS (
      INSERT INTO idem.pipeline_audit
             (dag_id, task_id, logical_date, partition_key, run_id, status, attempt, force, stream_seq,
