@@ -84,6 +84,11 @@ type Attempt struct {
 	// events carry it, so one pipeline run is one trace. It is not written
 	// to the audit row.
 	Trace string
+	// ThroughPause begins the attempt even while its dataset is paused:
+	// the re-verification's reload of a load a failover lost, which
+	// restores what was acknowledged rather than loading anew, and must
+	// not wait for a resume that may be days away.
+	ThroughPause bool
 }
 
 func nullString(s string) *string {
@@ -246,14 +251,14 @@ func loadedBy(pipeline, dataset, partition, runID string) string {
 
 var (
 	// skipResult writes, when the statement decides a skip, that skip's
-	// result ($12: its body without the audit id) into the outbox in the
+	// result ($13: its body without the audit id) into the outbox in the
 	// same statement, with the skipped row's id and the run's load from the
 	// ledger: a skip and its result commit together, with no round trip
 	// of their own.
 	skipResult = `,
 res AS (
      INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-     SELECT $2, $4, $5, ins.id, $12::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
+     SELECT $2, $4, $5, ins.id, $13::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
        FROM ins WHERE ins.status = 'skipped'
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
 
@@ -266,7 +271,7 @@ res AS (
 func beginWith(done, result string) string {
 	return `
 WITH done AS MATERIALIZED (` + done + `),
-paused AS (` + pausedSQL("$1", "$2") + ` AS yes),
+paused AS (` + pausedSQL("$1", "$12::text") + ` AS yes),
 prior AS (
      SELECT count(*)::int AS n, (array_agg(s.status ORDER BY s.id DESC))[1] AS last
        FROM (SELECT id, status FROM idem.pipeline_audit
@@ -317,8 +322,14 @@ func pausedSQL(pipeline, dataset string) string {
 // the statement then writes it into the outbox with the skip, and into
 // reports ResultWritten.
 func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Begun, ran *bool) {
+	// $12 names the dataset whose pause holds the attempt; NULL matches
+	// no pause.
+	pauseKey := &a.Dataset
+	if a.ThroughPause {
+		pauseKey = nil
+	}
 	args := []any{a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget, nullString(a.DefinitionHash)}
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget, nullString(a.DefinitionHash), pauseKey}
 	if skipResult != nil {
 		args = append(args, string(skipResult))
 	}

@@ -169,6 +169,13 @@ func TestBeginWritesNothingWhilePaused(t *testing.T) {
 	require.True(t, bg.Paused)
 	require.False(t, bg.Spent, "a pause is no spent budget")
 	require.Zero(t, bg.ID)
+	// The re-verification's reload of a load a failover lost goes through.
+	restore := att("orders", "2026-11-27")
+	restore.ThroughPause = true
+	bg = begin(restore)
+	require.False(t, bg.Paused)
+	require.NotZero(t, bg.ID)
+	db.Exec(t, "DELETE FROM idem.pipeline_audit WHERE id = $1", bg.ID)
 	gs := group(att("orders", "2026-11-29"), att("orders", "2026-11-30"))
 	require.True(t, gs[0].Paused && gs[1].Paused)
 	require.Zero(t, gs[0].ID+gs[1].ID)

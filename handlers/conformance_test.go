@@ -68,12 +68,24 @@ func testPaused(t *testing.T, f fixture) {
 	}
 	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "no attempt while paused")
 	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM ("+f.visible+") v"), "nothing loaded while paused")
+	if !f.grouped {
+		// The re-verification's reload of a load a failover lost is no
+		// new load: the pause does not hold it.
+		e.stage("2026-11-27", 100, 5, 0, 1)
+		body, err := schemas.PartitionReady{Dataset: "ds", Partition: "2026-11-27", RunID: "r0"}.Marshal()
+		require.NoError(t, err)
+		_, err = e.h.HandleMessage(ctx, "idem.ready.ds", body, handlers.Meta{Reverify: true})
+		require.NoError(t, err)
+		require.Equal(t, e.expected("2026-11-27"), e.visible())
+		e.db.Exec(t, "DELETE FROM staging.src WHERE event_date = '2026-11-27'")
+	}
 
 	_, err = audit.ResumeDataset(ctx, e.db.Pool, "test", "ds", "bob", "fixed", "")
 	require.NoError(t, err)
 	e.mustLoad("2026-11-28", "r1", false)
-	require.Equal(t, e.expected("2026-11-28"), e.visible())
-	require.Equal(t, int64(1), e.db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success'"))
+	require.Equal(t, int64(1), e.db.Int(t, "SELECT attempt FROM idem.pipeline_audit WHERE status = 'success' AND run_id = 'r1'"))
+	require.Equal(t, e.db.Checksum(t, "SELECT id, event_date, amount, note, version FROM staging.src WHERE event_date = '2026-11-28'"),
+		e.db.Checksum(t, "SELECT id, event_date, amount, note, version FROM ("+f.visible+") v WHERE event_date = '2026-11-28'"))
 }
 
 func testReruns(t *testing.T, f fixture) {

@@ -305,6 +305,8 @@ func (h *Handler) attemptOf(ctx context.Context, ds *Dataset, ev schemas.Event, 
 			a.Attributes = map[string]string{}
 		}
 		a.Attributes[audit.ReverifyAttribute] = "true"
+		// It restores an acknowledged load: a pause does not hold it.
+		a.ThroughPause = true
 	}
 	if d, ok := ev.Key.LogicalDate(); ok {
 		a.LogicalDate = &d
