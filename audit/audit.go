@@ -32,6 +32,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -130,6 +131,36 @@ func Fail(ctx context.Context, db Querier, id int64, cause error, kind string) e
 		return fmt.Errorf("audit: fail: %w", err)
 	}
 	return nil
+}
+
+// FailAfterOutage records, once the warehouse answers again, the failure of
+// an attempt that lost its connection and could not be recorded at the
+// time, and returns the kind it wrote. When the warehouse started after the
+// attempt did (pg_postmaster_start_time), it went down under the load, as
+// in a crash of the whole site: the failure is `unavailable` and spends no
+// retry. Otherwise the warehouse lived on (a cut network, or a statement
+// that crashed a backend and made the server recover without a restart):
+// `transient`, counted against the message's budget.
+func FailAfterOutage(ctx context.Context, db Querier, id int64, cause error) (kind string, err error) {
+	msg := "unknown error"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	err = db.QueryRow(ctx, `
+		UPDATE idem.pipeline_audit
+		   SET status = 'failed', finished_at = clock_timestamp(),
+		       error_kind = CASE WHEN started_at < pg_postmaster_start_time() THEN 'unavailable' ELSE 'transient' END,
+		       error = CASE WHEN started_at < pg_postmaster_start_time()
+		                    THEN 'the warehouse restarted under this attempt: ' ELSE '' END || $2
+		 WHERE id = $1 AND status = 'started'
+		RETURNING error_kind`, id, truncate(msg, 3900)).Scan(&kind)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil // already recorded, or the row went with a failover
+	}
+	if err != nil {
+		return "", fmt.Errorf("audit: fail after an outage: %w", err)
+	}
+	return kind, nil
 }
 
 // Skip marks a started row `skipped`: the run had already succeeded.

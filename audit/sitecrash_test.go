@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -84,4 +85,44 @@ func TestAnAttemptTheWarehouseRestartCutShortCostsNoRetry(t *testing.T) {
 	require.True(t, b.LastDied, "dead-lettered as crashed")
 	g = beginGroup([]audit.Attempt{attempt("2026-11-04")}, 3)
 	require.True(t, g[0].Spent)
+}
+
+// TestAFailureRecordedAfterAnOutageSaysWhoseDoingItWas: a failure written
+// once the warehouse answers again is `unavailable` when the warehouse
+// started after the attempt (it restarted under the load) and spends no
+// retry, `transient` when it lived on, and a row already recorded is
+// left as it is.
+func TestAFailureRecordedAfterAnOutageSaysWhoseDoingItWas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := migrated(t)
+	a := audit.Attempt{RunKey: audit.RunKey{Pipeline: "p", Dataset: "d", Partition: "2026-11-01", RunID: "r"}, StreamSeq: 9}
+	begin := func() audit.Begun {
+		t.Helper()
+		var into audit.Begun
+		var ran bool
+		b := &pgx.Batch{}
+		audit.QueueBegin(b, a, 2, nil, &into, &ran)
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return into
+	}
+
+	cut := begin()
+	db.Exec(t, `UPDATE idem.pipeline_audit SET started_at = pg_postmaster_start_time() - interval '1 second' WHERE id = $1`, cut.ID)
+	kind, err := audit.FailAfterOutage(ctx, db.Pool, cut.ID, errors.New("unexpected EOF"))
+	require.NoError(t, err)
+	require.Equal(t, audit.KindUnavailable, kind)
+
+	lived := begin()
+	require.Equal(t, 1, lived.Attempt, "the restart's attempt spent nothing")
+	kind, err = audit.FailAfterOutage(ctx, db.Pool, lived.ID, errors.New("unexpected EOF"))
+	require.NoError(t, err)
+	require.Equal(t, audit.KindTransient, kind)
+	kind, err = audit.FailAfterOutage(ctx, db.Pool, lived.ID, errors.New("again"))
+	require.NoError(t, err)
+	require.Empty(t, kind, "recorded once")
+	require.EqualValues(t, 1, db.Int(t, `SELECT count(*) FROM idem.pipeline_audit WHERE error = 'unexpected EOF' AND error_kind = 'transient'`))
+
+	require.Equal(t, 2, begin().Attempt, "the attempt the warehouse lived through counted")
 }

@@ -198,8 +198,11 @@ func SQLState(err error) string {
 // including the errors of a connection lost mid-load: io.ErrUnexpectedEOF when
 // the server crashes mid-query, connection resets, net timeouts, "conn
 // closed". That load ran, so it counts against the budget; the next attempt's
-// connect tells whether the warehouse is gone. Retrying is safe because every
-// load is idempotent.
+// connect tells whether the warehouse is gone. When the warehouse cannot
+// even record the failure, the handler holds the message and decides once
+// it answers (Handler.failed, audit.FailAfterOutage): a warehouse that
+// restarted under the load makes it `unavailable`. Retrying is safe because
+// every load is idempotent.
 func Classify(err error) error {
 	if err == nil || IsFatal(err) || IsUnavailable(err) || errors.Is(err, context.Canceled) {
 		return err
@@ -309,19 +312,23 @@ func sqlStateReason(e *pgconn.PgError) string {
 // isConfigError: see pgerr.IsConfigError.
 func isConfigError(err error) bool { return pgerr.IsConfigError(err) }
 
-// unrecorded keeps the failures of attempts that the warehouse took away
-// (unavailable, interrupted) when the audit row could not be written at the
-// time, so it is written before the next attempt: a row left `started`
-// would otherwise count as a crash against the message's budget.
+// unrecorded keeps the failures of attempts whose audit row could not be
+// written at the time, so it is written before the next attempt: a row
+// left `started` would otherwise count as a crash against the message's
+// budget, and tell an operator nothing.
 type unrecorded struct {
 	mu       sync.Mutex
 	failures []failure
 }
 
+// failure is one kept failure. afterOutage marks a transient one whose
+// kind is decided when it is written (audit.FailAfterOutage): unavailable
+// when the warehouse restarted under the attempt.
 type failure struct {
-	id   int64
-	err  error
-	kind string
+	id          int64
+	err         error
+	kind        string
+	afterOutage bool
 }
 
 // maxUnrecorded bounds the memory kept for unwritten failures; beyond it the
@@ -343,10 +350,17 @@ func (u *unrecorded) flush(ctx context.Context, db audit.Querier, log zerolog.Lo
 	defer u.mu.Unlock()
 	for len(u.failures) > 0 {
 		f := u.failures[0]
-		if err := audit.Fail(ctx, db, f.id, f.err, f.kind); err != nil {
+		kind := f.kind
+		var err error
+		if f.afterOutage {
+			kind, err = audit.FailAfterOutage(ctx, db, f.id, f.err)
+		} else {
+			err = audit.Fail(ctx, db, f.id, f.err, f.kind)
+		}
+		if err != nil {
 			return
 		}
-		log.Debug().Int64("audit_id", f.id).Str("error_kind", f.kind).Msg("recorded the failure of an earlier attempt")
+		log.Debug().Int64("audit_id", f.id).Str("error_kind", kind).Msg("recorded the failure of an earlier attempt")
 		u.failures = u.failures[1:]
 	}
 }

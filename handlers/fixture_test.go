@@ -90,7 +90,12 @@ type env struct {
 
 func newEnv(t *testing.T, f fixture, mutate ...func(*strategies.Spec)) *env {
 	t.Helper()
-	db := audittest.NewDB(t)
+	return newEnvOn(t, audittest.NewDB(t), f, mutate...)
+}
+
+// newEnvOn is newEnv in db, a database of the test's choosing.
+func newEnvOn(t *testing.T, db *pgtest.DB, f fixture, mutate ...func(*strategies.Spec)) *env {
+	t.Helper()
 	_, err := audit.Migrate(context.Background(), db.Pool)
 	require.NoError(t, err)
 	db.Exec(t, stagingSQL)

@@ -412,10 +412,22 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 	// left `started` is not counted as a crash.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	if ferr := audit.Fail(fctx, h.DB, b.ID, err, kind); ferr != nil {
-		if kind == audit.KindTransient || kind == audit.KindFatal {
-			log.Error().Err(ferr).Msg("could not record the failure in the audit table")
+		away := !IsFatal(Classify(ferr)) // the warehouse, not the statement
+		lost := away && kind == audit.KindTransient
+		if away {
+			h.unrecorded.add(failure{id: b.ID, err: err, kind: kind, afterOutage: lost})
+			log.Debug().Err(ferr).Msg("failure not recorded yet: the warehouse did not answer; recorded before the next attempt")
 		} else {
-			h.unrecorded.add(failure{id: b.ID, err: err, kind: kind})
+			log.Error().Err(ferr).Msg("could not record the failure in the audit table")
+		}
+		if lost {
+			// The load lost its connection and the warehouse cannot
+			// even record that: whether the message is to blame is
+			// known only once it answers again (did it restart under
+			// the load?). The message is held for the warehouse, its
+			// verdict left to the next attempt's begin, which counts
+			// the failure unless the warehouse restarted.
+			err = &UnavailableError{Err: err}
 		}
 	}
 	if l.started.IsZero() {
