@@ -165,3 +165,39 @@ func TestStartMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
 	_, err = Start(ctx, Options{Port: port, Copy: true})
 	require.ErrorContains(t, err, "Address already in use", "a named port is not changed")
 }
+
+// The same for pgbouncer: a drawn port taken before pgbouncer binds it
+// (by another test's server starting at that moment) moves it to another.
+func TestPgBouncerMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and pgbouncer")
+	}
+	if _, err := PgBouncerVersion(); err != nil {
+		t.Skipf("no pgbouncer: %v", err)
+	}
+	ctx := context.Background()
+	s, err := Start(ctx, Options{Copy: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	draws := 0
+	freePort = func() (int, error) {
+		draws++
+		if draws == 1 {
+			return port, nil
+		}
+		return FreePort()
+	}
+	t.Cleanup(func() { freePort = FreePort })
+
+	b, err := StartPgBouncer(ctx, s.URL("postgres"), PoolTransaction, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NotEqual(t, port, b.Port)
+	require.Equal(t, 2, draws, "one port taken, one more drawn")
+	require.NoError(t, ping(ctx, b.URL("postgres")))
+}

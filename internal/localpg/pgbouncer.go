@@ -114,7 +114,7 @@ func StartPgBouncer(ctx context.Context, serverURL, mode, dir string) (*PgBounce
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: server URL: %w", err)
 	}
-	port, err := FreePort()
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
@@ -133,11 +133,35 @@ func StartPgBouncer(ctx context.Context, serverURL, mode, dir string) (*PgBounce
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := b.start(ctx); err != nil {
+	if err := b.startOn(ctx, server); err != nil {
 		_ = b.Close()
 		return nil, err
 	}
 	return b, nil
+}
+
+// startOn starts b on the port drawn for it and, when another process took
+// that port between the draw and pgbouncer's bind (a test server starting
+// at the same moment), on another drawn port, up to portTries, as
+// Server.startOn does.
+func (b *PgBouncer) startOn(ctx context.Context, server *pgconn.Config) error {
+	for try := 1; ; try++ {
+		err := b.start(ctx)
+		if err == nil || try == portTries || !strings.Contains(err.Error()+b.Log(), "Address already in use") {
+			return err
+		}
+		port, perr := freePort()
+		if perr != nil {
+			return err
+		}
+		b.Port = port
+		// The next failure's message must show the next start's log only.
+		_ = os.Truncate(b.logFile, 0)
+		_ = os.Truncate(b.console, 0)
+		if err := b.setUp(server); err != nil {
+			return err
+		}
+	}
 }
 
 // setUp writes pgbouncer's files and, run as root, hands them to the
