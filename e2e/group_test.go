@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -63,16 +64,11 @@ func TestGroupsStayWholeUnderABacklog(t *testing.T) {
 	// is left: short groups are allowed at either end, never between two
 	// whole ones. (The old fetch-ahead alternated a whole group and a
 	// single message: 6 of 10 short.)
-	var sizes []int
 	rows, err := w.db.Pool.Query(context.Background(), `SELECT count(*)::int FROM idem.pipeline_audit
 		WHERE run_id = 'whole' AND status = 'success' GROUP BY xmin::text ORDER BY min(id)`)
 	require.NoError(t, err)
-	for rows.Next() {
-		var n int
-		require.NoError(t, rows.Scan(&n))
-		sizes = append(sizes, n)
-	}
-	require.NoError(t, rows.Err())
+	sizes, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
 	first, last := slices.Index(sizes, 4), -1
 	for i, n := range sizes {
 		if n == 4 {

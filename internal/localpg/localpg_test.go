@@ -132,6 +132,25 @@ func hasTable(t *testing.T, s *Server) bool {
 	return ok
 }
 
+// takenFirstDraw makes the next port drawn one that a listener of the
+// test holds until it ends, and the draws after it free ones; draws counts
+// them.
+func takenFirstDraw(t *testing.T) (port int, draws *int) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = taken.Close() })
+	port, draws = taken.Addr().(*net.TCPAddr).Port, new(int)
+	freePort = func() (int, error) {
+		*draws++
+		if *draws == 1 {
+			return port, nil
+		}
+		return FreePort()
+	}
+	t.Cleanup(func() { freePort = FreePort })
+	return port, draws
+}
+
 // A port Start drew can be taken before the server binds it (another test
 // binary starting its own server at that moment): Start moves to another
 // free port. A port its caller named is never changed.
@@ -140,26 +159,12 @@ func TestStartMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
 		t.Skip("starts PostgreSQL")
 	}
 	ctx := context.Background()
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer taken.Close()
-	port := taken.Addr().(*net.TCPAddr).Port
-
-	draws := 0
-	freePort = func() (int, error) {
-		draws++
-		if draws == 1 {
-			return port, nil
-		}
-		return FreePort()
-	}
-	t.Cleanup(func() { freePort = FreePort })
-
+	port, draws := takenFirstDraw(t)
 	s, err := Start(ctx, Options{Copy: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	require.NotEqual(t, port, s.Port)
-	require.Equal(t, 2, draws, "one port taken, one more drawn")
+	require.Equal(t, 2, *draws, "one port taken, one more drawn")
 	sqlExec(t, s, "SELECT 1")
 
 	_, err = Start(ctx, Options{Port: port, Copy: true})
@@ -180,24 +185,11 @@ func TestPgBouncerMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer taken.Close()
-	port := taken.Addr().(*net.TCPAddr).Port
-	draws := 0
-	freePort = func() (int, error) {
-		draws++
-		if draws == 1 {
-			return port, nil
-		}
-		return FreePort()
-	}
-	t.Cleanup(func() { freePort = FreePort })
-
+	port, draws := takenFirstDraw(t)
 	b, err := StartPgBouncer(ctx, s.URL("postgres"), PoolTransaction, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	require.NotEqual(t, port, b.Port)
-	require.Equal(t, 2, draws, "one port taken, one more drawn")
+	require.Equal(t, 2, *draws, "one port taken, one more drawn")
 	require.NoError(t, ping(ctx, b.URL("postgres")))
 }
