@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -365,4 +367,38 @@ func bytesRead(s *Stream) (int64, error) {
 			return n, err
 		}
 	}
+}
+
+// versitygw moves a new object's data into place before it writes the new
+// ETag beside it: for a moment a GET with If-Match of the old ETag passes
+// and serves the new bytes. A Parquet file replaced by a larger one in that
+// moment (written here straight into the backend, the ETag left as it
+// was) is a ChangedError, found by the size the ranged reads answer with,
+// not a bad_file made of the wrong bytes at the old size's end.
+func TestParquetReplacedUnderItsOldETagIsChanged(t *testing.T) {
+	b := s3Backend(t)
+	type one struct {
+		ID int64 `parquet:"id"`
+	}
+	rows := make([]one, 200)
+	for i := range rows {
+		rows[i].ID = int64(i) * 7919
+	}
+	key := "q/dt=2026-11-28/a.parquet"
+	b.put(t, key, writeParquet(t, rows[:20], 1000))
+	spec := Spec{URL: b.base + "q/dt={partition}/", Format: Parquet}
+	store := b.storeFor(t, spec)
+	r, err := ready(t, store, spec, "2026-11-28", time.Now())
+	require.NoError(t, err)
+	larger := writeParquet(t, rows, 1000)
+	require.Greater(t, int64(len(larger)), r.Listing.Files[0].Size)
+	require.NoError(t, os.WriteFile(filepath.Join(b.s3.Dir, bucket, key), larger, 0o644))
+
+	s, err := OpenStream(context.Background(), store, spec, &r.Listing.Files[0], Target{Table: pgx.Identifier{"q"}, Columns: []Column{{"id", "bigint"}}})
+	if err == nil {
+		defer s.Close()
+		_, err = bytesRead(s)
+	}
+	var ce *ChangedError
+	require.ErrorAs(t, err, &ce)
 }

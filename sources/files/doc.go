@@ -92,7 +92,8 @@
 // S3 reads send If-Match with the ETag the listing gave, every ranged read
 // too: an object replaced after the listing answers 412, a *ChangedError
 // (transient: roll back, list again, load the new files; never a mix of two
-// versions). A local file's size and modification time are checked when it
+// versions). A read whose answer gives another size than the listing's (a
+// store that serves new bytes before their new ETag) is one too. A local file's size and modification time are checked when it
 // is opened and again when it has been read to its end; its SHA-256 is
 // computed as it is read. The Listing's fingerprint uses ETags (local
 // files: modification times), so it costs no read.

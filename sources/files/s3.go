@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -265,6 +266,12 @@ func (r *s3ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	if v := aws.ToString(out.VersionId); v != "" {
 		r.f.VersionID = v
 	}
+	if total, ok := rangeTotal(aws.ToString(out.ContentRange)); ok && total != r.f.Size {
+		// A store that moves new data into place before its new ETag
+		// (versitygw) passes If-Match for a moment with the new bytes:
+		// the object's size, which the range answer carries, tells.
+		return 0, &ChangedError{URL: r.f.URL, Listed: fmt.Sprintf("%s, %d bytes", r.f.identity(), r.f.Size), Found: fmt.Sprintf("%d bytes", total)}
+	}
 	n, err := io.ReadFull(out.Body, p[:end-off])
 	if err != nil {
 		return n, r.s.fail("read", r.f.Key, err)
@@ -276,6 +283,17 @@ func (r *s3ReaderAt) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (r *s3ReaderAt) Close() error { return nil }
+
+// rangeTotal is the object's size in a Content-Range answer
+// ("bytes 0-99/5900"); ok is false when there is none or it is unknown.
+func rangeTotal(cr string) (total int64, ok bool) {
+	i := strings.LastIndexByte(cr, '/')
+	if !strings.HasPrefix(cr, "bytes ") || i < 0 {
+		return 0, false
+	}
+	total, err := strconv.ParseInt(cr[i+1:], 10, 64)
+	return total, err == nil
+}
 
 // failRead is fail, with 412 and 404 on a listed file read as a change.
 func (s *S3) failRead(f *File, err error) error {
