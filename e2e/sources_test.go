@@ -34,7 +34,7 @@ func TestFileSourceWaitsThroughNATS(t *testing.T) {
         url: file://%s/dt={partition}/
         format: csv
         ready: {marker: _SUCCESS}
-    wait_up_to: 6s
+    wait_up_to: 20s
 `, landing)})
 	w.db.Exec(t, "CREATE TABLE analytics.landed (id bigint, event_date date NOT NULL, amount numeric(12,2), note text)")
 	part := filepath.Join(landing, "dt=2026-11-28")
@@ -83,9 +83,9 @@ func TestFileSourceWaitsThroughNATS(t *testing.T) {
 	sent := time.Now()
 	publish("2026-11-29", "sched__29")
 	dl := w.waitDeadLetters(1)[0]
-	require.GreaterOrEqual(t, time.Since(sent), 6*time.Second)
+	require.GreaterOrEqual(t, time.Since(sent), 20*time.Second)
 	require.Equal(t, "missing_files", dl.Header.Get(deadletter.HeaderErrorReason))
-	require.Contains(t, dl.Header.Get(deadletter.HeaderError), "wait_up_to 6s")
+	require.Contains(t, dl.Header.Get(deadletter.HeaderError), "wait_up_to 20s")
 	time.Sleep(time.Second)
 	require.Len(t, w.deadLetters(), 1, "dead-lettered once")
 	require.Zero(t, w.count("SELECT count(*) FROM idem.pipeline_audit WHERE task_id = 'landed' AND partition_key = '2026-11-29'"))
