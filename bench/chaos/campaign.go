@@ -106,7 +106,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// Fault phase: the publisher may lag behind a fault; it gets a minute
 	// past the phase to catch up before that counts as a failure.
 	start := time.Now()
-	pubCtx, stopPub := context.WithDeadline(ctx, start.Add(o.Duration+time.Minute))
+	pubCtx, stopPub := context.WithDeadline(ctx, start.Add(publishFor(o)))
 	defer stopPub()
 	pubDone := make(chan struct{})
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
@@ -706,4 +706,15 @@ func (c *campaign) waitOutbox(ctx context.Context, bound time.Duration) (int, ti
 		time.Sleep(200 * time.Millisecond)
 	}
 	return left, time.Since(start)
+}
+
+// publishFor is how long after the start the publisher may take to
+// publish the workload: a minute past the phase, and past the longest
+// phase EveryKind may run (twice its length), since the faults that hold
+// it back (a warehouse down under a mutation, a full stream) go on there.
+func publishFor(o Options) time.Duration {
+	if o.EveryKind {
+		return 2*o.Duration + time.Minute
+	}
+	return o.Duration + time.Minute
 }

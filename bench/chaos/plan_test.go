@@ -466,3 +466,14 @@ func TestSiteCrashRunsAlone(t *testing.T) {
 	require.False(t, n.site.TryRLock(), "a fault started during a rolling restart")
 	unlock()
 }
+
+// TestThePublisherLastsAsLongAsThePhase: a phase that EveryKind extends
+// (up to twice its length) gives the publisher as long, plus the minute
+// it has to catch up; cut at the unextended phase, a publisher held back
+// by the faults left the workload's last events unpublished.
+func TestThePublisherLastsAsLongAsThePhase(t *testing.T) {
+	o := Options{Duration: 100 * time.Second}
+	require.Equal(t, 160*time.Second, publishFor(o))
+	o.EveryKind = true
+	require.Equal(t, 260*time.Second, publishFor(o))
+}
