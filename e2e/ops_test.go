@@ -44,8 +44,9 @@ func TestMetricsHealthAndEventLogLines(t *testing.T) {
 	w.waitCount(1, "SELECT count(*) FROM idem.pipeline_audit WHERE status = 'skipped'")
 	w.waitSettled()
 
-	_, metrics := get(t, base+"/metrics")
-	for _, want := range []string{
+	// A settled message's counters are added just after its ack: scraped
+	// until they are there (on a busy machine, a moment after).
+	wants := []string{
 		`idem_events_total{dataset="orders",outcome="acked"} 2`,
 		`idem_events_total{dataset="orders",outcome="dead_lettered"} 1`,
 		`idem_dead_letters_total{dataset="orders",kind="fatal"} 1`,
@@ -53,7 +54,18 @@ func TestMetricsHealthAndEventLogLines(t *testing.T) {
 		`idem_rows_written_total{dataset="orders"} 10`,
 		`idem_load_duration_seconds_count{dataset="orders",status="success"} 1`,
 		`idem_loads_in_flight 0`,
-	} {
+	}
+	var metrics string
+	require.Eventually(t, func() bool {
+		_, metrics = get(t, base+"/metrics")
+		for _, want := range wants {
+			if !strings.Contains(metrics, want) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond)
+	for _, want := range wants {
 		require.Contains(t, metrics, want)
 	}
 
