@@ -119,14 +119,10 @@ func nullSeq(seq uint64) *int64 {
 // Fail marks a started row `failed` with the error and its kind ("fatal" or
 // "transient").
 func Fail(ctx context.Context, db Querier, id int64, cause error, kind string) error {
-	msg := "unknown error"
-	if cause != nil {
-		msg = cause.Error()
-	}
 	_, err := db.Exec(ctx, `
 		UPDATE idem.pipeline_audit
 		   SET status = 'failed', error = $2, error_kind = $3, finished_at = clock_timestamp()
-		 WHERE id = $1 AND status = 'started'`, id, truncate(msg, 4000), kind)
+		 WHERE id = $1 AND status = 'started'`, id, errorText(cause, 4000), kind)
 	if err != nil {
 		return fmt.Errorf("audit: fail: %w", err)
 	}
@@ -142,10 +138,6 @@ func Fail(ctx context.Context, db Querier, id int64, cause error, kind string) e
 // that crashed a backend and made the server recover without a restart):
 // `transient`, counted against the message's budget.
 func FailAfterOutage(ctx context.Context, db Querier, id int64, cause error) (kind string, err error) {
-	msg := "unknown error"
-	if cause != nil {
-		msg = cause.Error()
-	}
 	err = db.QueryRow(ctx, `
 		UPDATE idem.pipeline_audit
 		   SET status = 'failed', finished_at = clock_timestamp(),
@@ -153,7 +145,7 @@ func FailAfterOutage(ctx context.Context, db Querier, id int64, cause error) (ki
 		       error = CASE WHEN started_at < pg_postmaster_start_time()
 		                    THEN 'the warehouse restarted under this attempt: ' ELSE '' END || $2
 		 WHERE id = $1 AND status = 'started'
-		RETURNING error_kind`, id, truncate(msg, 3900)).Scan(&kind)
+		RETURNING error_kind`, id, errorText(cause, 3900)).Scan(&kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil // already recorded, or the row went with a failover
 	}
@@ -161,6 +153,14 @@ func FailAfterOutage(ctx context.Context, db Querier, id int64, cause error) (ki
 		return "", fmt.Errorf("audit: fail after an outage: %w", err)
 	}
 	return kind, nil
+}
+
+// errorText is cause's text for the audit's error column, at most n bytes.
+func errorText(cause error, n int) string {
+	if cause == nil {
+		return "unknown error"
+	}
+	return truncate(cause.Error(), n)
 }
 
 // Skip marks a started row `skipped`: the run had already succeeded.

@@ -321,14 +321,13 @@ type unrecorded struct {
 	failures []failure
 }
 
-// failure is one kept failure. afterOutage marks a transient one whose
-// kind is decided when it is written (audit.FailAfterOutage): unavailable
-// when the warehouse restarted under the attempt.
+// failure is one kept failure. A transient one's kind is decided when it
+// is written (audit.FailAfterOutage): unavailable when the warehouse
+// restarted under the attempt.
 type failure struct {
-	id          int64
-	err         error
-	kind        string
-	afterOutage bool
+	id   int64
+	err  error
+	kind string
 }
 
 // maxUnrecorded bounds the memory kept for unwritten failures; beyond it the
@@ -352,7 +351,7 @@ func (u *unrecorded) flush(ctx context.Context, db audit.Querier, log zerolog.Lo
 		f := u.failures[0]
 		kind := f.kind
 		var err error
-		if f.afterOutage {
+		if f.kind == audit.KindTransient {
 			kind, err = audit.FailAfterOutage(ctx, db, f.id, f.err)
 		} else {
 			err = audit.Fail(ctx, db, f.id, f.err, f.kind)

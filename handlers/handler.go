@@ -407,27 +407,23 @@ func (h *Handler) failed(ctx context.Context, l *loading, b audit.Begun, err err
 		kind = audit.KindInterrupted
 	}
 	// The audit row must say what happened even when ctx is being
-	// cancelled. When the warehouse is gone the row cannot be written
-	// now; it is kept and written before the next attempt, so the row
-	// left `started` is not counted as a crash.
+	// cancelled. When the warehouse does not answer, the failure is kept
+	// and written before the next attempt, so the row left `started` is
+	// not counted as a crash. A transient failure kept so (the load lost
+	// its connection and the warehouse cannot even record that) holds its
+	// message for the warehouse: whether the message is to blame is known
+	// only once it answers (did it restart under the load?), and the next
+	// attempt's begin counts the failure unless it did.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	if ferr := audit.Fail(fctx, h.DB, b.ID, err, kind); ferr != nil {
-		away := !IsFatal(Classify(ferr)) // the warehouse, not the statement
-		lost := away && kind == audit.KindTransient
-		if away {
-			h.unrecorded.add(failure{id: b.ID, err: err, kind: kind, afterOutage: lost})
-			log.Debug().Err(ferr).Msg("failure not recorded yet: the warehouse did not answer; recorded before the next attempt")
-		} else {
+		if IsFatal(Classify(ferr)) { // the statement, not the warehouse
 			log.Error().Err(ferr).Msg("could not record the failure in the audit table")
-		}
-		if lost {
-			// The load lost its connection and the warehouse cannot
-			// even record that: whether the message is to blame is
-			// known only once it answers again (did it restart under
-			// the load?). The message is held for the warehouse, its
-			// verdict left to the next attempt's begin, which counts
-			// the failure unless the warehouse restarted.
-			err = &UnavailableError{Err: err}
+		} else {
+			h.unrecorded.add(failure{id: b.ID, err: err, kind: kind})
+			log.Debug().Err(ferr).Msg("failure not recorded yet: the warehouse did not answer; recorded before the next attempt")
+			if kind == audit.KindTransient {
+				err = &UnavailableError{Err: err}
+			}
 		}
 	}
 	if l.started.IsZero() {

@@ -61,21 +61,6 @@ func inTheGate(t *testing.T, srv *localpg.Server, done <-chan error) int {
 	}
 }
 
-// restartAfterKill starts srv after Kill. A start right after the kill
-// is tried again: until init reaps the killed postmaster, a zombie with
-// the pid of postmaster.pid, the new one takes it for a server running.
-func restartAfterKill(t *testing.T, srv *localpg.Server) {
-	t.Helper()
-	var err error
-	for range 20 {
-		if err = srv.Restart(context.Background(), ""); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	require.NoError(t, err)
-}
-
 // answering waits until the warehouse takes connections again.
 func answering(t *testing.T, srv *localpg.Server) {
 	t.Helper()
@@ -90,13 +75,6 @@ func answering(t *testing.T, srv *localpg.Server) {
 		require.NoError(t, ctx.Err(), "the warehouse did not come back: %v", err)
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// killBackend kills one backend of the warehouse, as a statement that
-// crashes it would: the server recovers without a restart.
-func killBackend(t *testing.T, pid int) {
-	t.Helper()
-	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 }
 
 // loadUntilBegun is loadSeq again while nothing began: the pool's first
@@ -137,7 +115,7 @@ func TestALoadTheWarehouseTookAwayCostsNoRetry(t *testing.T) {
 	require.True(t, handlers.IsUnavailable(err), "held for the warehouse, not counted: %v", err)
 	require.False(t, handlers.IsFatal(err))
 
-	restartAfterKill(t, srv)
+	require.NoError(t, srv.StartAfterKill(context.Background()))
 	answering(t, srv)
 	e.db.Exec(t, "CREATE OR REPLACE FUNCTION staging.gate() RETURNS boolean LANGUAGE sql AS 'SELECT true'")
 	out, err := e.loadUntilBegun(7, 1)
@@ -163,7 +141,9 @@ func TestALoadThatCrashesTheServerSpendsItsBudget(t *testing.T) {
 			done <- err
 		}()
 		pid := inTheGate(t, srv, done)
-		killBackend(t, pid)
+		// As a statement that crashes its backend would: the server
+		// recovers without a restart.
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		err := <-done
 		var a *handlers.AttemptError
 		require.ErrorAs(t, err, &a)

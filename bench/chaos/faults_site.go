@@ -206,22 +206,12 @@ func (n *nemesis) resumedOnce(ctx context.Context, up time.Time) time.Duration {
 // startPG starts the primary after a crash.
 func (n *nemesis) startPG(ctx context.Context) error { return startAfterCrash(ctx, n.wh.primary()) }
 
-// startAfterCrash starts pg after its postmaster was SIGKILLed (crash
-// recovery runs first). A start that fails right after the kill is tried
-// again: until init reaps the killed postmaster, a zombie with the pid of
-// postmaster.pid, the new one takes it for a server still running.
+// startAfterCrash starts pg after its postmaster was SIGKILLed.
 func startAfterCrash(ctx context.Context, pg *localpg.Server) error {
-	var err error
-	for try := 0; try < 20; try++ {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = pg.Restart(sctx, "")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		sleepCtx(ctx, 250*time.Millisecond)
+	if err := pg.StartAfterKill(ctx); err != nil {
+		return fmt.Errorf("start PostgreSQL: %w", err)
 	}
-	return fmt.Errorf("start PostgreSQL: %w", err)
+	return nil
 }
 
 // startServer starts the cluster's server i without waiting for it to be

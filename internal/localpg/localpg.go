@@ -402,27 +402,45 @@ const portTries = 4
 // "port" line of postgresql.conf wins) and tries again; a port the caller
 // named is never changed.
 func (s *Server) startOn(ctx context.Context, chosen bool) error {
-	for try := 1; ; try++ {
-		err := s.Restart(ctx, "")
-		if err == nil || !chosen || try == portTries || !strings.Contains(err.Error(), "Address already in use") {
+	if !chosen {
+		return s.Restart(ctx, "")
+	}
+	start := func() error { return s.Restart(ctx, "") }
+	inUse := func(err error) bool { return strings.Contains(err.Error(), "Address already in use") }
+	return onAnotherPortIfTaken(start, inUse, func(port int) error {
+		f, err := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
 			return err
 		}
-		port, perr := freePort()
-		if perr != nil {
-			return err
-		}
-		f, ferr := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-		if ferr != nil {
-			return err
-		}
-		_, ferr = fmt.Fprintf(f, "\n# idem localpg: port %d was taken\nport = %d\n", s.Port, port)
+		_, err = fmt.Fprintf(f, "\n# idem localpg: port %d was taken\nport = %d\n", s.Port, port)
 		f.Close()
-		if ferr != nil {
+		if err != nil {
 			return err
 		}
 		s.Port = port
 		// The next failure's message must show the next start's log only.
 		_ = os.Truncate(s.LogFile, 0)
+		return nil
+	})
+}
+
+// onAnotherPortIfTaken runs start and, while it fails because the port it
+// was drawn is taken (inUse), draws another with freePort, hands it to
+// move, and runs start again, up to portTries starts in all. When the
+// move fails, start's error comes back with it.
+func onAnotherPortIfTaken(start func() error, inUse func(error) bool, move func(port int) error) error {
+	for try := 1; ; try++ {
+		err := start()
+		if err == nil || try == portTries || !inUse(err) {
+			return err
+		}
+		port, perr := freePort()
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		if merr := move(port); merr != nil {
+			return errors.Join(err, merr)
+		}
 	}
 }
 
@@ -579,6 +597,31 @@ func (s *Server) Kill() error {
 		}
 	}
 	return nil
+}
+
+// StartAfterKill starts s after Kill (crash recovery runs first). A start
+// that fails right after the kill is tried again, up to 20 times, each
+// try within 2 minutes: until init reaps the killed postmaster, a zombie
+// with the pid of postmaster.pid, the new one takes it for a server still
+// running.
+func (s *Server) StartAfterKill(ctx context.Context) error {
+	var err error
+	for range 20 {
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = s.Restart(tctx, "")
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+	return err
 }
 
 // alive reports whether process pid exists and is not a zombie: a killed

@@ -145,23 +145,15 @@ func StartPgBouncer(ctx context.Context, serverURL, mode, dir string) (*PgBounce
 // at the same moment), on another drawn port, up to portTries, as
 // Server.startOn does.
 func (b *PgBouncer) startOn(ctx context.Context, server *pgconn.Config) error {
-	for try := 1; ; try++ {
-		err := b.start(ctx)
-		if err == nil || try == portTries || !strings.Contains(err.Error()+b.Log(), "Address already in use") {
-			return err
-		}
-		port, perr := freePort()
-		if perr != nil {
-			return err
-		}
+	start := func() error { return b.start(ctx) }
+	inUse := func(err error) bool { return strings.Contains(err.Error()+b.Log(), "Address already in use") }
+	return onAnotherPortIfTaken(start, inUse, func(port int) error {
 		b.Port = port
 		// The next failure's message must show the next start's log only.
 		_ = os.Truncate(b.logFile, 0)
 		_ = os.Truncate(b.console, 0)
-		if err := b.setUp(server); err != nil {
-			return err
-		}
-	}
+		return b.setUp(server)
+	})
 }
 
 // setUp writes pgbouncer's files and, run as root, hands them to the
