@@ -124,3 +124,49 @@ func StoreIdentity(ctx context.Context, db interface {
 	}
 	return nil
 }
+
+// Progress is how far a re-verification pass of a pipeline got: every
+// event of its window up to Through of Stream has a verdict on the server
+// ID names.
+type Progress struct {
+	ID      Identity
+	Stream  string
+	Through uint64
+}
+
+// ReverifyProgress is the progress a pass of pipeline last stored; ok is
+// false when none was.
+func ReverifyProgress(ctx context.Context, db Querier, pipeline string) (p Progress, ok bool, err error) {
+	var through int64
+	err = db.QueryRow(ctx, `
+		SELECT system_identifier, timeline, stream, through_seq FROM idem.reverify_progress WHERE dag_id = $1`, pipeline).
+		Scan(&p.ID.SystemIdentifier, &p.ID.Timeline, &p.Stream, &through)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, fmt.Errorf("audit: re-verification progress: %w", err)
+	}
+	p.Through = uint64(through)
+	return p, true, nil
+}
+
+// StoreReverifyProgress records p for pipeline. Progress on the same
+// server and stream only moves forward: two passes that overlapped (a
+// lease taken over from a replica that was slow, not dead) each settled a
+// prefix of the window, and the longer one holds.
+func StoreReverifyProgress(ctx context.Context, db Querier, pipeline string, p Progress) error {
+	_, err := db.Exec(ctx, `
+		INSERT INTO idem.reverify_progress AS p (dag_id, system_identifier, timeline, stream, through_seq)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (dag_id) DO UPDATE SET
+		       through_seq = CASE WHEN (p.system_identifier, p.timeline, p.stream) = (EXCLUDED.system_identifier, EXCLUDED.timeline, EXCLUDED.stream)
+		                          THEN greatest(p.through_seq, EXCLUDED.through_seq) ELSE EXCLUDED.through_seq END,
+		       system_identifier = EXCLUDED.system_identifier, timeline = EXCLUDED.timeline, stream = EXCLUDED.stream,
+		       updated_at = clock_timestamp()`,
+		pipeline, p.ID.SystemIdentifier, p.ID.Timeline, p.Stream, int64(p.Through))
+	if err != nil {
+		return fmt.Errorf("audit: store re-verification progress: %w", err)
+	}
+	return nil
+}

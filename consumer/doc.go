@@ -128,20 +128,20 @@
 // # One dead letter per message, and the window that relies on
 //
 // Every path that dead-letters message <seq> of stream <stream> publishes
-// with Nats-Msg-Id dlq:<stream>:<seq> (DeadLetterMsgID), and JetStream
+// with Nats-Msg-Id dlq:<stream>:<seq> (deadletter.MsgID), and JetStream
 // drops a publish whose id it has seen within the dead-letter stream's
-// duplicate window (StreamConfig.Duplicates; DefaultDuplicates, 2 minutes,
-// on the streams EnsureStreams creates). The second attempts it absorbs
-// come soon after the first. The Term that follows the PubAck is sent
-// with a reply and sent again until the server confirms it (for up to
+// duplicate window (StreamsConfig.DeadLetterDuplicates;
+// DefaultDeadLetterDuplicates, a day). The Term that follows the PubAck is
+// sent with a reply and sent again until the server confirms it (for up to
 // 30s): one sent fire-and-forget while the consumer had no leader was
-// dropped, and the message came back to run again, perhaps only after a
-// warehouse outage or a pause, past the window. A Term still lost brings
-// the message back after AckWait (30s by default); an advisory whose ack was
-// lost comes back after the reconciler's ack wait (30s); several replicas
-// see no advisory twice, as the advisory consumer is a shared work queue.
-// The window must therefore stay longer than AckWait and 30s. Beyond it a
-// second dead letter of the same message is possible, never a lost one;
+// dropped. A Term lost with the process that sent it (killed between the
+// PubAck and the Term) brings the message back after AckWait, and its
+// second run can be held through a warehouse outage or a pause for much
+// longer than the events stream's 2-minute window: hence a day. An
+// advisory whose ack was lost comes back after the reconciler's ack wait
+// (30s); several replicas see no advisory twice, as the advisory consumer
+// is a shared work queue. Beyond the window a second dead letter of the
+// same message is possible, never a lost one;
 // replaying both is harmless because loads are idempotent.
 //
 // # The fleet: mixed config versions

@@ -17,9 +17,12 @@ import (
 )
 
 const (
-	// DefaultDuplicates is the events and dead-letter streams' duplicate
-	// window. Dead letters rely on it: see the package doc.
+	// DefaultDuplicates is the events and results streams' duplicate
+	// window.
 	DefaultDuplicates = defaults.Duplicates
+	// DefaultDeadLetterDuplicates is the dead-letter stream's duplicate
+	// window. Dead letters rely on it: see the package doc.
+	DefaultDeadLetterDuplicates = defaults.DeadLetterDuplicates
 	// DefaultMaxAckPending is JetStream's own default, shared by every replica
 	// of the durable consumer.
 	DefaultMaxAckPending = 1000
@@ -48,6 +51,10 @@ type StreamsConfig struct {
 	// than AckWait and the reconciler's 30s ack wait. Default
 	// DefaultDuplicates.
 	Duplicates time.Duration
+	// DeadLetterDuplicates is the dead-letter stream's duplicate window, at
+	// least Duplicates. Default DefaultDeadLetterDuplicates. EnsureStreams
+	// raises an existing dead-letter stream's shorter window to it.
+	DeadLetterDuplicates time.Duration
 	// Replicas of a stream idem creates; default 1, use 3 in production.
 	// Consumers inherit their stream's.
 	Replicas int
@@ -68,6 +75,7 @@ func (s StreamsConfig) WithDefaults() StreamsConfig {
 		s.MaxAckPending = DefaultMaxAckPending
 	}
 	setDuration(&s.Duplicates, DefaultDuplicates)
+	setDuration(&s.DeadLetterDuplicates, max(DefaultDeadLetterDuplicates, s.Duplicates))
 	if s.Replicas == 0 {
 		s.Replicas = 1
 	}
@@ -93,6 +101,9 @@ func (s StreamsConfig) Validate() error {
 	if s.Duplicates <= max(s.AckWait, reconcilerAckWait) {
 		errs = append(errs, fmt.Errorf("consumer: Duplicates %s must be longer than AckWait %s and %s, or a dead letter published twice is stored twice",
 			s.Duplicates, s.AckWait, reconcilerAckWait))
+	}
+	if s.DeadLetterDuplicates < s.Duplicates {
+		errs = append(errs, fmt.Errorf("consumer: DeadLetterDuplicates %s must be at least Duplicates %s", s.DeadLetterDuplicates, s.Duplicates))
 	}
 	return errors.Join(errs...)
 }
@@ -135,9 +146,11 @@ func (d Drift) String() string {
 
 // EnsureStreams creates what is missing: the events stream, the dead-letter
 // stream, the advisory stream, the results stream, the live and the backfill
-// durable consumers and the reconciler's consumer. An existing stream only ever gains subjects: a retention or
-// storage other than idem's is an error naming the stream and the difference,
-// never a silent change. An existing consumer is left as it is, so replicas
+// durable consumers and the reconciler's consumer. An existing stream only
+// ever gains subjects, and the dead-letter stream a longer duplicate window
+// (the upgrade from the 2-minute one): a retention or storage other than
+// idem's is an error naming the stream and the difference, never a silent
+// change. An existing consumer is left as it is, so replicas
 // of two versions do not overwrite each other's settings during a rolling
 // deploy: ConsumerDrift says how it differs, ApplyStreams changes it. The
 // one exception is a filter missing or narrower than idem's (widenFilter).
@@ -147,7 +160,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamsConfi
 		return err
 	}
 	for _, s := range cfg.streams() {
-		if err := ensureStream(ctx, js, s); err != nil {
+		if err := ensureStream(ctx, js, s, s.Name == cfg.DLQStream); err != nil {
 			return err
 		}
 	}
@@ -276,7 +289,7 @@ func (cfg StreamsConfig) streams() []jetstream.StreamConfig {
 		Subjects:    []string{cfg.DLQSubjectPrefix + ".>"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		Duplicates:  cfg.Duplicates,
+		Duplicates:  cfg.DeadLetterDuplicates,
 		Replicas:    cfg.Replicas,
 	}, {
 		Name:        cfg.AdvisoryStream,
@@ -420,7 +433,7 @@ func jsonName(v json.Marshaler) string {
 // ensureStream creates want, or checks an existing stream of that name: its
 // retention and storage must be want's, and it gains want's missing subjects.
 // Everything else the operator set (limits, replicas, duplicate window) stays.
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, raiseWindow bool) error {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := js.CreateStream(ctx, want); err != nil {
@@ -443,20 +456,37 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return fmt.Errorf("consumer: stream %s exists with %s; idem never changes an existing stream's retention or storage: "+
 			"migrate the stream by hand or configure another stream name", want.Name, strings.Join(diffs, " and "))
 	}
+	var changes []string
 	var missing []string
 	for _, w := range want.Subjects {
 		if !slices.ContainsFunc(have.Subjects, func(h string) bool { return subjectCovers(h, w) }) {
 			missing = append(missing, w)
 		}
 	}
-	if len(missing) == 0 {
+	if len(missing) > 0 {
+		have.Subjects = append(have.Subjects, missing...)
+		changes = append(changes, "add subjects "+strings.Join(missing, ", ")+" to")
+	}
+	if window := raisedWindow(have, want); raiseWindow && window > have.Duplicates {
+		changes = append(changes, fmt.Sprintf("raise the duplicate window from %s to %s of", have.Duplicates, window))
+		have.Duplicates = window
+	}
+	if len(changes) == 0 {
 		return nil
 	}
-	have.Subjects = append(have.Subjects, missing...)
 	if _, err := js.UpdateStream(ctx, have); err != nil {
-		return fmt.Errorf("consumer: add subjects %s to stream %s: %w", strings.Join(missing, ", "), want.Name, err)
+		return fmt.Errorf("consumer: %s stream %s: %w", strings.Join(changes, " and "), want.Name, err)
 	}
 	return nil
+}
+
+// raisedWindow is the duplicate window idem wants on have, within what
+// JetStream allows: no longer than the stream's max age, when it has one.
+func raisedWindow(have, want jetstream.StreamConfig) time.Duration {
+	if have.MaxAge > 0 {
+		return min(want.Duplicates, have.MaxAge)
+	}
+	return want.Duplicates
 }
 
 // subjectCovers reports whether every subject matching want also matches

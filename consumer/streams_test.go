@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/testkit/natstest"
 )
 
@@ -53,6 +55,9 @@ func TestEnsureStreamsCreates(t *testing.T) {
 	s, err := js.Stream(ctx, "IDEM_EVENTS")
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Minute, s.CachedInfo().Config.Duplicates)
+	d, err := js.Stream(ctx, "IDEM_DLQ")
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Hour, d.CachedInfo().Config.Duplicates, "a dead letter sent again a day later is still dropped")
 
 	c, err := js.Consumer(ctx, "IDEM_EVENTS", "idem")
 	require.NoError(t, err)
@@ -93,9 +98,7 @@ func TestEnsureStreamsAddsMissingSubjectsOnly(t *testing.T) {
 	t.Parallel()
 	js := natstest.JetStream(t, natstest.RunServer(t))
 	ctx := context.Background()
-	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"legacy.>"}, MaxAge: time.Hour})
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_DLQ", Subjects: []string{"idem.dlq.>"}, Duplicates: 10 * time.Minute})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_EVENTS", Subjects: []string{"legacy.>"}, MaxAge: time.Hour, Duplicates: 10 * time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, EnsureStreams(ctx, js, streamsTestConfig().Streams()))
 
@@ -103,8 +106,6 @@ func TestEnsureStreamsAddsMissingSubjectsOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"legacy.>", "idem.ready.>", "idem.backfill.>"}, s.CachedInfo().Config.Subjects)
 	require.Equal(t, time.Hour, s.CachedInfo().Config.MaxAge, "the operator's limits stay")
-	s, err = js.Stream(ctx, "IDEM_DLQ")
-	require.NoError(t, err)
 	require.Equal(t, 10*time.Minute, s.CachedInfo().Config.Duplicates, "the operator's window stays")
 }
 
@@ -285,6 +286,59 @@ func TestEnsureStreamsUpgradesToLanes(t *testing.T) {
 	drifts, err := ConsumerDrift(ctx, js, sc)
 	require.NoError(t, err)
 	require.Empty(t, drifts)
+}
+
+// TestEnsureStreamsRaisesTheDeadLetterWindow: the streams of a version
+// whose dead-letter stream kept ids 2 minutes. A message whose Term was
+// lost with its process came back, waited out an outage and was
+// dead-lettered again past those 2 minutes, stored twice. The upgrade
+// raises that stream's window, keeps what it holds and what it has seen,
+// and leaves the events stream's and any longer window alone.
+func TestEnsureStreamsRaisesTheDeadLetterWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sc := streamsTestConfig().Streams()
+
+	js := natstest.JetStream(t, natstest.RunServer(t))
+	for _, name := range []string{"IDEM_EVENTS", "IDEM_DLQ"} {
+		subject := map[string]string{"IDEM_EVENTS": "idem.ready.>", "IDEM_DLQ": "idem.dlq.>"}[name]
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+		require.NoError(t, err)
+	}
+	id := deadletter.MsgID("IDEM_EVENTS", 7)
+	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: "idem.dlq.orders", Data: []byte("{}"), Header: nats.Header{nats.MsgIdHdr: []string{id}}})
+	require.NoError(t, err)
+
+	require.NoError(t, EnsureStreams(ctx, js, sc))
+	d, err := js.Stream(ctx, "IDEM_DLQ")
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Hour, d.CachedInfo().Config.Duplicates, "the dead-letter stream's window is raised in place")
+	require.Equal(t, uint64(1), d.CachedInfo().State.Msgs, "what it held stays")
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: "idem.dlq.orders", Data: []byte("{}"), Header: nats.Header{nats.MsgIdHdr: []string{id}}})
+	require.NoError(t, err)
+	require.True(t, ack.Duplicate, "the dead letter seen before the upgrade is still known")
+	e, err := js.Stream(ctx, "IDEM_EVENTS")
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Minute, e.CachedInfo().Config.Duplicates, "the events stream keeps its own window")
+	require.NoError(t, EnsureStreams(ctx, js, sc), "idempotent")
+
+	for _, c := range []struct {
+		name          string
+		maxAge, dupes time.Duration
+		want          time.Duration
+	}{
+		{"longer window stays", 0, 48 * time.Hour, 48 * time.Hour},
+		{"raised no further than the max age", time.Hour, 2 * time.Minute, time.Hour},
+	} {
+		js := natstest.JetStream(t, natstest.RunServer(t))
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_DLQ", Subjects: []string{"idem.dlq.>"}, Storage: jetstream.FileStorage,
+			MaxAge: c.maxAge, Duplicates: c.dupes})
+		require.NoError(t, err, c.name)
+		require.NoError(t, EnsureStreams(ctx, js, sc), c.name)
+		d, err := js.Stream(ctx, "IDEM_DLQ")
+		require.NoError(t, err)
+		require.Equal(t, c.want, d.CachedInfo().Config.Duplicates, c.name)
+	}
 }
 
 // TestApplyStreamsRefusesPolicyChange: JetStream cannot change an ack

@@ -49,6 +49,9 @@ const (
 	// DefaultDuplicates is the duplicate window of the streams idem creates:
 	// a dead letter published twice within it is stored once.
 	DefaultDuplicates = defaults.Duplicates
+	// DefaultDeadLetterDuplicates is the dead-letter stream's duplicate
+	// window: see consumer.DefaultDeadLetterDuplicates.
+	DefaultDeadLetterDuplicates = defaults.DeadLetterDuplicates
 	// DefaultMaxGroup is nats.max_group's default.
 	DefaultMaxGroup = handlers.DefaultMaxGroup
 	// DefaultMaxInFlight is how many loads one process runs at once.
@@ -150,6 +153,11 @@ type NATS struct {
 	// longer than AckWait and 30s; 0 means DefaultDuplicates (see
 	// DuplicateWindow). An existing stream's window is never changed.
 	Duplicates Duration `yaml:"duplicates,omitempty"`
+	// DeadLetterDuplicates is the dead-letter stream's duplicate window,
+	// at least Duplicates; 0 means DefaultDeadLetterDuplicates (see
+	// DeadLetterWindow). An existing dead-letter stream's shorter window is
+	// raised to it, never lowered.
+	DeadLetterDuplicates Duration `yaml:"dead_letter_duplicates,omitempty"`
 	// MaxInFlight bounds the loads one process runs at once. Default
 	// DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
@@ -241,6 +249,15 @@ func (n *NATS) DuplicateWindow() time.Duration {
 		return DefaultDuplicates
 	}
 	return n.Duplicates.Std()
+}
+
+// DeadLetterWindow is DeadLetterDuplicates, or the longer of
+// DefaultDeadLetterDuplicates and DuplicateWindow when it is zero.
+func (n *NATS) DeadLetterWindow() time.Duration {
+	if n.DeadLetterDuplicates == 0 {
+		return max(DefaultDeadLetterDuplicates, n.DuplicateWindow())
+	}
+	return n.DeadLetterDuplicates.Std()
 }
 
 // TLS holds paths of PEM files.

@@ -67,6 +67,7 @@
 //	dlq_subject_prefix   idem.dlq                dead letters go to <prefix>.<dataset>
 //	ack_wait             30s                     at least 1s, under duplicates; longer loads send heartbeats
 //	duplicates           2m                      duplicate window of the streams idem creates; over 30s
+//	dead_letter_duplicates 24h                   the dead-letter stream's; at least duplicates
 //	fleet_bucket         idem_fleet_<consumer>   key-value bucket where replicas list the datasets they know
 //	unknown_dataset_grace 5m                     how long an event for a dataset no live replica knows waits
 //	max_in_flight        16                      load transactions running at once in one process
@@ -97,7 +98,10 @@
 // reconciler's lost ack (its advisory comes back after 30s), and the
 // dead-letter stream drops the second only within its duplicate window.
 // duplicates applies to the streams idem creates; an existing stream keeps
-// its own.
+// its own. The dead-letter stream's window is dead_letter_duplicates, a day
+// by default, since a message whose Term was lost with its process can come
+// back long after, held through an outage; an existing dead-letter stream's
+// shorter window is raised to it, never lowered.
 //
 // # postgres
 //

@@ -86,6 +86,7 @@ var referenceIdents = map[string]any{
 	"DefaultResultsMaxBytes":         DefaultResultsMaxBytes,
 	"DefaultAckWait":                 Duration(DefaultAckWait),
 	"DefaultDuplicates":              Duration(DefaultDuplicates),
+	"DefaultDeadLetterDuplicates":    Duration(DefaultDeadLetterDuplicates),
 	"DefaultUnknownDatasetGrace":     Duration(DefaultUnknownDatasetGrace),
 	"DefaultMaxGroup":                DefaultMaxGroup,
 	"DefaultMaxInFlight":             DefaultMaxInFlight,

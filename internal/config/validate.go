@@ -237,6 +237,10 @@ func validateDuplicates(v *validator, n *NATS) {
 		v.add("nats.ack_wait", "%s is not shorter than the duplicate window nats.duplicates (%s): a message whose Term is lost after its dead letter was stored comes back after ack_wait "+
 			"and is dead-lettered again, and the dead-letter stream drops that second dead letter only within its duplicate window; lower ack_wait or raise nats.duplicates above it", n.AckWait, window)
 	}
+	if n.DeadLetterDuplicates < 0 || (n.DeadLetterDuplicates > 0 && n.DeadLetterDuplicates < window) {
+		v.add("nats.dead_letter_duplicates", "%s is shorter than nats.duplicates (%s); use at least that, or leave it out for the default (%s): "+
+			"a message dead-lettered again after its Term was lost with its process is dropped only within this window", n.DeadLetterDuplicates, window, Duration(DefaultDeadLetterDuplicates))
+	}
 }
 
 func validPort(s string) bool {

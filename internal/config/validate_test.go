@@ -351,6 +351,20 @@ func TestDuplicateWindow(t *testing.T) {
 	require.Equal(t, 10*time.Minute, c.NATS.DuplicateWindow())
 }
 
+func TestDeadLetterWindow(t *testing.T) {
+	t.Parallel()
+	c := parseSpec(t)
+	require.Equal(t, 24*time.Hour, c.NATS.DeadLetterWindow(), "a day by default")
+	c.NATS.Duplicates = Duration(48 * time.Hour)
+	require.Equal(t, 48*time.Hour, c.NATS.DeadLetterWindow(), "never shorter than the events stream's")
+	c.NATS.DeadLetterDuplicates = Duration(time.Hour)
+	err := c.Validate()
+	require.ErrorContains(t, err, "nats.dead_letter_duplicates: 1h0m0s is shorter than nats.duplicates (48h0m0s)")
+	c.NATS.Duplicates = 0
+	require.NoError(t, c.Validate())
+	require.Equal(t, time.Hour, c.NATS.DeadLetterWindow())
+}
+
 func TestReplicasRange(t *testing.T) {
 	base := "pipeline: p\nnats:\n  replicas: %d\ndatasets:\n  orders:\n    strategy: delete_insert\n    target: a.b\n    partition_column: d\n    source: SELECT * FROM s.t WHERE d = @partition\n"
 	for n, ok := range map[int]bool{0: true, 1: true, 3: true, 5: true, 6: false, -1: false} {

@@ -17,9 +17,14 @@ const (
 	RetryDelay = 10 * time.Second
 	// MaxRetryDelay caps the exponential backoff.
 	MaxRetryDelay = 30 * time.Minute
-	// Duplicates is the duplicate window of the events and dead-letter
-	// streams: a dead letter published twice within it is stored once.
+	// Duplicates is the duplicate window of the events and results
+	// streams: an event published twice within it is stored once.
 	Duplicates = 2 * time.Minute
+	// DeadLetterDuplicates is the dead-letter stream's: a message dead-
+	// lettered again within it (its Term lost with the process that sent
+	// it, then a redelivery held through an outage) is stored once. Dead
+	// letters are few, so a day of ids costs JetStream little memory.
+	DeadLetterDuplicates = 24 * time.Hour
 	// UnknownDatasetGrace is how long an event for a dataset that no live
 	// replica knows waits (a config still rolling out) before it is
 	// dead-lettered as fatal.

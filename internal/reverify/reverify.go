@@ -94,10 +94,13 @@ type Reverifier struct {
 	verified audit.Identity
 	known    bool
 	held     chan struct{}
-	// progress is how far a pass got on a server: every event of the
-	// window up to its stream sequence is settled there. A pass cut by a
-	// fault resumes after it on the same server; on another server (a new
-	// identity) it starts again from the window's beginning.
+	// progress is how far this process's last pass got on a server: every
+	// event of the window up to its stream sequence is settled there. It
+	// is stored in the warehouse too (audit.StoreReverifyProgress), every
+	// progressEvery events or progressPeriod, so a pass cut by a fault
+	// resumes after it on the same server, in whichever replica takes the
+	// lease next; on another server (a new identity) it starts again from
+	// the window's beginning.
 	progress progress
 	// poke asks Watch to read the server's identity now.
 	poke chan struct{}
@@ -107,6 +110,14 @@ type progress struct {
 	id      audit.Identity
 	through uint64
 }
+
+// A pass stores its progress after progressEvery settled events or
+// progressPeriod, whichever comes first, and when it is cut: a replica
+// killed mid-pass costs the next one at most that much work again.
+const (
+	progressEvery  = 500
+	progressPeriod = 2 * time.Second
+)
 
 // request is a pass asked for.
 type request struct{ reason string }
@@ -209,9 +220,11 @@ func (r *Reverifier) Pass(ctx context.Context, reason string) Result {
 // connection. A replica whose pass finds the lease taken tries again every
 // leasePoll. leaseTTL is how long a replica killed mid-pass keeps the
 // others' passes (and so their loads) waiting; the lease is renewed every
-// 10s, so a pass survives two renewals the database did not answer.
+// 5s, so a pass survives two renewals the database did not answer. A pass
+// that loses it stops and the next resumes it: two passes at once would
+// only load nothing twice (the ledger), so the lease is kept short.
 const (
-	leaseTTL  = 30 * time.Second
+	leaseTTL  = 15 * time.Second
 	leasePoll = 500 * time.Millisecond
 )
 
@@ -245,19 +258,18 @@ func (r *Reverifier) lease(ctx context.Context) (*audit.Lease, error) {
 }
 
 // verify is one pass, holding the lease. On the server a cut pass left,
-// it reads the window from where that pass stopped: what it settled there
-// stays (an acknowledged commit survives a restart of the same server).
+// whichever replica ran it, it reads the window from where that pass
+// stopped: what it settled there stays (an acknowledged commit survives a
+// restart of the same server).
 func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 	id, err := audit.CurrentIdentity(ctx, r.cfg.DB)
 	if err != nil {
 		return err
 	}
-	var after uint64
-	r.mu.Lock()
-	if r.progress.id == id {
-		after = r.progress.through
+	after, err := r.resumeAfter(ctx, id)
+	if err != nil {
+		return err
 	}
-	r.mu.Unlock()
 	res.Resumed = after
 
 	events, err := r.window(ctx, res, after)
@@ -272,14 +284,11 @@ func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	done := func(seq uint64) {
-		r.mu.Lock()
-		r.progress = progress{id: id, through: seq}
-		r.mu.Unlock()
-	}
+	st := &store{r: r, id: id, stored: after, at: time.Now()}
+	defer st.flushCut(ctx)
 	for _, e := range events {
 		if settled[e.seq] {
-			done(e.seq)
+			st.done(ctx, e.seq)
 			continue
 		}
 		res.Missing++
@@ -300,13 +309,83 @@ func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 			r.cfg.Log.Warn().Str("dataset", e.ev.Dataset).Str("partition", e.ev.Key.Key).Str("run_id", e.ev.RunID).
 				Uint64("stream_seq", e.seq).Msg("re-verification: the warehouse had lost this load: loaded again")
 		}
-		done(e.seq)
+		st.done(ctx, e.seq)
 	}
+	st.complete = true
 	if err := audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, id); err != nil {
 		return err
 	}
 	r.release(id)
 	return nil
+}
+
+// resumeAfter is the stream sequence a cut pass on server id settled
+// through: the furthest of this process's and the one stored in the
+// warehouse (by any replica), 0 when neither is of id.
+func (r *Reverifier) resumeAfter(ctx context.Context, id audit.Identity) (uint64, error) {
+	var after uint64
+	r.mu.Lock()
+	if r.progress.id == id {
+		after = r.progress.through
+	}
+	r.mu.Unlock()
+	p, ok, err := audit.ReverifyProgress(ctx, r.cfg.DB, r.cfg.Pipeline)
+	if err != nil {
+		return 0, err
+	}
+	if ok && p.ID == id && p.Stream == r.cfg.Stream {
+		after = max(after, p.Through)
+	}
+	return after, nil
+}
+
+// store keeps one pass's progress: in memory at every settled event, in
+// the warehouse every progressEvery events or progressPeriod, and once
+// more when the pass is cut.
+type store struct {
+	r        *Reverifier
+	id       audit.Identity
+	through  uint64 // settled through
+	stored   uint64 // in the warehouse through
+	at       time.Time
+	complete bool
+}
+
+func (s *store) done(ctx context.Context, seq uint64) {
+	s.through = seq
+	s.r.mu.Lock()
+	s.r.progress = progress{id: s.id, through: seq}
+	s.r.mu.Unlock()
+	if seq-s.stored >= progressEvery || time.Since(s.at) >= progressPeriod {
+		s.flush(ctx)
+	}
+}
+
+// flush stores the progress; a failure is left to the next flush (the
+// progress in memory still holds for this process).
+func (s *store) flush(ctx context.Context) {
+	s.at = time.Now()
+	if s.through <= s.stored {
+		return
+	}
+	err := audit.StoreReverifyProgress(ctx, s.r.cfg.DB, s.r.cfg.Pipeline, audit.Progress{ID: s.id, Stream: s.r.cfg.Stream, Through: s.through})
+	if err != nil {
+		s.r.cfg.Log.Debug().Err(err).Uint64("through", s.through).Msg("re-verification progress not stored")
+		return
+	}
+	s.stored = s.through
+}
+
+// flushCut stores what a cut pass settled, for the next replica, even when
+// the pass's context ended (the lease lost, the process stopping); a
+// warehouse that is gone refuses it in a second.
+func (s *store) flushCut(ctx context.Context) {
+	if s.complete {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	s.flush(fctx)
 }
 
 // Init reads the identity the pipeline last verified against and the

@@ -58,6 +58,7 @@ func StreamsConfig(cfg *config.Config) consumer.StreamsConfig {
 func streamsConfig(cfg *config.Config, ccfg consumer.Config) consumer.StreamsConfig {
 	sc := ccfg.Streams()
 	sc.Duplicates = cfg.NATS.DuplicateWindow()
+	sc.DeadLetterDuplicates = cfg.NATS.DeadLetterWindow()
 	r := cfg.NATS.Results
 	sc.ResultsStream, sc.ResultsSubjectPrefix = r.Stream, r.SubjectPrefix
 	sc.ResultsMaxAge, sc.ResultsMaxBytes = r.MaxAge.Std(), r.MaxBytes
