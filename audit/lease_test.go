@@ -135,10 +135,13 @@ func TestHoldRenewsWhileWorkRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := migrated(t)
-	l, ok := tryLease(t, db, "job", 600*time.Millisecond)
+	// A ttl long enough that a renewal (every third of it) is answered
+	// on a machine whose cores the rest of the suite holds: at 600 ms,
+	// two renewals of 200 ms each timed out there.
+	l, ok := tryLease(t, db, "job", 3*time.Second)
 	require.True(t, ok)
 	err := l.Hold(ctx, func(ctx context.Context) error {
-		deadline := time.Now().Add(2 * time.Second) // more than three ttls
+		deadline := time.Now().Add(7 * time.Second) // more than two ttls
 		for time.Now().Before(deadline) {
 			if _, ok := tryLease(t, db, "job", time.Minute); ok {
 				return errors.New("another holder got the lease while work ran")
