@@ -90,6 +90,10 @@ type Attempt struct {
 	// restores what was acknowledged rather than loading anew, and must
 	// not wait for a resume that may be days away.
 	ThroughPause bool
+	// Published is when the event was published (zero: unknown): a
+	// backfill cancelled by range covers the events published before the
+	// cancel, and the statement that begins the attempt asks it.
+	Published time.Time
 }
 
 func nullString(s string) *string {
@@ -229,6 +233,10 @@ type Begun struct {
 	// Paused reports that the dataset was paused when the statement ran:
 	// nothing was written, whatever the ledger or the budget said.
 	Paused bool
+	// Cancelled reports that a cancellation covered the event when the
+	// statement ran (a backfill cancelled after the caller had asked):
+	// nothing was written. The caller records the attempt `cancelled`.
+	Cancelled bool
 	// ResultWritten reports that the statement wrote the skip's result
 	// (QueueBegin with a result body).
 	ResultWritten bool
@@ -282,14 +290,14 @@ func loadedBy(pipeline, dataset, partition, runID string) string {
 
 var (
 	// skipResult writes, when the statement decides a skip, that skip's
-	// result ($13: its body without the audit id) into the outbox in the
+	// result ($14: its body without the audit id) into the outbox in the
 	// same statement, with the skipped row's id and the run's load from the
 	// ledger: a skip and its result commit together, with no round trip
 	// of their own.
 	skipResult = `,
 res AS (
      INSERT INTO idem.outbox (dataset, partition_key, run_id, audit_id, result)
-     SELECT $2, $4, $5, ins.id, $13::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
+     SELECT $2, $4, $5, ins.id, $14::jsonb || jsonb_build_object('audit_id', ins.id) || ` + loadedBy("$1", "$2", "$4", "$5") + `
        FROM ins WHERE ins.status = 'skipped'
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)`
 
@@ -303,6 +311,7 @@ func beginWith(done, result string) string {
 	return `
 WITH done AS MATERIALIZED (` + done + `),
 paused AS (` + pausedSQL("$1", "$12::text") + ` AS yes),
+cancelled AS (` + cancelledSQL("$1", "$2", "$4", "$5", "$13::timestamptz") + ` AS yes),
 prior AS (
      SELECT count(*)::int AS n, (array_agg(s.status ORDER BY s.id DESC))[1] AS last
        FROM (SELECT id, status FROM idem.pipeline_audit
@@ -317,10 +326,10 @@ ins AS (
              triggered_by, attributes, finished_at, definition_hash)
      SELECT $1, $2, $3, $4, $5, CASE WHEN done.yes THEN 'skipped' ELSE 'started' END, prior.n + 1, $6::boolean, $7, $8, $9,
             CASE WHEN done.yes THEN clock_timestamp() END, $11::text
-       FROM done, prior, paused
-      WHERE NOT paused.yes AND (done.yes OR $10::int = 0 OR prior.n < $10::int)
+       FROM done, prior, paused, cancelled
+      WHERE NOT paused.yes AND NOT cancelled.yes AND (done.yes OR $10::int = 0 OR prior.n < $10::int)
      RETURNING id, status)` + result + `
-SELECT prior.n, prior.last, ins.id, ins.status, paused.yes FROM prior CROSS JOIN paused LEFT JOIN ins ON true`
+SELECT prior.n, prior.last, ins.id, ins.status, paused.yes, cancelled.yes FROM prior CROSS JOIN paused CROSS JOIN cancelled LEFT JOIN ins ON true`
 }
 
 // pausedSQL is true while the dataset that the two SQL expressions name
@@ -336,10 +345,24 @@ func pausedSQL(pipeline, dataset string) string {
                         AND (until IS NULL OR until > clock_timestamp()))`
 }
 
+// cancelledSQL is true while a cancellation covers the event that the
+// five SQL expressions name (pipeline, dataset, partition, run, published):
+// one of its run, or one of a range holding its partition made after it
+// was published (CancellationsOf's rule). The statements that begin
+// attempts ask it, so that no attempt begins once a cancel has committed,
+// however long the caller took between its own check and its begin.
+func cancelledSQL(pipeline, dataset, partition, runID, published string) string {
+	return `SELECT EXISTS (SELECT 1 FROM idem.cancellations
+                      WHERE dag_id = ` + pipeline + ` AND (run_id = ` + runID + `
+                            OR (run_id IS NULL AND task_id = ` + dataset + ` AND ` + partition + ` BETWEEN from_key AND to_key
+                                AND cancelled_at > ` + published + `)))`
+}
+
 // QueueBegin queues on b the start of an attempt, in one statement, for a
 // caller that pipelines it with its own statements; into is filled once
 // b's results are read, and ran reports whether the statement succeeded.
-// While the dataset is paused it writes nothing and reports Paused. When
+// While the dataset is paused it writes nothing and reports Paused; while
+// a cancellation covers the event, nothing and Cancelled. When
 // the run is already done it writes a finished `skipped` row: without
 // force, when the ledger holds a success for the run; with force, when
 // this very message (the stream sequence) already loaded, so a forced
@@ -360,7 +383,7 @@ func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Be
 		pauseKey = nil
 	}
 	args := []any{a.Pipeline, a.Dataset, a.LogicalDate, a.Partition, a.RunID, a.Force, nullSeq(a.StreamSeq),
-		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget, nullString(a.DefinitionHash), pauseKey}
+		nullString(a.TriggeredBy), nullAttrs(a.Attributes), budget, nullString(a.DefinitionHash), pauseKey, a.Published}
 	if skipResult != nil {
 		args = append(args, string(skipResult))
 	}
@@ -370,14 +393,14 @@ func QueueBegin(b *pgx.Batch, a Attempt, budget int, skipResult []byte, into *Be
 			status *string
 			last   *string
 		)
-		if err := r.Scan(&into.Prior, &last, &id, &status, &into.Paused); err != nil {
+		if err := r.Scan(&into.Prior, &last, &id, &status, &into.Paused, &into.Cancelled); err != nil {
 			return fmt.Errorf("audit: begin: %w", err)
 		}
 		*ran = true
 		into.Attempt = into.Prior + 1
 		into.LastDied = last != nil && *last == StatusStarted
 		if id == nil {
-			into.Spent = !into.Paused
+			into.Spent = !into.Paused && !into.Cancelled
 			return nil
 		}
 		into.ID, into.Skipped = *id, *status == StatusSkipped

@@ -123,6 +123,67 @@ func TestCancellationsCoverRunsAndRanges(t *testing.T) {
 	require.Equal(t, "cancel", acts[0].Action)
 }
 
+// The statements that begin attempts ask the cancellations too: once a
+// cancel has committed they write nothing for an event it covers (its run,
+// or a range holding its partition, cancelled after it was published) and
+// report Cancelled, whatever the caller read before; other runs, other
+// partitions and events published after a range's cancel begin.
+func TestBeginWritesNothingOnceCancelled(t *testing.T) {
+	t.Parallel()
+	db := migrated(t)
+	ctx := context.Background()
+	published := time.Now().Add(-time.Minute)
+	att := func(part, run string) audit.Attempt {
+		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: part, RunID: run}, StreamSeq: 7, Published: published}
+	}
+	begin := func(a audit.Attempt) audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		var bg audit.Begun
+		var ran bool
+		audit.QueueBegin(b, a, 5, nil, &bg, &ran)
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return bg
+	}
+	group := func(as ...audit.Attempt) []audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		gs := make([]audit.GroupBegin, len(as))
+		out := make([]audit.Begun, len(as))
+		for i, a := range as {
+			gs[i] = audit.GroupBegin{Attempt: a, Budget: 5, Into: &out[i]}
+		}
+		var ran bool
+		require.NoError(t, audit.QueueBeginGroup(b, gs, &ran))
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return out
+	}
+	_, err := audit.Cancel(ctx, db.Pool, "shop", audit.Cancellation{RunID: "backfill__a", By: "alice", Reason: "wrong range"}, "")
+	require.NoError(t, err)
+	_, err = audit.Cancel(ctx, db.Pool, "shop", audit.Cancellation{Dataset: "orders", From: "2026-01-01", To: "2026-01-31", By: "alice", Reason: "rebuilt"}, "")
+	require.NoError(t, err)
+
+	bg := begin(att("2026-03-01", "backfill__a"))
+	require.True(t, bg.Cancelled, "its run is cancelled")
+	require.False(t, bg.Spent, "a cancel is no spent budget")
+	require.Zero(t, bg.ID)
+	bg = begin(att("2026-01-15", "backfill__b"))
+	require.True(t, bg.Cancelled, "its partition's range was cancelled after it was published")
+	gs := group(att("2026-03-02", "backfill__a"), att("2026-01-16", "backfill__b"), att("2026-03-03", "backfill__b"))
+	require.True(t, gs[0].Cancelled && gs[1].Cancelled)
+	require.Zero(t, gs[0].ID+gs[1].ID)
+	require.False(t, gs[2].Cancelled, "another run, outside the range")
+	require.NotZero(t, gs[2].ID)
+	later := att("2026-01-17", "backfill__c")
+	later.Published = time.Now().Add(time.Minute)
+	bg = begin(later)
+	require.False(t, bg.Cancelled, "published after the range's cancel")
+	require.NotZero(t, bg.ID)
+	require.EqualValues(t, 2, db.Int(t, "SELECT count(*) FROM idem.pipeline_audit"), "nothing written for what the cancels cover")
+}
+
 // The statements that begin attempts ask the pauses themselves: while the
 // dataset is paused they write nothing, whatever the ledger or the budget
 // says, and report Paused; another dataset of the pipeline, a pause of

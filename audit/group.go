@@ -3,6 +3,7 @@ package audit
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -27,7 +28,7 @@ const priorSQL = `
 const groupInputSQL = `
 WITH input AS MATERIALIZED (
      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(ord int, dag text, task text, ld date, part text, run text,
-            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text)),`
+            force boolean, seq bigint, trig text, attrs jsonb, budget int, skip jsonb, def text, pub timestamptz)),`
 
 // beginRow is one attempt of a group as beginGroupSQL reads it.
 type beginRow struct {
@@ -44,6 +45,7 @@ type beginRow struct {
 	Budget    int               `json:"budget"`
 	Skip      json.RawMessage   `json:"skip,omitempty"`
 	Def       *string           `json:"def,omitempty"`
+	Published time.Time         `json:"pub"`
 }
 
 // beginGroupSQL is beginSQL for the attempts of a group, each a row of $1:
@@ -53,7 +55,8 @@ type beginRow struct {
 // one statement. A group's partitions are distinct, so each inserted row
 // is found again by its partition and run.
 var beginGroupSQL = groupInputSQL + `look AS MATERIALIZED (
-     SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last, (` + pausedSQL("i.dag", "i.task") + `) AS paused
+     SELECT i.ord, ` + groupDoneSQL + ` AS yes, p.n, p.last, (` + pausedSQL("i.dag", "i.task") + `) AS paused,
+            (` + cancelledSQL("i.dag", "i.task", "i.part", "i.run", "i.pub") + `) AS cancelled
        FROM input i` + priorSQL + `),
 ins AS (
      INSERT INTO idem.pipeline_audit
@@ -62,7 +65,7 @@ ins AS (
      SELECT i.dag, i.task, i.ld, i.part, i.run, CASE WHEN p.yes THEN 'skipped' ELSE 'started' END, p.n + 1, i.force,
             i.seq, i.trig, i.attrs, CASE WHEN p.yes THEN clock_timestamp() END, i.def
        FROM input i JOIN look p USING (ord)
-      WHERE NOT p.paused AND (p.yes OR i.budget = 0 OR p.n < i.budget)
+      WHERE NOT p.paused AND NOT p.cancelled AND (p.yes OR i.budget = 0 OR p.n < i.budget)
       ORDER BY i.ord
      RETURNING id, partition_key, run_id, status),
 res AS (
@@ -71,7 +74,7 @@ res AS (
        FROM ins JOIN input i ON i.part = ins.partition_key AND i.run = ins.run_id
       WHERE ins.status = 'skipped' AND i.skip IS NOT NULL
      ON CONFLICT (audit_id) WHERE result IS NOT NULL DO NOTHING)
-SELECT i.ord, p.n, p.last, ins.id, ins.status, p.paused
+SELECT i.ord, p.n, p.last, ins.id, ins.status, p.paused, p.cancelled
   FROM input i JOIN look p USING (ord) LEFT JOIN ins ON ins.partition_key = i.part AND ins.run_id = i.run
  ORDER BY i.ord`
 
@@ -98,12 +101,13 @@ func QueueBeginGroup(b *pgx.Batch, gs []GroupBegin, ran *bool) error {
 			last   *string
 			prior  int
 			paused bool
+			cancel bool
 		)
-		err := eachAnswer(rs, len(gs), 0, "begin", []any{&prior, &last, &id, &status, &paused}, func(i int) {
+		err := eachAnswer(rs, len(gs), 0, "begin", []any{&prior, &last, &id, &status, &paused, &cancel}, func(i int) {
 			into := gs[i].Into
-			*into = Begun{Prior: prior, Attempt: prior + 1, LastDied: last != nil && *last == StatusStarted, Paused: paused}
+			*into = Begun{Prior: prior, Attempt: prior + 1, LastDied: last != nil && *last == StatusStarted, Paused: paused, Cancelled: cancel}
 			if id == nil {
-				into.Spent = !paused
+				into.Spent = !paused && !cancel
 			} else {
 				into.ID, into.Skipped = *id, *status == StatusSkipped
 				into.ResultWritten = into.Skipped && gs[i].SkipResult != nil
@@ -185,7 +189,7 @@ func beginRows(gs []GroupBegin) ([]byte, error) {
 		a := g.Attempt
 		r := beginRow{Ord: i, Pipeline: a.Pipeline, Dataset: a.Dataset, Partition: a.Partition, RunID: a.RunID,
 			Force: a.Force, Seq: nullSeq(a.StreamSeq), Trigger: nullString(a.TriggeredBy), Attrs: nullAttrs(a.Attributes),
-			Budget: g.Budget, Skip: g.SkipResult, Def: nullString(a.DefinitionHash)}
+			Budget: g.Budget, Skip: g.SkipResult, Def: nullString(a.DefinitionHash), Published: a.Published}
 		if a.LogicalDate != nil {
 			d := a.LogicalDate.Format("2006-01-02")
 			r.Date = &d

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 
 	"github.com/idem-data/idem/audit"
 )
@@ -48,4 +49,22 @@ func (h *Handler) recordCancelled(ctx context.Context, a audit.Attempt, c *audit
 	h.Log.Info().Str("dataset", a.Dataset).Str("partition", a.Partition).Str("run_id", a.RunID).
 		Str("cancelled_by", c.By).Msg("backfill cancelled: not loaded")
 	return Outcome{Status: audit.StatusCancelled, AuditID: id}, true, nil
+}
+
+// errCancelledMeanwhile is what the begin says of an event whose backfill
+// was cancelled after cancelled asked: nothing began. Its caller records
+// the attempt `cancelled` once the load's connection is back in the pool
+// (cancelledMeanwhile).
+var errCancelledMeanwhile = errors.New("handlers: cancelled between the check and the begin")
+
+// cancelledMeanwhile records a's attempt `cancelled` after the begin found
+// the cancellation that cancelled had not: a cancel that committed while
+// the attempt was on its way (a busy machine, a wait for a connection)
+// begins nothing either.
+func (h *Handler) cancelledMeanwhile(ctx context.Context, a audit.Attempt, m Meta) (Outcome, error) {
+	out, done, err := h.cancelled(ctx, a, m)
+	if err == nil && !done {
+		err = classifyBeforeLoad(errors.New("handlers: the begin found a cancellation that is no longer there"))
+	}
+	return out, err
 }

@@ -46,7 +46,35 @@ func testConformance(t *testing.T, f fixture) {
 		t.Run("empty_source_is_fatal", func(t *testing.T) { t.Parallel(); testEmpty(t, f) })
 		t.Run("hostile_run_id_is_data", func(t *testing.T) { t.Parallel(); testHostile(t, f) })
 		t.Run("paused_begins_nothing", func(t *testing.T) { t.Parallel(); testPaused(t, f) })
+		t.Run("cancelled_meanwhile_begins_nothing", func(t *testing.T) { t.Parallel(); testCancelledMeanwhile(t, f) })
 	})
+}
+
+// A backfill cancelled after the handler asked about cancellations and
+// before its attempt's begin (a busy machine, a wait for a connection)
+// loads nothing either: the begin finds the cancel, writes nothing, and the
+// attempt is recorded `cancelled`, naming who cancelled it.
+func testCancelledMeanwhile(t *testing.T, f fixture) {
+	e := newEnv(t, f)
+	ctx := context.Background()
+	e.stage("2026-11-28", 1, 10, 0, 1)
+	e.stage("2026-11-29", 100, 10, 0, 1)
+	e.mustLoad("2026-11-29", "backfill__x", false)
+	loaded := e.visible()
+	handlers.SetBeforeBegin(e.h, func() {
+		_, err := audit.Cancel(ctx, e.db.Pool, "test", audit.Cancellation{RunID: "backfill__x", By: "alice", Reason: "wrong range"}, "")
+		require.NoError(t, err)
+		handlers.SetBeforeBegin(e.h, nil)
+	})
+	out, err := e.load("2026-11-28", "backfill__x", false)
+	require.NoError(t, err)
+	require.Equal(t, audit.StatusCancelled, out.Status)
+	require.NotZero(t, out.AuditID)
+	require.Equal(t, loaded, e.visible(), "nothing loaded after the cancel")
+	require.Zero(t, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE partition_key = '2026-11-28' AND status <> 'cancelled'"),
+		"no attempt began")
+	require.EqualValues(t, 1, e.db.Int(t, "SELECT count(*) FROM idem.pipeline_audit WHERE id = $1 AND error LIKE 'cancelled by alice at %: wrong range'", out.AuditID),
+		"the attempt names who cancelled it")
 }
 
 // A pause the replica has not read yet (the handler is not told of it) is

@@ -84,6 +84,7 @@ const (
 	memberAlreadyLoaded                    // the ledger under the lock says its run loaded: skipped in the group
 	memberDecided                          // its outcome is decided (skipped before the load, budget spent, invalid)
 	memberLoadsAlone                       // loads alone, after the group (its lock was held, or the group fell back)
+	memberCancelled                        // the begin found its backfill cancelled: recorded after the group
 )
 
 // HandleGroup loads evs, events of one dataset for distinct partitions
@@ -176,8 +177,11 @@ func (h *Handler) HandleGroup(ctx context.Context, evs []schemas.Event, ms []Met
 		if m == nil {
 			continue
 		}
-		if m.state == memberLoadsAlone {
+		switch m.state {
+		case memberLoadsAlone:
 			m.out, m.err = h.loadAlone(ctx, m)
+		case memberCancelled:
+			m.out, m.err = h.cancelledMeanwhile(ctx, m.l.a, m.l.m)
 		}
 		outs[i], errs[i] = m.out, m.err
 	}
@@ -271,6 +275,9 @@ func (g *group) load(ctx context.Context) bool {
 	if err := audit.QueueBeginGroup(b, gbs, &began); err != nil {
 		return g.failUnstarted(err)
 	}
+	if h.beforeBegin != nil {
+		h.beforeBegin()
+	}
 	b.Queue("COMMIT").Exec(func(pgconn.CommandTag) error { committed = true; return nil })
 	first := g.first()
 	first.l.queueSettings(b)
@@ -328,6 +335,8 @@ func (g *group) load(ctx context.Context) bool {
 		case m.b.Paused && m.b.ID == 0:
 			m.state, m.err = memberDecided, &PausedError{Dataset: m.l.a.Dataset}
 			m.l.log.Info().Msg("dataset paused: no attempt began, the message goes back for later")
+		case m.b.Cancelled && m.b.ID == 0:
+			m.state = memberCancelled
 		case m.b.Spent:
 			m.state, m.err = memberDecided, &BudgetSpentError{Attempts: m.b.Prior, LastDied: m.b.LastDied}
 			m.l.log.Warn().Err(m.err).Msg("retry budget spent: not loading again")

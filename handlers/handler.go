@@ -127,6 +127,9 @@ type Handler struct {
 	// load keeps the *Dataset it started with.
 	mu         sync.RWMutex
 	unrecorded unrecorded
+	// beforeBegin, set by tests only, runs just before an attempt's begin
+	// statement is sent: what an operator does in that moment.
+	beforeBegin func()
 }
 
 // dataset is the configured dataset of that name, as of now.
@@ -251,17 +254,30 @@ func (h *Handler) Handle(ctx context.Context, ev schemas.Event, m Meta) (Outcome
 		fp = &f
 	}
 	h.unrecorded.flush(ctx, h.DB, log)
+	out, err := h.load(ctx, &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, log: log, stage: st, fp: fp})
+	if errors.Is(err, errCancelledMeanwhile) {
+		// Its connection is back in the pool: the cancelled row takes one.
+		return h.cancelledMeanwhile(ctx, a, m)
+	}
+	return out, err
+}
+
+// load runs l's attempt on a connection of its own.
+func (h *Handler) load(ctx context.Context, l *loading) (Outcome, error) {
 	c, err := h.DB.Acquire(ctx)
 	if err != nil {
 		return Outcome{}, classifyBeforeLoad(fmt.Errorf("audit: begin: %w", err))
 	}
-	l := &loading{h: h, ds: ds, a: a, key: ev.Key, m: m, c: c.Conn(), log: log, stage: st, fp: fp}
+	l.c = c.Conn()
 	defer func() { l.close(ctx); c.Release() }()
 	// Round trip 1: the ledger check, the budget and the `started` row (or a
 	// `skipped` row), committed at once, then the load's transaction opened
 	// behind it in the same pipeline. Until the first statement has run,
 	// any failure but a fatal one is the warehouse's, not the event's.
-	b, err := l.begin(ctx, m.MaxAttempts)
+	if h.beforeBegin != nil {
+		h.beforeBegin()
+	}
+	b, err := l.begin(ctx, l.m.MaxAttempts)
 	if !l.begun {
 		return Outcome{}, classifyBeforeLoad(err)
 	}
@@ -293,6 +309,7 @@ func (h *Handler) attemptOf(ctx context.Context, ds *Dataset, ev schemas.Event, 
 		StreamSeq:   m.StreamSeq,
 		Force:       ev.Force,
 		TriggeredBy: ev.Attributes[TriggeredByAttribute],
+		Published:   m.Published,
 		Attributes:  ev.Attributes,
 		Trace:       traceOf(ctx, m),
 
@@ -324,6 +341,8 @@ func (h *Handler) run(ctx context.Context, l *loading, b audit.Begun, err error)
 	case b.Paused && b.ID == 0:
 		log.Info().Msg("dataset paused: no attempt began, the message goes back for later")
 		return Outcome{}, &PausedError{Dataset: l.a.Dataset}
+	case b.Cancelled && b.ID == 0:
+		return Outcome{}, errCancelledMeanwhile
 	case b.Spent:
 		err := &BudgetSpentError{Attempts: b.Prior, LastDied: b.LastDied}
 		log.Warn().Err(err).Msg("retry budget spent: not loading again")
