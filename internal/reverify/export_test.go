@@ -15,3 +15,9 @@ func ForgetServer(ctx context.Context, r *Reverifier) error {
 	_, err := r.cfg.DB.Exec(ctx, `UPDATE idem.reverify_progress SET system_identifier = system_identifier || '0'`)
 	return err
 }
+
+// FirstSince and NextOf are firstSince and nextOf.
+var (
+	FirstSince = firstSince
+	NextOf     = nextOf
+)

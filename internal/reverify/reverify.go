@@ -77,7 +77,9 @@ type Result struct {
 	// Resumed is the stream sequence a cut pass on the same server had
 	// settled through; this pass read the window after it (0: all of it).
 	Resumed uint64
-	Err     error
+	// From is the stream sequence the read of the window began at.
+	From uint64
+	Err  error
 }
 
 // Reverifier runs passes when asked, one at a time.
@@ -204,7 +206,7 @@ func (r *Reverifier) Pass(ctx context.Context, reason string) Result {
 	}
 	ev.Str("reason", reason).Dur("window", res.Window).Int("checked", res.Checked).Int("missing", res.Missing).
 		Int("reloaded", res.Reloaded).Int("loaded_ahead", res.Ahead).Int("skipped", res.Skipped).Int("failed", res.Failed).
-		Uint64("resumed_after", res.Resumed).Dur("took", res.Took).Msg("warehouse re-verified: events of the window checked against the ledger")
+		Uint64("resumed_after", res.Resumed).Uint64("from_seq", res.From).Dur("took", res.Took).Msg("warehouse re-verified: events of the window checked against the ledger")
 	r.mu.Lock()
 	r.last = res
 	r.mu.Unlock()
@@ -545,25 +547,29 @@ func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]e
 	if err != nil {
 		return nil, fmt.Errorf("reverify: stream %s: %w", r.cfg.Stream, err)
 	}
-	occ := jetstream.OrderedConsumerConfig{
+	start := after + 1
+	if after == 0 {
+		if start, err = firstSince(ctx, s, since); err != nil {
+			return nil, err
+		}
+	}
+	res.From = start
+	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	}
-	if after > 0 {
-		occ.DeliverPolicy, occ.OptStartTime, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, after+1
-	}
-	oc, err := s.OrderedConsumer(ctx, occ)
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    start,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
 	}
 	var out []event
+	last := start - 1 // the last sequence read
 	for {
 		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
 		}
-		n, done := 0, false
+		n, done, drained := 0, false, false
 		for m := range batch.Messages() {
 			n++
 			md, err := m.Metadata()
@@ -571,15 +577,16 @@ func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]e
 				continue
 			}
 			seq := md.Sequence.Stream
+			last = max(last, seq)
+			drained = md.NumPending == 0
+			if seq >= delivered {
+				done = true
+			}
 			if md.Timestamp.Before(since) {
 				continue // resumed after a sequence older than the window
 			}
 			if seq > delivered {
-				done = true
 				continue
-			}
-			if md.NumPending == 0 {
-				done = true
 			}
 			l := laneOf(m.Subject())
 			if seq > l.delivered {
@@ -598,10 +605,73 @@ func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]e
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
 		}
-		if done || n == 0 {
+		if done {
 			return out, nil
 		}
+		if n > 0 && !drained {
+			continue
+		}
+		// The read says nothing is left before the last delivered event
+		// (an empty fetch, or no message pending): a fetch that timed out
+		// on a busy server says the same. The stream decides: a pass that
+		// took it for the end would release the loads with part of the
+		// window unchecked.
+		next, err := nextOf(ctx, s, last+1, filters)
+		if err != nil {
+			return nil, err
+		}
+		if next == 0 || next > delivered {
+			return out, nil
+		}
+		return nil, fmt.Errorf("reverify: read %s: the read stopped at stream seq %d, before seq %d of the window, which the consumer delivered", r.cfg.Stream, last, next)
 	}
+}
+
+// firstSince is the sequence from which s holds its messages stored at or
+// after since: the first one's, found by bisecting s's messages by their
+// stored time (which rises with the sequence), or the sequence after the
+// last when none is that recent. It asks the messages themselves, not
+// the server's index by time.
+func firstSince(ctx context.Context, s jetstream.Stream, since time.Time) (uint64, error) {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reverify: stream info: %w", err)
+	}
+	lo, hi := max(info.State.FirstSeq, 1), info.State.LastSeq+1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, err := s.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(">"))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			hi = mid // nothing stored from mid on
+		case err != nil:
+			return 0, fmt.Errorf("reverify: find the window's start: %w", err)
+		case !m.Time.Before(since):
+			hi = mid
+		default:
+			lo = m.Sequence + 1
+		}
+	}
+	return lo, nil
+}
+
+// nextOf is the sequence of the first message of s at or after seq on one
+// of subjects, 0 when there is none.
+func nextOf(ctx context.Context, s jetstream.Stream, seq uint64, subjects []string) (uint64, error) {
+	var next uint64
+	for _, subj := range subjects {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("reverify: find the next event after seq %d: %w", seq-1, err)
+		}
+		if next == 0 || m.Sequence < next {
+			next = m.Sequence
+		}
+	}
+	return next, nil
 }
 
 // Watch reads the warehouse's identity at once and every interval, and asks

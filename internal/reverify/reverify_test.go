@@ -159,6 +159,84 @@ func TestPassReloadsLostLoadsInStreamOrder(t *testing.T) {
 	require.Zero(t, again.Missing+again.Reloaded, "a second pass finds nothing")
 }
 
+// TestPassReadsTheWholeWindow: a window of more events than one fetch
+// brings, after events older than it: the pass reads every one of the
+// window, and none before it.
+func TestPassReadsTheWholeWindow(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for i := range 3 {
+		r.publish("customers", "2026-11-01", fmt.Sprintf("old%d", i))
+	}
+	time.Sleep(1100 * time.Millisecond)
+	mark := time.Now()
+	const n = 520
+	for i := range n {
+		r.publish("events", "2026-11-01", fmt.Sprintf("r%03d", i))
+	}
+	r.ackAll(n + 3)
+	rv := reverify.New(reverify.Config{JS: r.js, Stream: r.cfg.NATS.Stream, Consumer: r.cfg.NATS.Consumer, SubjectPrefix: r.cfg.NATS.SubjectPrefix,
+		DLQStream: r.cfg.NATS.DLQStream, DLQSubjectPrefix: r.cfg.NATS.DLQSubjectPrefix, DB: r.db.Pool, Pipeline: r.cfg.Pipeline,
+		Loader: r.h, Log: zerolog.Nop(), Window: time.Hour, Now: func() time.Time { return mark.Add(time.Hour) }})
+	res := rv.Pass(ctx, "test")
+	require.NoError(t, res.Err)
+	require.Equal(t, n, res.Checked, "every event of the window, none older")
+	require.Equal(t, n, res.Reloaded)
+	require.Zero(t, r.db.Int(t, "SELECT count(*) FROM idem.run_ledger WHERE run_id LIKE 'old%'"))
+}
+
+// TestTheWindowIsFoundInTheStreamItself: the start of a window is the
+// first message stored at or after its time, found from the messages
+// (deleted ones skipped), and the next event after a sequence is asked of
+// the stream for the window's subjects only.
+func TestTheWindowIsFoundInTheStreamItself(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	s, err := r.js.Stream(ctx, r.cfg.NATS.Stream)
+	require.NoError(t, err)
+	first, err := reverify.FirstSince(ctx, s, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, first, "an empty stream: from its first sequence on")
+
+	a := r.publish("events", "2026-11-01", "a")
+	b := r.publish("events", "2026-11-01", "b")
+	time.Sleep(50 * time.Millisecond)
+	mark := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	c := r.publish("events", "2026-11-01", "c")
+	d := r.publish("customers", "2026-11-01", "d")
+	_, err = r.js.Publish(ctx, "idem.backfill.events", []byte(`{"dataset":"events","partition":"2026-11-02","run_id":"backfill__e"}`))
+	require.NoError(t, err)
+	e := d + 1
+
+	for _, c := range []struct {
+		since time.Time
+		want  uint64
+	}{{mark.Add(-time.Hour), a}, {mark, c}, {time.Now().Add(time.Hour), e + 1}} {
+		got, err := reverify.FirstSince(ctx, s, c.since)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "since %s", c.since)
+	}
+	require.NoError(t, s.DeleteMsg(ctx, c))
+	live := []string{"idem.ready.>"}
+	both := []string{"idem.ready.>", "idem.backfill.>"}
+	got, err := reverify.FirstSince(ctx, s, mark)
+	require.NoError(t, err)
+	require.Greater(t, got, b, "nothing older than the window")
+	next, err := reverify.NextOf(ctx, s, got, both)
+	require.NoError(t, err)
+	require.Equal(t, d, next, "a deleted message is skipped")
+	for _, c := range []struct {
+		from     uint64
+		subjects []string
+		want     uint64
+	}{{a, live, a}, {b + 1, live, d}, {d + 1, live, 0}, {d + 1, both, e}, {e + 1, both, 0}} {
+		got, err := reverify.NextOf(ctx, s, c.from, c.subjects)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "from %d on %v", c.from, c.subjects)
+	}
+}
+
 // TestPassReloadsLostBackfillLoads: each lane's durable has its own
 // position; a backfill event its durable acked is reloaded like a live
 // one, and one it has not delivered yet is left to it.
