@@ -365,6 +365,39 @@ func eventsLastSeq(t *testing.T, w *world) uint64 {
 	return info.State.LastSeq
 }
 
+// TestNATSDeployConfigReverifies: a warehouse that is not the one last
+// verified (a failover) holds the loads until a re-verification pass has
+// read the recent events and loaded again the ones it lost; under
+// IDEM_SERVE_PERMISSIONS that pass must be able to read the events stream,
+// or the loads wait for ever.
+func TestNATSDeployConfigReverifies(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pw := map[string]string{
+		"IDEM_SERVE_PASSWORD": "serve-pw-71aa", "IDEM_PUBLISH_PASSWORD": "publish-pw-0c4d",
+		"IDEM_ADMIN_PASSWORD": "admin-pw-9b13", "NATS_SYS_PASSWORD": "sys-pw-3f52",
+	}
+	ns := startNATSConf(t, dir, deployNATSConf(t, dir, pw))
+	w := securedWorld(t, ns, []nats.Option{nats.UserInfo("admin", pw["IDEM_ADMIN_PASSWORD"])}, "", nil, "")
+	code, out := runIdem(t, []string{"IDEM_NATS_USER=admin", "IDEM_NATS_PASSWORD=" + pw["IDEM_ADMIN_PASSWORD"]}, "streams", "--config", w.cfg)
+	require.Equal(t, 0, code, out)
+	serveEnv := []string{"IDEM_NATS_USER=idem", "IDEM_NATS_PASSWORD=" + pw["IDEM_SERVE_PASSWORD"]}
+
+	w.loadsOnce(w.serve(serveEnv...), "2026-11-02")
+	// What a failover to a standby that missed the last commit leaves: a
+	// new timeline, and no trace of the load the consumer acknowledged.
+	w.db.Exec(t, `UPDATE idem.warehouse_identity SET timeline = timeline + 1;
+	              DELETE FROM idem.outbox; DELETE FROM idem.run_ledger; DELETE FROM idem.pipeline_audit;
+	              DELETE FROM analytics.t`)
+	p := w.serve(serveEnv...)
+	w.waitCount(1, "SELECT count(*) FROM idem.run_ledger WHERE run_id = 'r-2026-11-02'")
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), "warehouse verified: loads resume") }, 30*time.Second, 100*time.Millisecond)
+	w.loadsOnce(p, "2026-11-03")
+	require.Equal(t, w.expected("2026-11-02", "2026-11-03"), w.target(), "the lost load is back, and the next one loaded")
+	require.Contains(t, p.output(), `"reloaded":1`)
+	require.NotRegexp(t, `(?i)permissions violation|re-verification did not finish`, p.output())
+}
+
 // TestNATSDeployConfigWaitingPublisher: under IDEM_PUBLISH_PERMISSIONS a
 // scheduler follows its events to their outcome (`idem publish --wait`,
 // loaded and dead-lettered, and `idem backfill --wait`) with no violation on
