@@ -43,10 +43,11 @@
 // primary's last commit the standby has replayed. A standby that streams
 // (its WAL receiver runs) and has replayed everything it received
 // (pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(); after a restart
-// replay stands past what the stream has brought again) counts as lag 0,
-// because an idle primary commits nothing and the last commit only grows
-// old; a standby whose stream is down does not, as it cannot know what it
-// misses. If the lag stays above the
+// replay stands past what the stream has brought again) and the primary's
+// WAL up to its end as last reported (pg_stat_wal_receiver.latest_end_lsn)
+// counts as lag 0, because an idle primary commits nothing and the last
+// commit only grows old; a standby whose stream is down does not, as it
+// cannot know what it misses. If the lag stays above the
 // limit for a few samples, Copy returns a [*LagError]: a wait, never a
 // failure. The comparison uses the standby's clock against the primary's
 // commit times, so clock skew between them adds to or hides lag.

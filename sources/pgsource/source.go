@@ -123,13 +123,19 @@ const (
 
 // caughtUpSQL says a standby has replayed all the WAL it received and is
 // receiving more: a WAL receiver runs (every role sees its pid) and, where
-// the role may see it (pg_read_all_stats), streams. Without a receiver, a
-// standby cut off from its primary would look caught up forever. Replay
-// may stand past the received position: a restarted standby streams again
-// from the start of the WAL segment it stands in, so until its primary
-// writes again it has received less than it replayed (from its own WAL).
+// the role may see it (pg_read_all_stats), streams and has replayed up to
+// the end of its primary's WAL as the primary last reported it
+// (latest_end_lsn). Without a receiver, a standby cut off from its primary
+// would look caught up forever. Replay may stand past the received
+// position: a restarted standby streams again from the start of the WAL
+// segment it stands in, so until its primary writes again it has received
+// less than it replayed (from its own WAL). That alone said "caught up"
+// too of a standby restarted while its primary kept writing, until the
+// new WAL arrived, and a load could read the old snapshot: the primary's
+// reported end, ahead of the replay, tells the two apart.
 const caughtUpSQL = `coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()
-    AND EXISTS (SELECT FROM pg_stat_wal_receiver WHERE pid IS NOT NULL AND coalesce(status, 'streaming') = 'streaming'), false)`
+    AND EXISTS (SELECT FROM pg_stat_wal_receiver WHERE pid IS NOT NULL AND coalesce(status, 'streaming') = 'streaming'
+                AND (status IS NULL OR pg_last_wal_replay_lsn() >= latest_end_lsn)), false)`
 
 // lagSQL reads a standby's replay: in recovery, caught up (caughtUpSQL),
 // now() - the primary's commit time of the last replayed transaction, and
