@@ -10,6 +10,7 @@ import (
 
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/testkit/audittest"
+	"github.com/idem-data/idem/testkit/pgtest"
 )
 
 func TestPauseResumeKeepHistory(t *testing.T) {
@@ -136,30 +137,7 @@ func TestBeginWritesNothingOnceCancelled(t *testing.T) {
 	att := func(part, run string) audit.Attempt {
 		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: "orders", Partition: part, RunID: run}, StreamSeq: 7, Published: published}
 	}
-	begin := func(a audit.Attempt) audit.Begun {
-		t.Helper()
-		b := &pgx.Batch{}
-		var bg audit.Begun
-		var ran bool
-		audit.QueueBegin(b, a, 5, nil, &bg, &ran)
-		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
-		require.True(t, ran)
-		return bg
-	}
-	group := func(as ...audit.Attempt) []audit.Begun {
-		t.Helper()
-		b := &pgx.Batch{}
-		gs := make([]audit.GroupBegin, len(as))
-		out := make([]audit.Begun, len(as))
-		for i, a := range as {
-			gs[i] = audit.GroupBegin{Attempt: a, Budget: 5, Into: &out[i]}
-		}
-		var ran bool
-		require.NoError(t, audit.QueueBeginGroup(b, gs, &ran))
-		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
-		require.True(t, ran)
-		return out
-	}
+	begin, group := beginners(t, db)
 	_, err := audit.Cancel(ctx, db.Pool, "shop", audit.Cancellation{RunID: "backfill__a", By: "alice", Reason: "wrong range"}, "")
 	require.NoError(t, err)
 	_, err = audit.Cancel(ctx, db.Pool, "shop", audit.Cancellation{Dataset: "orders", From: "2026-01-01", To: "2026-01-31", By: "alice", Reason: "rebuilt"}, "")
@@ -195,30 +173,7 @@ func TestBeginWritesNothingWhilePaused(t *testing.T) {
 	att := func(dataset, part string) audit.Attempt {
 		return audit.Attempt{RunKey: audit.RunKey{Pipeline: "shop", Dataset: dataset, Partition: part, RunID: "r-" + part}, StreamSeq: 7}
 	}
-	begin := func(a audit.Attempt) audit.Begun {
-		t.Helper()
-		b := &pgx.Batch{}
-		var bg audit.Begun
-		var ran bool
-		audit.QueueBegin(b, a, 5, nil, &bg, &ran)
-		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
-		require.True(t, ran)
-		return bg
-	}
-	group := func(as ...audit.Attempt) []audit.Begun {
-		t.Helper()
-		b := &pgx.Batch{}
-		gs := make([]audit.GroupBegin, len(as))
-		out := make([]audit.Begun, len(as))
-		for i, a := range as {
-			gs[i] = audit.GroupBegin{Attempt: a, Budget: 5, Into: &out[i]}
-		}
-		var ran bool
-		require.NoError(t, audit.QueueBeginGroup(b, gs, &ran))
-		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
-		require.True(t, ran)
-		return out
-	}
+	begin, group := beginners(t, db)
 	rows := func() int64 { return db.Int(t, "SELECT count(*) FROM idem.pipeline_audit") }
 
 	_, err := audit.PauseDataset(ctx, db.Pool, "shop", "orders", "alice", "upstream fix", nil, "")
@@ -288,4 +243,35 @@ func TestBeginWritesNothingWhilePaused(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, skip().Skipped)
 	require.EqualValues(t, 6, rows())
+}
+
+// beginners are the begin statement of one attempt and of a group's, each
+// with a budget of 5, sent at once on db.
+func beginners(t *testing.T, db *pgtest.DB) (begin func(audit.Attempt) audit.Begun, group func(...audit.Attempt) []audit.Begun) {
+	ctx := context.Background()
+	begin = func(a audit.Attempt) audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		var bg audit.Begun
+		var ran bool
+		audit.QueueBegin(b, a, 5, nil, &bg, &ran)
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return bg
+	}
+	group = func(as ...audit.Attempt) []audit.Begun {
+		t.Helper()
+		b := &pgx.Batch{}
+		gs := make([]audit.GroupBegin, len(as))
+		out := make([]audit.Begun, len(as))
+		for i, a := range as {
+			gs[i] = audit.GroupBegin{Attempt: a, Budget: 5, Into: &out[i]}
+		}
+		var ran bool
+		require.NoError(t, audit.QueueBeginGroup(b, gs, &ran))
+		require.NoError(t, db.Pool.SendBatch(ctx, b).Close())
+		require.True(t, ran)
+		return out
+	}
+	return begin, group
 }

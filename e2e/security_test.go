@@ -160,15 +160,22 @@ func (w *world) loadsOnce(p *proc, partition string) {
 	require.NotRegexp(w.t, `(?i)permissions violation|panic`, p.output())
 }
 
-func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+// deployedWorld is a world whose NATS server runs deploy/nats's config,
+// the test's own connection as its admin, and the users' passwords.
+func deployedWorld(t *testing.T) (*world, map[string]string) {
+	t.Helper()
 	pw := map[string]string{
 		"IDEM_SERVE_PASSWORD": "serve-pw-5b1e", "IDEM_PUBLISH_PASSWORD": "publish-pw-77c0",
 		"IDEM_ADMIN_PASSWORD": "admin-pw-0d9a", "NATS_SYS_PASSWORD": "sys-pw-e41f",
 	}
+	dir := t.TempDir()
 	ns := startNATSConf(t, dir, deployNATSConf(t, dir, pw))
-	w := securedWorld(t, ns, []nats.Option{nats.UserInfo("admin", pw["IDEM_ADMIN_PASSWORD"])}, "", nil, "")
+	return securedWorld(t, ns, []nats.Option{nats.UserInfo("admin", pw["IDEM_ADMIN_PASSWORD"])}, "", nil, ""), pw
+}
+
+func TestNATSDeployConfigLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	w, pw := deployedWorld(t)
 	as := func(user, pass string) []string {
 		return []string{"IDEM_NATS_USER=" + user, "IDEM_NATS_PASSWORD=" + pass}
 	}
@@ -372,13 +379,7 @@ func eventsLastSeq(t *testing.T, w *world) uint64 {
 // or the loads wait for ever.
 func TestNATSDeployConfigReverifies(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pw := map[string]string{
-		"IDEM_SERVE_PASSWORD": "serve-pw-71aa", "IDEM_PUBLISH_PASSWORD": "publish-pw-0c4d",
-		"IDEM_ADMIN_PASSWORD": "admin-pw-9b13", "NATS_SYS_PASSWORD": "sys-pw-3f52",
-	}
-	ns := startNATSConf(t, dir, deployNATSConf(t, dir, pw))
-	w := securedWorld(t, ns, []nats.Option{nats.UserInfo("admin", pw["IDEM_ADMIN_PASSWORD"])}, "", nil, "")
+	w, pw := deployedWorld(t)
 	code, out := runIdem(t, []string{"IDEM_NATS_USER=admin", "IDEM_NATS_PASSWORD=" + pw["IDEM_ADMIN_PASSWORD"]}, "streams", "--config", w.cfg)
 	require.Equal(t, 0, code, out)
 	serveEnv := []string{"IDEM_NATS_USER=idem", "IDEM_NATS_PASSWORD=" + pw["IDEM_SERVE_PASSWORD"]}

@@ -459,19 +459,28 @@ func TestACutPassResumesOnTheSameServer(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	seqs, cut, rv := r.lostAndCut(6, 3)
+	requireCut(t, rv.Pass(ctx, "test"))
+	requireResumed(t, r, rv.Pass(ctx, "test again"), seqs)
+	require.Equal(t, []uint64{seqs[0], seqs[1], seqs[2], seqs[3], seqs[3], seqs[4], seqs[5]}, cut.seqs,
+		"each load handed once, but the one the fault cut")
+}
 
-	first := rv.Pass(ctx, "test")
+// requireCut checks the pass lostAndCut(6, 3)'s reverifier ran first.
+func requireCut(t *testing.T, first reverify.Result) {
+	t.Helper()
 	require.Error(t, first.Err, "cut at the fourth event")
 	require.Equal(t, 3, first.Reloaded)
 	require.Zero(t, first.Resumed)
+}
 
-	second := rv.Pass(ctx, "test again")
-	require.NoError(t, second.Err)
-	require.Equal(t, seqs[2], second.Resumed, "resumed after the last event the cut pass settled")
-	require.Equal(t, 3, second.Checked, "only the events after it are read")
-	require.Equal(t, 3, second.Reloaded)
-	require.Equal(t, []uint64{seqs[0], seqs[1], seqs[2], seqs[3], seqs[3], seqs[4], seqs[5]}, cut.seqs,
-		"each load handed once, but the one the fault cut")
+// requireResumed checks a pass that resumed the cut one of
+// lostAndCut(6, 3), whose events are seqs.
+func requireResumed(t *testing.T, r *rig, res reverify.Result, seqs []uint64) {
+	t.Helper()
+	require.NoError(t, res.Err)
+	require.Equal(t, seqs[2], res.Resumed, "resumed after the last event the cut pass settled")
+	require.Equal(t, 3, res.Checked, "only the events after it are read")
+	require.Equal(t, 3, res.Reloaded)
 	require.EqualValues(t, 6, r.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
 }
 
@@ -484,21 +493,13 @@ func TestAnotherReplicaResumesACutPass(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	seqs, _, rv := r.lostAndCut(6, 3)
-	first := rv.Pass(ctx, "test")
-	require.Error(t, first.Err, "cut at the fourth event")
-	require.Equal(t, 3, first.Reloaded)
+	requireCut(t, rv.Pass(ctx, "test"))
 	p, ok, err := audit.ReverifyProgress(ctx, r.db.Pool, "rv")
 	require.NoError(t, err)
 	require.True(t, ok, "the cut pass stored how far it got")
 	require.Equal(t, seqs[2], p.Through)
 
-	other := r.another()
-	second := other.Pass(ctx, "another replica")
-	require.NoError(t, second.Err)
-	require.Equal(t, seqs[2], second.Resumed, "resumed where the other replica's pass stopped")
-	require.Equal(t, 3, second.Checked, "only the events after it are read")
-	require.Equal(t, 3, second.Reloaded)
-	require.EqualValues(t, 6, r.db.Int(t, "SELECT count(*) FROM idem.run_ledger"))
+	requireResumed(t, r, r.another().Pass(ctx, "another replica"), seqs)
 
 	// Two passes that overlapped: the one that settled less cannot move
 	// the stored progress back.
