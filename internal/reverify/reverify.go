@@ -564,6 +564,7 @@ func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]e
 	}
 	var out []event
 	last := start - 1 // the last sequence read
+	stalls := 0       // fetches in a row that brought nothing while the stream had more
 	for {
 		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -609,6 +610,7 @@ func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]e
 			return out, nil
 		}
 		if n > 0 && !drained {
+			stalls = 0
 			continue
 		}
 		// The read says nothing is left before the last delivered event
@@ -623,9 +625,19 @@ func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]e
 		if next == 0 || next > delivered {
 			return out, nil
 		}
-		return nil, fmt.Errorf("reverify: read %s: the read stopped at stream seq %d, before seq %d of the window, which the consumer delivered", r.cfg.Stream, last, next)
+		if n > 0 {
+			stalls = 0
+		}
+		if stalls++; stalls >= maxStalls {
+			return nil, fmt.Errorf("reverify: read %s: the read stopped at stream seq %d, before seq %d of the window, which the consumer delivered", r.cfg.Stream, last, next)
+		}
 	}
 }
+
+// maxStalls is how many fetches in a row may bring nothing while the
+// stream holds more of the window (a busy server) before the pass gives
+// up and is tried again.
+const maxStalls = 5
 
 // firstSince is the sequence from which s holds its messages stored at or
 // after since: the first one's, found by bisecting s's messages by their
