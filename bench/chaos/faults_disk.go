@@ -12,6 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-data/idem/internal/localpg"
 )
 
 // FaultPGDiskFull fills the filesystem of PostgreSQL's data directory with
@@ -100,15 +104,9 @@ func (n *nemesis) diskFull(ctx, heal context.Context, f *fault) error {
 	}
 	f.Outage = time.Since(full)
 	up := time.Now()
-	restarted := false
-	if !pg.Running() {
-		// The startup process could not write its end-of-recovery
-		// checkpoint on the full disk and the postmaster gave up: started
-		// again as systemd's Restart=on-failure would.
-		restarted = true
-		if err := n.startPG(heal); err != nil {
-			return err
-		}
+	restarted, err := upOrRestarted(heal, pg)
+	if err != nil {
+		return err
 	}
 	f.Server = fmt.Sprintf("ballast=%dMiB wal_switches=%d panics=%d restarted=%v", written>>20, switches,
 		countPanics(pg.LogFile)-panicsBefore, restarted)
@@ -176,4 +174,38 @@ func countPanics(logFile string) int {
 		}
 	}
 	return n
+}
+
+// upOrRestarted waits, once the disk has room again, until PostgreSQL
+// accepts connections or its postmaster has exited, and starts an exited
+// one again, as systemd's Restart=on-failure would; it reports whether it
+// did. A server that PANICked on the full disk recovers: when its startup
+// process cannot write the end of recovery (the disk was still full when
+// its redo ended, or filled again), the postmaster gives up, perhaps
+// seconds after the ballast went. A look at the moment the ballast went
+// saw it recovering, and the full campaign's next fault found it stopped.
+func upOrRestarted(ctx context.Context, pg *localpg.Server) (bool, error) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if !pg.Running() {
+			return true, startAfterCrash(ctx, pg)
+		}
+		if accepting(ctx, pg) {
+			return false, nil
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
+	return false, errors.New("PostgreSQL neither accepts connections nor has stopped 3 min after the disk had room")
+}
+
+// accepting reports whether pg accepts a connection now.
+func accepting(ctx context.Context, pg *localpg.Server) bool {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(cctx, pg.URL(""))
+	if err != nil {
+		return false
+	}
+	_ = c.Close(ctx)
+	return true
 }

@@ -173,9 +173,9 @@ func TestBallastFillsTheDataDirectory(t *testing.T) {
 	t.Logf("postmaster running 10 s after the PANIC: %v; log:\n%s", pg.Running(), lastLines(string(log), 12))
 
 	require.NoError(t, os.Remove(ballast))
-	if !pg.Running() {
-		require.NoError(t, pg.Restart(ctx, ""))
-	}
+	restarted, err := upOrRestarted(ctx, pg)
+	require.NoError(t, err)
+	require.True(t, accepting(ctx, pg), "up again once there is room (started again: %v)", restarted)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c2, err := pgx.Connect(ctx, pg.URL(""))

@@ -2,6 +2,7 @@ package localpg
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -139,7 +140,14 @@ func takenFirstDraw(t *testing.T) (port int, draws *int) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = taken.Close() })
-	port, draws = taken.Addr().(*net.TCPAddr).Port, new(int)
+	port = taken.Addr().(*net.TCPAddr).Port
+	return port, drawFirst(t, port)
+}
+
+// drawFirst makes the next port drawn port, and those after it free ones;
+// it counts the draws.
+func drawFirst(t *testing.T, port int) (draws *int) {
+	draws = new(int)
 	freePort = func() (int, error) {
 		*draws++
 		if *draws == 1 {
@@ -148,7 +156,7 @@ func takenFirstDraw(t *testing.T) (port int, draws *int) {
 		return FreePort()
 	}
 	t.Cleanup(func() { freePort = FreePort })
-	return port, draws
+	return draws
 }
 
 // A port Start drew can be taken before the server binds it (another test
@@ -192,4 +200,33 @@ func TestPgBouncerMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
 	require.NotEqual(t, port, b.Port)
 	require.Equal(t, 2, *draws, "one port taken, one more drawn")
 	require.NoError(t, ping(ctx, b.URL("postgres")))
+}
+
+// Another pgbouncer already on the port drawn answers the readiness query
+// too: pgbouncer is ready only once its own log says it listens on its
+// port. A session pooler's tests, behind a transaction pooler's port, saw
+// "connected to a session pooler".
+func TestPgBouncerIsNotFooledByAnotherOnItsPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and pgbouncer")
+	}
+	if _, err := PgBouncerVersion(); err != nil {
+		t.Skipf("no pgbouncer: %v", err)
+	}
+	ctx := context.Background()
+	s, err := Start(ctx, Options{Copy: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	first, err := StartPgBouncer(ctx, s.URL("postgres"), PoolSession, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = first.Close() })
+
+	draws := drawFirst(t, first.Port)
+	b, err := StartPgBouncer(ctx, s.URL("postgres"), PoolTransaction, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NotEqual(t, first.Port, b.Port, "it moved off the port the other holds")
+	require.Equal(t, 2, *draws)
+	require.NotZero(t, b.Pid(), "and runs")
+	require.Contains(t, b.Log(), fmt.Sprintf("listening on 127.0.0.1:%d", b.Port))
 }

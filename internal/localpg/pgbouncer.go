@@ -222,6 +222,11 @@ func (b *PgBouncer) start(ctx context.Context) error {
 	if b.asUser != nil {
 		args = []string{"-u", b.asUser.Username, b.ini}
 	}
+	// Ready is a query answered on its port once its own log says it
+	// listens there: another pgbouncer that drew the same port and bound
+	// it first answers the query too, while this one fails to bind.
+	mark := len(b.Log())
+	listening := "listening on 127.0.0.1:" + strconv.Itoa(b.Port)
 	// What it says on stderr (its log lines, and what goes wrong before
 	// its log file is open).
 	console, err := os.OpenFile(b.console, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -251,6 +256,10 @@ func (b *PgBouncer) start(ctx context.Context) error {
 			b.Stop()
 			return fmt.Errorf("pgbouncer on port %d did not pass a query: %v (last: %v)\n%s", b.Port, ctx.Err(), lastErr, b.LogTail(2000))
 		case <-time.After(20 * time.Millisecond):
+		}
+		if log := b.Log(); len(log) < mark || !strings.Contains(log[mark:], listening) {
+			lastErr = fmt.Errorf("its log does not say %q yet", listening)
+			continue
 		}
 		if lastErr = ping(ctx, url); lastErr == nil {
 			return nil
