@@ -6,14 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-data/idem/internal/config"
+	"github.com/idem-data/idem/internal/localpg"
 	"github.com/idem-data/idem/testkit/pgtest"
 )
 
@@ -137,4 +140,48 @@ func TestResolve(t *testing.T) {
 	cfg, err = poolConfig("postgres://u@127.0.0.1:6432/db?default_query_exec_mode=simple_protocol", 4, Route{Pooler: PoolerTransaction}.resolve(""))
 	require.NoError(t, err)
 	require.Equal(t, pgx.QueryExecModeSimpleProtocol, cfg.ConnConfig.DefaultQueryExecMode)
+}
+
+// TestDetectRouteBesideOtherClients: other clients at work on the pooler
+// (a second replica starting) hand DetectRoute's two connections other
+// server connections than the ones it compares, so one round can show
+// nothing of a transaction pooler. A replica beside another once took a
+// transaction pooler for a session one. Both modes, each asked 20 times
+// while three clients run transactions.
+func TestDetectRouteBesideOtherClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts pgbouncer")
+	}
+	db := pgtest.NewDB(t)
+	for _, mode := range []string{pgtest.PoolTransaction, pgtest.PoolSession} {
+		b := pgtest.StartPgBouncer(t, db.URL, mode)
+		cfg, err := pgconn.ParseConfig(db.URL)
+		require.NoError(t, err)
+		url := b.URL(cfg.Database)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := localpg.ConnectSimple(ctx, url)
+				if err != nil {
+					return
+				}
+				defer c.Close(context.Background())
+				for ctx.Err() == nil {
+					_, _ = c.Exec(ctx, "SELECT pg_backend_pid()")
+				}
+			}()
+		}
+		cc, err := pgx.ParseConfig(url)
+		require.NoError(t, err)
+		for i := range 20 {
+			r, err := DetectRoute(context.Background(), cc)
+			require.NoError(t, err)
+			require.Equal(t, mode, r.Pooler, "%s pooler, round %d", mode, i)
+		}
+		cancel()
+		wg.Wait()
+	}
 }

@@ -137,26 +137,38 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 		return Route{}, err
 	}
 	defer func() { _ = b.Close(context.WithoutCancel(ctx)) }()
-	mode := PoolerSession
-	err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
-		held, err := backendPID(ctx, tx)
+	// A session pooler never shows it; a transaction pooler shows it in
+	// most rounds, but other clients at work (a second replica starting)
+	// can hand the two connections other server connections than these,
+	// so a round that shows nothing proves nothing: it asks again.
+	for range poolerRounds {
+		moved := false
+		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+			held, err := backendPID(ctx, tx)
+			if err != nil {
+				return err
+			}
+			again, err := backendPID(ctx, a)
+			if err != nil {
+				return err
+			}
+			moved = held == first || again != first
+			return nil
+		})
 		if err != nil {
-			return err
+			return Route{}, fmt.Errorf("checking the pooler: %w", err)
 		}
-		again, err := backendPID(ctx, a)
-		if err != nil {
-			return err
+		if moved {
+			return Route{Pooler: PoolerTransaction}, nil
 		}
-		if held == first || again != first {
-			mode = PoolerTransaction
-		}
-		return nil
-	})
-	if err != nil {
-		return Route{}, fmt.Errorf("checking the pooler: %w", err)
 	}
-	return Route{Pooler: mode}, nil
+	return Route{Pooler: PoolerSession}, nil
 }
+
+// poolerRounds is how many times DetectRoute looks for a client connection
+// moving between server connections before it calls the pooler a session
+// pooler.
+const poolerRounds = 8
 
 type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
