@@ -138,6 +138,13 @@ func TestChaosFullCampaign(t *testing.T) {
 				t.Errorf("%d %s: fewer than 20", n, k)
 			}
 		}
+		// The target the campaign is run for: skipped faults do not count.
+		if r.Faults.Total < 2000 {
+			t.Errorf("%d faults: fewer than 2,000", r.Faults.Total)
+		}
+		if r.Events.Total < 100000 {
+			t.Errorf("%d events: fewer than 100,000", r.Events.Total)
+		}
 	}
 }
 
