@@ -182,16 +182,8 @@ func TestStartMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
 // The same for pgbouncer: a drawn port taken before pgbouncer binds it
 // (by another test's server starting at that moment) moves it to another.
 func TestPgBouncerMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and pgbouncer")
-	}
-	if _, err := PgBouncerVersion(); err != nil {
-		t.Skipf("no pgbouncer: %v", err)
-	}
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Copy: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := serverForBouncer(t)
 
 	port, draws := takenFirstDraw(t)
 	b, err := StartPgBouncer(ctx, s.URL("postgres"), PoolTransaction, "")
@@ -204,19 +196,10 @@ func TestPgBouncerMovesOffAPortTakenAfterItWasDrawn(t *testing.T) {
 
 // Another pgbouncer already on the port drawn answers the readiness query
 // too: pgbouncer is ready only once its own log says it listens on its
-// port. A session pooler's tests, behind a transaction pooler's port, saw
-// "connected to a session pooler".
+// port, and one that could not bind moves to another.
 func TestPgBouncerIsNotFooledByAnotherOnItsPort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and pgbouncer")
-	}
-	if _, err := PgBouncerVersion(); err != nil {
-		t.Skipf("no pgbouncer: %v", err)
-	}
 	ctx := context.Background()
-	s, err := Start(ctx, Options{Copy: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := serverForBouncer(t)
 	first, err := StartPgBouncer(ctx, s.URL("postgres"), PoolSession, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = first.Close() })
@@ -229,4 +212,20 @@ func TestPgBouncerIsNotFooledByAnotherOnItsPort(t *testing.T) {
 	require.Equal(t, 2, *draws)
 	require.NotZero(t, b.Pid(), "and runs")
 	require.Contains(t, b.Log(), fmt.Sprintf("listening on 127.0.0.1:%d", b.Port))
+}
+
+// serverForBouncer is a server for a pgbouncer test; it skips the test in
+// -short and without pgbouncer.
+func serverForBouncer(t *testing.T) *Server {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and pgbouncer")
+	}
+	if _, err := PgBouncerVersion(); err != nil {
+		t.Skipf("no pgbouncer: %v", err)
+	}
+	s, err := Start(context.Background(), Options{Copy: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
