@@ -346,16 +346,21 @@ func pausedSQL(pipeline, dataset string) string {
 }
 
 // cancelledSQL is true while a cancellation covers the event that the
-// five SQL expressions name (pipeline, dataset, partition, run, published):
-// one of its run, or one of a range holding its partition made after it
-// was published (CancellationsOf's rule). The statements that begin
+// five SQL expressions name (coversSQL). The statements that begin
 // attempts ask it, so that no attempt begins once a cancel has committed,
 // however long the caller took between its own check and its begin.
 func cancelledSQL(pipeline, dataset, partition, runID, published string) string {
 	return `SELECT EXISTS (SELECT 1 FROM idem.cancellations
-                      WHERE dag_id = ` + pipeline + ` AND (run_id = ` + runID + `
-                            OR (run_id IS NULL AND task_id = ` + dataset + ` AND ` + partition + ` BETWEEN from_key AND to_key
-                                AND cancelled_at > ` + published + `)))`
+                      WHERE ` + coversSQL(pipeline, dataset, partition, runID, published) + `)`
+}
+
+// coversSQL is true of a row of idem.cancellations that covers the event
+// the five SQL expressions name (pipeline, dataset, partition, run,
+// published): a cancellation of its run, or of a range holding its
+// partition made after it was published.
+func coversSQL(pipeline, dataset, partition, runID, published string) string {
+	return `dag_id = ` + pipeline + ` AND (run_id = ` + runID + `
+		       OR (run_id IS NULL AND task_id = ` + dataset + ` AND ` + partition + ` BETWEEN from_key AND to_key AND cancelled_at > ` + published + `))`
 }
 
 // QueueBegin queues on b the start of an attempt, in one statement, for a

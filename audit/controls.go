@@ -277,8 +277,7 @@ func CancellationsOf(ctx context.Context, db Querier, qs []CancelQuery) ([]*Canc
 	}
 	rs, err := db.Query(ctx, `SELECT i.ord, c.* FROM jsonb_to_recordset($1::jsonb) AS i(ord int, dag text, task text, part text, run text, published timestamptz)
 		CROSS JOIN LATERAL (SELECT `+cancellationColumns+` FROM idem.cancellations
-		 WHERE dag_id = i.dag AND (run_id = i.run
-		       OR (run_id IS NULL AND task_id = i.task AND i.part BETWEEN from_key AND to_key AND cancelled_at > i.published))
+		 WHERE `+coversSQL("i.dag", "i.task", "i.part", "i.run", "i.published")+`
 		 ORDER BY id LIMIT 1) c`, string(data))
 	if err != nil {
 		return nil, fmt.Errorf("audit: cancellations: %w", err)

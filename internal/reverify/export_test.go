@@ -10,7 +10,7 @@ import (
 // warehouse, belong to another server, as a failover after it would.
 func ForgetServer(ctx context.Context, r *Reverifier) error {
 	r.mu.Lock()
-	r.progress.id = audit.Identity{SystemIdentifier: r.progress.id.SystemIdentifier + "0"}
+	r.progress.ID = audit.Identity{SystemIdentifier: r.progress.ID.SystemIdentifier + "0"}
 	r.mu.Unlock()
 	_, err := r.cfg.DB.Exec(ctx, `UPDATE idem.reverify_progress SET system_identifier = system_identifier || '0'`)
 	return err

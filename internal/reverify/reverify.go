@@ -14,9 +14,7 @@ package reverify
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +26,6 @@ import (
 	"github.com/idem-data/idem/audit"
 	"github.com/idem-data/idem/handlers"
 	"github.com/idem-data/idem/internal/config"
-	"github.com/idem-data/idem/internal/deadletter"
 	"github.com/idem-data/idem/schemas"
 )
 
@@ -96,30 +93,11 @@ type Reverifier struct {
 	verified audit.Identity
 	known    bool
 	held     chan struct{}
-	// progress is how far this process's last pass got on a server: every
-	// event of the window up to its stream sequence is settled there. It
-	// is stored in the warehouse too (audit.StoreReverifyProgress), every
-	// progressEvery events or progressPeriod, so a pass cut by a fault
-	// resumes after it on the same server, in whichever replica takes the
-	// lease next; on another server (a new identity) it starts again from
-	// the window's beginning.
-	progress progress
+	// progress is how far this process's last pass got (progress.go).
+	progress audit.Progress
 	// poke asks Watch to read the server's identity now.
 	poke chan struct{}
 }
-
-type progress struct {
-	id      audit.Identity
-	through uint64
-}
-
-// A pass stores its progress after progressEvery settled events or
-// progressPeriod, whichever comes first, and when it is cut: a replica
-// killed mid-pass costs the next one at most that much work again.
-const (
-	progressEvery  = 500
-	progressPeriod = 2 * time.Second
-)
 
 // request is a pass asked for.
 type request struct{ reason string }
@@ -263,7 +241,7 @@ func (r *Reverifier) lease(ctx context.Context) (*audit.Lease, error) {
 // whichever replica ran it, it reads the window from where that pass
 // stopped: what it settled there stays (an acknowledged commit survives a
 // restart of the same server).
-func (r *Reverifier) verify(ctx context.Context, res *Result) error {
+func (r *Reverifier) verify(ctx context.Context, res *Result) (err error) {
 	id, err := audit.CurrentIdentity(ctx, r.cfg.DB)
 	if err != nil {
 		return err
@@ -286,11 +264,15 @@ func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	st := &store{r: r, id: id, stored: after, at: time.Now()}
-	defer st.flushCut(ctx)
+	pt := r.track(id, after)
+	defer func() {
+		if err != nil {
+			pt.flushCut(ctx)
+		}
+	}()
 	for _, e := range events {
 		if settled[e.seq] {
-			st.done(ctx, e.seq)
+			pt.settled(ctx, e.seq)
 			continue
 		}
 		res.Missing++
@@ -311,83 +293,13 @@ func (r *Reverifier) verify(ctx context.Context, res *Result) error {
 			r.cfg.Log.Warn().Str("dataset", e.ev.Dataset).Str("partition", e.ev.Key.Key).Str("run_id", e.ev.RunID).
 				Uint64("stream_seq", e.seq).Msg("re-verification: the warehouse had lost this load: loaded again")
 		}
-		st.done(ctx, e.seq)
+		pt.settled(ctx, e.seq)
 	}
-	st.complete = true
 	if err := audit.StoreIdentity(ctx, r.cfg.DB, r.cfg.Pipeline, id); err != nil {
 		return err
 	}
 	r.release(id)
 	return nil
-}
-
-// resumeAfter is the stream sequence a cut pass on server id settled
-// through: the furthest of this process's and the one stored in the
-// warehouse (by any replica), 0 when neither is of id.
-func (r *Reverifier) resumeAfter(ctx context.Context, id audit.Identity) (uint64, error) {
-	var after uint64
-	r.mu.Lock()
-	if r.progress.id == id {
-		after = r.progress.through
-	}
-	r.mu.Unlock()
-	p, ok, err := audit.ReverifyProgress(ctx, r.cfg.DB, r.cfg.Pipeline)
-	if err != nil {
-		return 0, err
-	}
-	if ok && p.ID == id && p.Stream == r.cfg.Stream {
-		after = max(after, p.Through)
-	}
-	return after, nil
-}
-
-// store keeps one pass's progress: in memory at every settled event, in
-// the warehouse every progressEvery events or progressPeriod, and once
-// more when the pass is cut.
-type store struct {
-	r        *Reverifier
-	id       audit.Identity
-	through  uint64 // settled through
-	stored   uint64 // in the warehouse through
-	at       time.Time
-	complete bool
-}
-
-func (s *store) done(ctx context.Context, seq uint64) {
-	s.through = seq
-	s.r.mu.Lock()
-	s.r.progress = progress{id: s.id, through: seq}
-	s.r.mu.Unlock()
-	if seq-s.stored >= progressEvery || time.Since(s.at) >= progressPeriod {
-		s.flush(ctx)
-	}
-}
-
-// flush stores the progress; a failure is left to the next flush (the
-// progress in memory still holds for this process).
-func (s *store) flush(ctx context.Context) {
-	s.at = time.Now()
-	if s.through <= s.stored {
-		return
-	}
-	err := audit.StoreReverifyProgress(ctx, s.r.cfg.DB, s.r.cfg.Pipeline, audit.Progress{ID: s.id, Stream: s.r.cfg.Stream, Through: s.through})
-	if err != nil {
-		s.r.cfg.Log.Debug().Err(err).Uint64("through", s.through).Msg("re-verification progress not stored")
-		return
-	}
-	s.stored = s.through
-}
-
-// flushCut stores what a cut pass settled, for the next replica, even when
-// the pass's context ended (the lease lost, the process stopping); a
-// warehouse that is gone refuses it in a second.
-func (s *store) flushCut(ctx context.Context) {
-	if s.complete {
-		return
-	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	s.flush(fctx)
 }
 
 // Init reads the identity the pipeline last verified against and the
@@ -473,217 +385,6 @@ func (r *Reverifier) Verified(ctx context.Context) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-type event struct {
-	seq   uint64
-	ev    schemas.Event
-	acked bool // at or below the consumer's ack floor
-}
-
-// window reads the events of the window that the consumer has been given
-// at least once (later ones are its to load), in stream order, leaving out
-// those whose dead letter is in the dead-letter stream (their fate was
-// decided) and those that do not decode (they were dead-lettered too).
-//
-// after, when not 0, is a stream sequence a cut pass on this server settled
-// through: the read starts after it.
-func (r *Reverifier) window(ctx context.Context, res *Result, after uint64) ([]event, error) {
-	since := r.cfg.Now().Add(-r.cfg.Window)
-	// Each lane's durable has its own position in the one stream.
-	type lane struct {
-		consumer, prefix string
-		delivered, floor uint64
-	}
-	lanes := []*lane{{consumer: r.cfg.Consumer, prefix: r.cfg.SubjectPrefix}}
-	if r.cfg.BackfillConsumer != "" {
-		lanes = append(lanes, &lane{consumer: r.cfg.BackfillConsumer, prefix: schemas.BackfillPrefix(r.cfg.SubjectPrefix)})
-	}
-	var delivered uint64
-	var filters []string
-	for i, l := range lanes {
-		c, err := r.cfg.JS.Consumer(ctx, r.cfg.Stream, l.consumer)
-		if i > 0 && errors.Is(err, jetstream.ErrConsumerNotFound) {
-			continue // not created yet: nothing delivered on that lane
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reverify: consumer %s: %w", l.consumer, err)
-		}
-		ci, err := c.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("reverify: consumer %s: %w", l.consumer, err)
-		}
-		l.delivered, l.floor = ci.Delivered.Stream, ci.AckFloor.Stream
-		delivered = max(delivered, l.delivered)
-		filters = append(filters, l.prefix+".>")
-	}
-	if delivered == 0 {
-		return nil, nil
-	}
-	laneOf := func(subject string) *lane {
-		for _, l := range lanes[1:] {
-			if strings.HasPrefix(subject, l.prefix+".") {
-				return l
-			}
-		}
-		return lanes[0]
-	}
-	dead := map[uint64]bool{}
-	store, err := deadletter.Open(ctx, r.cfg.JS, deadletter.Config{Stream: r.cfg.DLQStream, SubjectPrefix: r.cfg.DLQSubjectPrefix, EventsStream: r.cfg.Stream})
-	if err != nil {
-		return nil, fmt.Errorf("reverify: %w", err)
-	}
-	letters, err := store.List(ctx, deadletter.Filter{Since: since.Add(-time.Minute)}, false)
-	if err != nil {
-		return nil, fmt.Errorf("reverify: %w", err)
-	}
-	for _, l := range letters {
-		if l.OriginalStream == "" || l.OriginalStream == r.cfg.Stream {
-			dead[l.OriginalSeq] = true
-		}
-	}
-
-	s, err := r.cfg.JS.Stream(ctx, r.cfg.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("reverify: stream %s: %w", r.cfg.Stream, err)
-	}
-	start := after + 1
-	if after == 0 {
-		if start, err = firstSince(ctx, s, since); err != nil {
-			return nil, err
-		}
-	}
-	res.From = start
-	oc, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    start,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
-	}
-	var out []event
-	last := start - 1 // the last sequence read
-	stalls := 0       // fetches in a row that brought nothing while the stream had more
-	for {
-		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
-		}
-		n, done, drained := 0, false, false
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			seq := md.Sequence.Stream
-			last = max(last, seq)
-			drained = md.NumPending == 0
-			if seq >= delivered {
-				done = true
-			}
-			if md.Timestamp.Before(since) {
-				continue // resumed after a sequence older than the window
-			}
-			if seq > delivered {
-				continue
-			}
-			l := laneOf(m.Subject())
-			if seq > l.delivered {
-				continue // its lane's consumer has not had it yet
-			}
-			res.Checked++
-			if dead[seq] {
-				continue
-			}
-			ev, err := schemas.Decode(m.Subject(), m.Data(), r.cfg.Loader.Lookup)
-			if err != nil {
-				continue
-			}
-			out = append(out, event{seq: seq, ev: ev, acked: seq <= l.floor})
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("reverify: read %s: %w", r.cfg.Stream, err)
-		}
-		if done {
-			return out, nil
-		}
-		if n > 0 && !drained {
-			stalls = 0
-			continue
-		}
-		// The read says nothing is left before the last delivered event
-		// (an empty fetch, or no message pending): a fetch that timed out
-		// on a busy server says the same. The stream decides: a pass that
-		// took it for the end would release the loads with part of the
-		// window unchecked.
-		next, err := nextOf(ctx, s, last+1, filters)
-		if err != nil {
-			return nil, err
-		}
-		if next == 0 || next > delivered {
-			return out, nil
-		}
-		if n > 0 {
-			stalls = 0
-		}
-		if stalls++; stalls >= maxStalls {
-			return nil, fmt.Errorf("reverify: read %s: the read stopped at stream seq %d, before seq %d of the window, which the consumer delivered", r.cfg.Stream, last, next)
-		}
-	}
-}
-
-// maxStalls is how many fetches in a row may bring nothing while the
-// stream holds more of the window (a busy server) before the pass gives
-// up and is tried again.
-const maxStalls = 5
-
-// firstSince is the sequence from which s holds its messages stored at or
-// after since: the first one's, found by bisecting s's messages by their
-// stored time (which rises with the sequence), or the sequence after the
-// last when none is that recent. It asks the messages themselves, not
-// the server's index by time.
-func firstSince(ctx context.Context, s jetstream.Stream, since time.Time) (uint64, error) {
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("reverify: stream info: %w", err)
-	}
-	lo, hi := max(info.State.FirstSeq, 1), info.State.LastSeq+1
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		m, err := s.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(">"))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			hi = mid // nothing stored from mid on
-		case err != nil:
-			return 0, fmt.Errorf("reverify: find the window's start: %w", err)
-		case !m.Time.Before(since):
-			hi = mid
-		default:
-			lo = m.Sequence + 1
-		}
-	}
-	return lo, nil
-}
-
-// nextOf is the sequence of the first message of s at or after seq on one
-// of subjects, 0 when there is none.
-func nextOf(ctx context.Context, s jetstream.Stream, seq uint64, subjects []string) (uint64, error) {
-	var next uint64
-	for _, subj := range subjects {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("reverify: find the next event after seq %d: %w", seq-1, err)
-		}
-		if next == 0 || m.Sequence < next {
-			next = m.Sequence
-		}
-	}
-	return next, nil
 }
 
 // Watch reads the warehouse's identity at once and every interval, and asks
