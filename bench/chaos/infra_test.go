@@ -82,3 +82,17 @@ func TestLinkReplacesAWedgedProxy(t *testing.T) {
 	require.NoError(t, err, "the same address reaches the upstream through the new proxy")
 	require.Equal(t, "again\n", got)
 }
+
+// TestFreePortsAreDistinct: the ports of one cluster are drawn while the
+// others are held, so none comes out twice.
+func TestFreePortsAreDistinct(t *testing.T) {
+	for range 20 {
+		ports, err := freePorts(9)
+		require.NoError(t, err)
+		seen := map[int]bool{}
+		for _, p := range ports {
+			require.False(t, seen[p], "port %d drawn twice in %v", p, ports)
+			seen[p] = true
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,8 +17,6 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-
-	"github.com/idem-data/idem/internal/localpg"
 )
 
 // clusterSize is the number of nats-server processes of the cluster
@@ -66,15 +65,14 @@ type natsNode struct {
 func startCluster(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
 	c := &natsCluster{bin: bin, dir: dir, logs: logs,
 		tox: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())}
+	ports, err := freePorts(3 * clusterSize)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
 	for i := range clusterSize {
 		n := &natsNode{name: fmt.Sprintf("n%d", i), logs: logs}
-		for _, p := range []*int{&n.clientPort, &n.routePort, &n.monPort} {
-			var err error
-			if *p, err = localpg.FreePort(); err != nil {
-				c.close()
-				return nil, err
-			}
-		}
+		n.clientPort, n.routePort, n.monPort = ports[3*i], ports[3*i+1], ports[3*i+2]
 		n.client = toxiproxy.NewProxy(c.tox, "nats_"+n.name, "127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", n.clientPort))
 		if err := n.client.Start(); err != nil {
 			c.close()
@@ -362,4 +360,27 @@ func (c *natsCluster) close() {
 			}
 		}
 	}
+}
+
+// freePorts draws n free ports, all different: each listener stays open
+// until every port is drawn. Drawn one after another and closed at once,
+// two of one cluster's ports came out the same (a server's monitoring port
+// was another's route port), and the cluster never became healthy.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
