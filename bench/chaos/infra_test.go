@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -95,4 +98,38 @@ func TestFreePortsAreDistinct(t *testing.T) {
 			seen[p] = true
 		}
 	}
+}
+
+// TestAClusterWhosePortIsTakenMovesToOthers: a port drawn free can be taken
+// before the server binds it (another test binary's server). The server
+// that exits for it sends the cluster to new ports instead of failing the
+// campaign after a minute of asking a stranger for its health.
+func TestAClusterWhosePortIsTakenMovesToOthers(t *testing.T) {
+	bin := natsServerBinary(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	draws := 0
+	drawPorts = func(n int) ([]int, error) {
+		draws++
+		ports, err := freePorts(n)
+		if draws == 1 && err == nil {
+			ports[2] = takenPort // n0's monitoring port
+		}
+		return ports, err
+	}
+	t.Cleanup(func() { drawPorts = freePorts })
+
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	require.NoError(t, os.MkdirAll(logs, 0o755))
+	c, err := startCluster(context.Background(), bin, dir, logs)
+	require.NoError(t, err)
+	defer c.close()
+	require.Equal(t, 2, draws, "the cluster moved to a second set of ports")
+	require.NotEqual(t, takenPort, c.nodes[0].monPort)
+	log, err := os.ReadFile(filepath.Join(logs, "nats-n0-001.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(log), "address already in use", "n0's first start found its port taken")
 }

@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -58,14 +61,40 @@ type natsNode struct {
 	cmd         *exec.Cmd
 	done        chan struct{}
 	incarnation int
+	logFrom     int64 // where this incarnation's lines begin in its log
 }
 
+func (n *natsNode) logPath() string {
+	return filepath.Join(n.logs, fmt.Sprintf("nats-%s-%03d.log", n.name, n.incarnation))
+}
+
+// clusterTries bounds how many sets of ports startCluster draws.
+const clusterTries = 4
+
 // startCluster writes the three configs, starts the proxies and the servers,
-// and waits until every server reports JetStream healthy.
+// and waits until every server reports JetStream healthy. A port is free
+// when drawn, not when the server binds it: another test binary can take it
+// in between. A server that exits because its port was taken sends the
+// whole cluster to a new set of ports, up to clusterTries times.
 func startCluster(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
+	var err error
+	for range clusterTries {
+		var c *natsCluster
+		if c, err = startClusterOnce(ctx, bin, dir, logs); err == nil || !errors.Is(err, errPortTaken) {
+			return c, err
+		}
+		// Nothing was written but the servers' empty stores.
+		if rmErr := os.RemoveAll(filepath.Join(dir, "store")); rmErr != nil {
+			return nil, rmErr
+		}
+	}
+	return nil, err
+}
+
+func startClusterOnce(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
 	c := &natsCluster{bin: bin, dir: dir, logs: logs,
 		tox: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())}
-	ports, err := freePorts(3 * clusterSize)
+	ports, err := drawPorts(3 * clusterSize)
 	if err != nil {
 		c.close()
 		return nil, err
@@ -183,11 +212,16 @@ func (n *natsNode) start(bin string) error {
 		return nil
 	}
 	n.incarnation++
-	f, err := os.Create(filepath.Join(n.logs, fmt.Sprintf("nats-%s-%03d.log", n.name, n.incarnation)))
+	// Appended to: a cluster moved to other ports starts its servers' logs
+	// again, after the first attempt's.
+	f, err := os.OpenFile(n.logPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if n.logFrom, err = f.Seek(0, io.SeekEnd); err != nil {
+		return err
+	}
 	cmd := exec.Command(bin, "-c", n.conf)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -222,13 +256,43 @@ func (n *natsNode) stop(sig syscall.Signal, within time.Duration) bool {
 	return true
 }
 
+// errPortTaken is a server that exited because one of its ports was taken.
+var errPortTaken = errors.New("a port was taken")
+
+// exited is the error of a server that is no longer running: errPortTaken
+// when its log says a port was in use. Its process is forgotten, so that
+// start runs it again.
+func (n *natsNode) exited() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return fmt.Errorf("chaos: nats-server %s is not running", n.name)
+	}
+	select {
+	case <-n.done:
+	default:
+		return nil
+	}
+	n.cmd = nil
+	log, _ := os.ReadFile(n.logPath())
+	if int64(len(log)) >= n.logFrom && bytes.Contains(log[n.logFrom:], []byte("address already in use")) {
+		return fmt.Errorf("chaos: nats-server %s exited: %w", n.name, errPortTaken)
+	}
+	return fmt.Errorf("chaos: nats-server %s exited", n.name)
+}
+
 // waitHealthy waits until the server's /healthz answers 200: it serves
-// clients and its JetStream is current with the cluster.
+// clients and its JetStream is current with the cluster. A server that
+// exits fails the wait at once (another process may answer on its
+// monitoring port).
 func (n *natsNode) waitHealthy(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.monPort)
 	var last string
 	for {
+		if err := n.exited(); err != nil {
+			return err
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
 		if err == nil {
@@ -254,14 +318,13 @@ func (c *natsCluster) restart(ctx context.Context, i int) error {
 	// The ports were just released; retry a start that lost a race for one.
 	for range 20 {
 		if err = c.nodes[i].start(c.bin); err == nil {
-			break
+			if err = c.nodes[i].waitHealthy(ctx, 90*time.Second); !errors.Is(err, errPortTaken) {
+				return err
+			}
 		}
 		sleepCtx(ctx, 250*time.Millisecond)
 	}
-	if err != nil {
-		return err
-	}
-	return c.nodes[i].waitHealthy(ctx, 90*time.Second)
+	return err
 }
 
 // down stops every server (SIGTERM): the whole cluster is gone.
@@ -362,6 +425,18 @@ func (c *natsCluster) close() {
 	}
 }
 
+// Ports are drawn below Linux's default ephemeral range (32768-60999),
+// from which the kernel hands out every port asked for with :0 and every
+// outgoing connection's local port: the other test binaries running beside
+// the campaign take those by the thousand.
+const (
+	portsFrom = 20000
+	portsTo   = 32768
+)
+
+// drawPorts is freePorts; a variable so a test can hand out a taken port.
+var drawPorts = freePorts
+
 // freePorts draws n free ports, all different: each listener stays open
 // until every port is drawn. Drawn one after another and closed at once,
 // two of one cluster's ports came out the same (a server's monitoring port
@@ -374,10 +449,13 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 50*n {
+			return nil, fmt.Errorf("chaos: no %d free ports in %d-%d", n, portsFrom, portsTo)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", portsFrom+rand.IntN(portsTo-portsFrom)))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		held = append(held, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
