@@ -193,7 +193,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rd.bad, rd.samples, rd.worst, rd.firstBad.Format(time.RFC3339))
 	}
 
-	h := history{events: append(append([]*event(nil), pl.events...), settle...), faults: nem.faults()}
+	h := history{events: append(append([]*event(nil), pl.events...), settle...), faults: nem.faults(), pauses: c.timely.pauseTimes()}
 	h.events = append(h.events, c.src.phaseEvents()...)
 	for _, rep := range c.replicas {
 		h.exits = append(h.exits, rep.history()...)

@@ -38,6 +38,10 @@ type history struct {
 	events []*event // fault phase, then settle
 	faults []*fault
 	exits  []exit
+	// pauses are when each operator's pause of pausedDataset returned: a
+	// message of that dataset delivered during one goes back for later, a
+	// redelivery no fault explains.
+	pauses []time.Time
 }
 
 // window is a span during which a fault could have disturbed a delivery.
@@ -518,7 +522,7 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 			continue
 		}
 		if ev.fatal != "" {
-			checkFatal(ev, dlOf[ev.idx], ws, success, r)
+			checkFatal(ev, dlOf[ev.idx], ws, h.pauses, success, r)
 			continue
 		}
 		k := ev.key()
@@ -662,7 +666,23 @@ func countCrashesAfterSuccess(ctx context.Context, db querier, h history, r *Rep
 		pipeline, runs, at).Scan(&r.Faults.CrashAfterSuccess)
 }
 
-func checkFatal(ev *event, dls []deadLetter, ws []window, success map[runKey]int, r *Report) {
+// pausedMeanwhile reports whether an operator's pause of ev's dataset was
+// in force at some time of [from, to]. It is in force from a little before
+// its command returned (its row's since) for pauseHold; a message held for
+// a slot when it came comes back up to an ack wait and a fetch later.
+func pausedMeanwhile(ev *event, pauses []time.Time, from, to time.Time) bool {
+	if ev.dataset != pausedDataset {
+		return false
+	}
+	for _, at := range pauses {
+		if !at.Add(-2*time.Second).After(to) && !at.Add(pauseHold+DefaultAckWait+2*time.Second).Before(from) {
+			return true
+		}
+	}
+	return false
+}
+
+func checkFatal(ev *event, dls []deadLetter, ws []window, pauses []time.Time, success map[runKey]int, r *Report) {
 	c := &r.Check
 	c.FatalInputs++
 	if success[ev.key()] > 0 {
@@ -693,7 +713,7 @@ func checkFatal(ev *event, dls []deadLetter, ws []window, success map[runKey]int
 		if ev.fatal == "empty_partition" {
 			kinds = nil // it reaches the database: any fault can fail its first delivery
 		}
-		if explained(ws, ev.copies[0].sentAt, dl.failedAt, kinds...) {
+		if explained(ws, ev.copies[0].sentAt, dl.failedAt, kinds...) || pausedMeanwhile(ev, pauses, ev.copies[0].sentAt, dl.failedAt) {
 			c.FatalRedeliveredExpl++
 		} else {
 			r.violate("fatal input %d (%s) dead-lettered after %s deliveries with no fault to explain it", ev.idx, ev.fatal, dl.deliveries)

@@ -338,7 +338,7 @@ func (o Options) longRoundMax() time.Duration {
 }
 
 // FromEnv reads the knobs of `make chaos` over o: CHAOS_SEED, CHAOS_EVENTS,
-// CHAOS_DURATION, CHAOS_REPLICAS, CHAOS_PARTITIONS, CHAOS_CRASH_PROB,
+// CHAOS_DURATION, CHAOS_REPLICAS, CHAOS_PARTITIONS, CHAOS_MAX_IN_FLIGHT, CHAOS_CRASH_PROB,
 // CHAOS_DRAIN_BOUND, CHAOS_LONG_ROUNDS, CHAOS_WAREHOUSE_DOWN_MIN,
 // CHAOS_WAREHOUSE_DOWN_MAX, CHAOS_NATS_DOWN, CHAOS_POOLER=transaction (or
 // session: the replicas behind a real pooler in that mode, which the caller
@@ -371,6 +371,7 @@ func FromEnv(o Options) (Options, error) {
 	num("CHAOS_EVENTS", func(n int64) { o.Events = int(n) })
 	num("CHAOS_REPLICAS", func(n int64) { o.Replicas = int(n) })
 	num("CHAOS_PARTITIONS", func(n int64) { o.Partitions = int(n) })
+	num("CHAOS_MAX_IN_FLIGHT", func(n int64) { o.MaxInFlight = int(n) })
 	dur("CHAOS_DURATION", &o.Duration)
 	dur("CHAOS_DRAIN_BOUND", &o.DrainBound)
 	num("CHAOS_LONG_ROUNDS", func(n int64) { o.LongRounds = int(n) })

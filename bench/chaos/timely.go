@@ -326,6 +326,17 @@ func (t *timely) pause(ctx context.Context) {
 	t.pausedAt = append(t.pausedAt, time.Now())
 }
 
+// pauseTimes are when the pauses that succeeded returned; none without the
+// timely datasets.
+func (t *timely) pauseTimes() []time.Time {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.pausedAt)
+}
+
 // settle waits until every rechecked partition equals its rows again (a
 // recheck pass found the last corrections), at most a minute after the
 // last one; the early partitions are settled by the drain.
