@@ -130,6 +130,9 @@ func TestChaosFullCampaign(t *testing.T) {
 	o.LongRounds, o.WarehouseDownMin, o.WarehouseDownMax = 4, 30*time.Second, 2*time.Minute
 	o.FaultGapMin, o.FaultGapMax = 300*time.Millisecond, 1500*time.Millisecond
 	o.PG = pgOnTmpfs(t, 6000)
+	// The servers' stores on a tmpfs of their own, whatever /dev/shm
+	// holds: three servers' R3 streams over 90 min take some 1.5 GB.
+	o.NATSStore = sizedTmpfs(t, 4000)
 	r := runCampaign(t, o)
 	requireLongFaults(t, r)
 	if r != nil {

@@ -124,7 +124,7 @@ func TestAClusterWhosePortIsTakenMovesToOthers(t *testing.T) {
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "logs")
 	require.NoError(t, os.MkdirAll(logs, 0o755))
-	c, err := startCluster(context.Background(), bin, dir, logs)
+	c, err := startCluster(context.Background(), bin, dir, filepath.Join(dir, "store"), logs)
 	require.NoError(t, err)
 	defer c.close()
 	require.Equal(t, 2, draws, "the cluster moved to a second set of ports")

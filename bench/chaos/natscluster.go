@@ -34,10 +34,11 @@ const clusterSize = 3
 // server's routes can be cut while it keeps running and serving its
 // clients: a minority partitioned away.
 type natsCluster struct {
-	bin  string
-	dir  string
-	logs string
-	tox  *toxiproxy.ApiServer
+	bin   string
+	dir   string
+	store string // the servers' stores, one directory each
+	logs  string
+	tox   *toxiproxy.ApiServer
 
 	nodes []*natsNode
 	// routes[i][j] is the proxy server i dials to reach server j.
@@ -76,23 +77,23 @@ const clusterTries = 4
 // when drawn, not when the server binds it: another test binary can take it
 // in between. A server that exits because its port was taken sends the
 // whole cluster to a new set of ports, up to clusterTries times.
-func startCluster(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
+func startCluster(ctx context.Context, bin, dir, store, logs string) (*natsCluster, error) {
 	var err error
 	for range clusterTries {
 		var c *natsCluster
-		if c, err = startClusterOnce(ctx, bin, dir, logs); err == nil || !errors.Is(err, errPortTaken) {
+		if c, err = startClusterOnce(ctx, bin, dir, store, logs); err == nil || !errors.Is(err, errPortTaken) {
 			return c, err
 		}
 		// Nothing was written but the servers' empty stores.
-		if rmErr := os.RemoveAll(filepath.Join(dir, "store")); rmErr != nil {
+		if rmErr := os.RemoveAll(store); rmErr != nil {
 			return nil, rmErr
 		}
 	}
 	return nil, err
 }
 
-func startClusterOnce(ctx context.Context, bin, dir, logs string) (*natsCluster, error) {
-	c := &natsCluster{bin: bin, dir: dir, logs: logs,
+func startClusterOnce(ctx context.Context, bin, dir, store, logs string) (*natsCluster, error) {
+	c := &natsCluster{bin: bin, dir: dir, store: store, logs: logs,
 		tox: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())}
 	ports, err := drawPorts(3 * clusterSize)
 	if err != nil {
@@ -173,7 +174,7 @@ cluster {
 %s
   ]
 }
-`, n.name, n.clientPort, n.client.Listen, n.monPort, filepath.Join(c.dir, "store", n.name), n.routePort, strings.Join(routes, "\n"))
+`, n.name, n.clientPort, n.client.Listen, n.monPort, filepath.Join(c.store, n.name), n.routePort, strings.Join(routes, "\n"))
 }
 
 // clientURLs is what idem and the publisher connect to: every server's

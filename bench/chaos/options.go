@@ -183,6 +183,11 @@ type Options struct {
 	Bin string
 	// NATSBin is a nats-server binary. Required with Cluster.
 	NATSBin string
+	// NATSStore is where the cluster's servers keep their JetStream
+	// stores; under Dir when empty. The harness kills processes, never the
+	// machine: a store on a tmpfs keeps every write a process made, as a
+	// disk's page cache does, and its fsyncs cost nothing.
+	NATSStore string
 	// S3Bin is a versitygw binary. Required with Files.
 	S3Bin string
 	// PG is the cluster the campaign may restart at will. Required: it must

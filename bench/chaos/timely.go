@@ -75,6 +75,7 @@ type timely struct {
 	corrections int
 	pauses      int
 	pauseFails  int
+	pauseErr    string        // the last failed pause's error
 	rewritten   int           // ready marks written again (keepReady)
 	every       time.Duration // keepReady's period: keepReadyEvery, shorter in tests
 	lastChange  time.Time
@@ -221,7 +222,12 @@ func publishRaw(ctx context.Context, js jetstream.JetStream, dataset, partition,
 // retrySQL runs fn until it succeeds or a minute has passed: the warehouse
 // may be down for a fault.
 func retrySQL(ctx context.Context, fn func(ctx context.Context) error) error {
-	deadline := time.Now().Add(time.Minute)
+	return retrySQLWithin(ctx, time.Minute, fn)
+}
+
+// retrySQLWithin is retrySQL, trying for within.
+func retrySQLWithin(ctx context.Context, within time.Duration, fn func(ctx context.Context) error) error {
+	deadline := time.Now().Add(within)
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := fn(qctx)
@@ -304,11 +310,19 @@ func (t *timely) correct(ctx context.Context, p int) {
 	}
 }
 
+// pauseWithin is how long an operator tries idem pause: a minute past the
+// longest warehouse outage the campaign makes (idem pause writes its row
+// in the warehouse; one set during an outage fails with the reason, and is
+// run again).
+func (t *timely) pauseWithin() time.Duration {
+	return max(t.o.WarehouseDownMax, DefaultWarehouseDownMax) + time.Minute
+}
+
 // pause pauses pausedDataset for pauseHold with idem pause, as an
 // operator would, again until the command succeeds (the warehouse may be
 // down).
 func (t *timely) pause(ctx context.Context) {
-	err := retrySQL(ctx, func(ctx context.Context) error {
+	err := retrySQLWithin(ctx, t.pauseWithin(), func(ctx context.Context) error {
 		out, err := exec.CommandContext(ctx, t.bin, "pause", pausedDataset, "--config", t.cfg,
 			"--reason", "chaos: an operator's pause", "--until", pauseHold.String()).CombinedOutput()
 		if err != nil {
@@ -320,6 +334,7 @@ func (t *timely) pause(ctx context.Context) {
 	defer t.mu.Unlock()
 	if err != nil {
 		t.pauseFails++
+		t.pauseErr = err.Error()
 		return
 	}
 	t.pauses++
@@ -403,7 +418,7 @@ func (t *timely) check(ctx context.Context, db querier, r *Report) error {
 	f := &TimelyFigures{EarlyPartitions: len(t.parts), Corrections: t.corrections, Pauses: t.pauses, PauseFails: t.pauseFails, MarksRewritten: t.rewritten}
 	r.Timely = f
 	if t.pauseFails > 0 {
-		r.violate("%d pauses could not be set within a minute", t.pauseFails)
+		r.violate("%d pauses could not be set within %s, the last with: %s", t.pauseFails, t.pauseWithin(), cut(t.pauseErr, 300))
 	}
 	q := func(dst *int, sql string, args ...any) error {
 		if err := db.QueryRow(ctx, sql, args...).Scan(dst); err != nil {
