@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,7 +41,6 @@ type campaign struct {
 	files    *fileWorkload // nil without Options.Files
 	timely   *timely       // nil without Options.Timely
 	adminCfg string        // the config as the administrator, for operator commands
-	ownStore string        // the servers' stores on /dev/shm, removed at the end
 }
 
 // Run runs one campaign and returns its report. An error means the harness
@@ -296,11 +294,7 @@ func (c *campaign) setup(ctx context.Context, standby bool) error {
 	}
 	var clientURL, directURL string
 	if o.Cluster {
-		store := o.NATSStore
-		if store == "" {
-			store, c.ownStore = natsStoreDir(o.Dir)
-		}
-		if c.cluster, err = startCluster(ctx, o.NATSBin, o.Dir, store, c.logs); err != nil {
+		if c.cluster, err = startCluster(ctx, o.NATSBin, o.Dir, o.NATSStore, c.logs); err != nil {
 			return err
 		}
 		c.nats = c.cluster
@@ -668,26 +662,6 @@ func startupFailure(line string) bool {
 	return false
 }
 
-// tmpfsMagic is a tmpfs's f_type in statfs(2).
-const tmpfsMagic = 0x01021994
-
-// natsStoreDir is where the cluster's servers keep their stores when the
-// caller named none: a new directory on /dev/shm when that is a tmpfs with
-// 2 GiB free (owned is that directory, removed at the end), else under dir.
-// Three servers syncing every write to a virtual machine's disk took a
-// quarter of a 2-core machine's CPU in system time, and the fleet fell
-// behind a workload it keeps up with on a tmpfs (1,450 against 1,900
-// acknowledgements a minute, the same seed, no faults).
-func natsStoreDir(dir string) (store, owned string) {
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs("/dev/shm", &fs); err == nil && int64(fs.Type) == tmpfsMagic && fs.Bavail*uint64(fs.Bsize) >= 2<<30 {
-		if d, err := os.MkdirTemp("/dev/shm", "idem-chaos-nats-"); err == nil {
-			return d, d
-		}
-	}
-	return filepath.Join(dir, "store"), ""
-}
-
 func (c *campaign) close() {
 	for _, rep := range c.replicas {
 		rep.stop(10 * time.Second)
@@ -700,9 +674,6 @@ func (c *campaign) close() {
 	}
 	if c.cluster != nil {
 		c.cluster.close()
-		if c.ownStore != "" {
-			_ = os.RemoveAll(c.ownStore)
-		}
 	} else if c.nats != nil {
 		c.nats.down()
 	}

@@ -459,7 +459,7 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 			sentAt[cp.chaosID()] = cp.sentAt
 		}
 	}
-	ws := faultWindows(h, ackWait)
+	ws, pws := faultWindows(h, ackWait), pauseWindows(h.pauses, ackWait)
 	deadValid := map[int]bool{} // valid events with a dead letter
 	evidenceLeft := 10          // violations that quote the audit rows
 	for _, dl := range dls {
@@ -522,7 +522,7 @@ func checkRuns(ctx context.Context, db querier, js jetstream.JetStream, h histor
 			continue
 		}
 		if ev.fatal != "" {
-			checkFatal(ev, dlOf[ev.idx], ws, h.pauses, success, r)
+			checkFatal(ev, dlOf[ev.idx], ws, pws, success, r)
 			continue
 		}
 		k := ev.key()
@@ -666,23 +666,22 @@ func countCrashesAfterSuccess(ctx context.Context, db querier, h history, r *Rep
 		pipeline, runs, at).Scan(&r.Faults.CrashAfterSuccess)
 }
 
-// pausedMeanwhile reports whether an operator's pause of ev's dataset was
-// in force at some time of [from, to]. It is in force from a little before
-// its command returned (its row's since) for pauseHold; a message held for
-// a slot when it came comes back up to an ack wait and a fetch later.
-func pausedMeanwhile(ev *event, pauses []time.Time, from, to time.Time) bool {
-	if ev.dataset != pausedDataset {
-		return false
-	}
+// pauseWindows are the spans in which an operator's pause of pausedDataset
+// could have sent a message back for later: from a little before its
+// command returned (its row's since) for pauseHold, and the ack wait and a
+// fetch after, when the held message comes back.
+func pauseWindows(pauses []time.Time, ackWait time.Duration) []window {
+	out := make([]window, 0, len(pauses))
 	for _, at := range pauses {
-		if !at.Add(-2*time.Second).After(to) && !at.Add(pauseHold+DefaultAckWait+2*time.Second).Before(from) {
-			return true
-		}
+		out = append(out, window{"operator_pause", at.Add(-2 * time.Second), at.Add(pauseHold + ackWait + 2*time.Second)})
 	}
-	return false
+	return out
 }
 
-func checkFatal(ev *event, dls []deadLetter, ws []window, pauses []time.Time, success map[runKey]int, r *Report) {
+// checkFatal judges a fatal input's dead letters. ws are the faults'
+// windows, pws the pauses' (pauseWindows), which explain only a message of
+// pausedDataset.
+func checkFatal(ev *event, dls []deadLetter, ws, pws []window, success map[runKey]int, r *Report) {
 	c := &r.Check
 	c.FatalInputs++
 	if success[ev.key()] > 0 {
@@ -713,7 +712,8 @@ func checkFatal(ev *event, dls []deadLetter, ws []window, pauses []time.Time, su
 		if ev.fatal == "empty_partition" {
 			kinds = nil // it reaches the database: any fault can fail its first delivery
 		}
-		if explained(ws, ev.copies[0].sentAt, dl.failedAt, kinds...) || pausedMeanwhile(ev, pauses, ev.copies[0].sentAt, dl.failedAt) {
+		from := ev.copies[0].sentAt
+		if explained(ws, from, dl.failedAt, kinds...) || (ev.dataset == pausedDataset && explained(pws, from, dl.failedAt)) {
 			c.FatalRedeliveredExpl++
 		} else {
 			r.violate("fatal input %d (%s) dead-lettered after %s deliveries with no fault to explain it", ev.idx, ev.fatal, dl.deliveries)

@@ -226,7 +226,7 @@ func TestAPauseExplainsAFatalInputsRedelivery(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := &Report{}
-			checkFatal(fatal(c.dataset), dl, nil, c.pauses, map[runKey]int{}, r)
+			checkFatal(fatal(c.dataset), dl, nil, pauseWindows(c.pauses, DefaultAckWait), map[runKey]int{}, r)
 			require.Len(t, r.Violations, c.want, "%v", r.Violations)
 			require.Equal(t, 1, r.Check.FatalRedelivered)
 			require.Equal(t, 1-c.want, r.Check.FatalRedeliveredExpl)

@@ -124,11 +124,17 @@ func TestAClusterWhosePortIsTakenMovesToOthers(t *testing.T) {
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "logs")
 	require.NoError(t, os.MkdirAll(logs, 0o755))
-	c, err := startCluster(context.Background(), bin, dir, filepath.Join(dir, "store"), logs)
+	c, err := startCluster(context.Background(), bin, dir, "", logs)
 	require.NoError(t, err)
 	defer c.close()
 	require.Equal(t, 2, draws, "the cluster moved to a second set of ports")
 	require.NotEqual(t, takenPort, c.nodes[0].monPort)
+	if c.ownStore {
+		// A store of its own (on /dev/shm) goes with the cluster.
+		require.DirExists(t, filepath.Join(c.store, "n0"))
+		c.close()
+		require.NoDirExists(t, c.store)
+	}
 	log, err := os.ReadFile(filepath.Join(logs, "nats-n0-001.log"))
 	require.NoError(t, err)
 	require.Contains(t, string(log), "address already in use", "n0's first start found its port taken")

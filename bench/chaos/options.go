@@ -184,9 +184,8 @@ type Options struct {
 	// NATSBin is a nats-server binary. Required with Cluster.
 	NATSBin string
 	// NATSStore is where the cluster's servers keep their JetStream
-	// stores; under Dir when empty. The harness kills processes, never the
-	// machine: a store on a tmpfs keeps every write a process made, as a
-	// disk's page cache does, and its fsyncs cost nothing.
+	// stores; when empty, a directory of its own on /dev/shm, or under Dir
+	// (natsStoreDir).
 	NATSStore string
 	// S3Bin is a versitygw binary. Required with Files.
 	S3Bin string
