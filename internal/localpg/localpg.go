@@ -560,11 +560,67 @@ func (s *Server) Promote(ctx context.Context) error {
 // a crashed machine would: nothing is flushed or shut down. It returns once
 // they are gone (within 10 s), so that the port and the data directory are
 // free for another server.
+//
+// The postmaster is stopped (SIGSTOP) before its children are listed, so
+// that none is forked after the list; and any process still attached to the
+// server's shared memory afterwards is killed too: a new server refuses the
+// data directory ("pre-existing shared memory block is still in use") while
+// one of the old server's processes lives.
 func (s *Server) Kill() error {
 	pid, err := s.postmaster()
 	if err != nil {
 		return err
 	}
+	key := s.shmKey()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) && state(pid) != "T" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	children := childrenOf(pid)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	for _, child := range children {
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	if err := waitGone(append([]int{pid}, children...), deadline); err != nil {
+		return err
+	}
+	if key == "" {
+		return nil
+	}
+	for {
+		stray := attachedTo(key)
+		if len(stray) == 0 {
+			return nil
+		}
+		for _, p := range stray {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		if err := waitGone(stray, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// waitGone waits until none of pids runs, or the deadline.
+func waitGone(pids []int, deadline time.Time) error {
+	for _, p := range pids {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("localpg: process %d still runs 10 s after SIGKILL", p)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var children []int
 	for _, f := range stats {
@@ -581,22 +637,47 @@ func (s *Server) Kill() error {
 			}
 		}
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return err
+	return children
+}
+
+// shmKey is the name the server's System V shared memory segment has in a
+// process's memory map ("SYSV" and the key in 8 hex digits), read from the
+// seventh line of postmaster.pid; "" if it has none.
+func (s *Server) shmKey() string {
+	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	if err != nil {
+		return ""
 	}
-	for _, child := range children {
-		_ = syscall.Kill(child, syscall.SIGKILL)
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return ""
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, p := range append([]int{pid}, children...) {
-		for alive(p) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("localpg: process %d still runs 10 s after SIGKILL", p)
-			}
-			time.Sleep(10 * time.Millisecond)
+	fields := strings.Fields(lines[6])
+	if len(fields) < 1 {
+		return ""
+	}
+	k, err := strconv.ParseUint(fields[0], 10, 32)
+	if err != nil || k == 0 {
+		return ""
+	}
+	return fmt.Sprintf("/SYSV%08x ", k)
+}
+
+// attachedTo lists the live processes whose memory map holds the segment
+// named by key.
+func attachedTo(key string) []int {
+	maps, _ := filepath.Glob("/proc/[0-9]*/maps")
+	var pids []int
+	for _, f := range maps {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), key) {
+			continue
+		}
+		if p, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && p != os.Getpid() && alive(p) {
+			pids = append(pids, p)
 		}
 	}
-	return nil
+	return pids
 }
 
 // StartAfterKill starts s after Kill (crash recovery runs first). A start
@@ -628,14 +709,23 @@ func (s *Server) StartAfterKill(ctx context.Context) error {
 // postmaster whose parent (pg_ctl exited, so init or a subreaper) has not
 // reaped it yet holds no port and no file any more.
 func alive(pid int) bool {
+	st := state(pid)
+	return st != "" && st != "Z" && st != "X"
+}
+
+// state is process pid's state letter in /proc (R, S, T, Z...), "" if it
+// has none.
+func state(pid int) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return ""
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return false
+		return ""
 	}
-	fields := strings.Fields(string(b[i+1:]))
-	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
+	if fields := strings.Fields(string(b[i+1:])); len(fields) > 0 {
+		return fields[0]
+	}
+	return ""
 }

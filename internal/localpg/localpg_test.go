@@ -229,3 +229,61 @@ func serverForBouncer(t *testing.T) *Server {
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
+
+// A server killed while clients connect and run queries leaves no process
+// attached to its shared memory, so a new one can start on its data
+// directory. Before the postmaster was stopped ahead of the list of
+// its children, a backend forked while the list was read outlived the kill,
+// and the next start failed ("pre-existing shared memory block is still in
+// use") until it ended.
+func TestKillLeavesNothingAttached(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx := context.Background()
+	s, err := Start(ctx, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	for round := range 3 {
+		key := s.shmKey()
+		require.NotEmpty(t, key, "postmaster.pid names a shared memory key")
+		c, err := pgx.Connect(ctx, s.URL(""))
+		require.NoError(t, err)
+		var backend int
+		require.NoError(t, c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend))
+		require.Contains(t, attachedTo(key), backend, "a backend maps the server's segment")
+
+		// Clients that connect and run a query in a loop keep the
+		// postmaster forking while it is killed.
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		for range 6 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					if conn, err := pgx.Connect(cctx, s.URL("")); err == nil {
+						_, _ = conn.Exec(cctx, "SELECT count(*) FROM generate_series(1, 200000)")
+						_ = conn.Close(cctx)
+					}
+					cancel()
+				}
+			}()
+		}
+		time.Sleep(300 * time.Millisecond)
+		require.NoError(t, s.Kill())
+		require.Empty(t, attachedTo(key), "round %d: a process of the killed server still maps its memory", round)
+		close(stop)
+		for range 6 {
+			<-done
+		}
+		_ = c.Close(ctx)
+		require.NoError(t, s.StartAfterKill(ctx), "round %d: start after the kill", round)
+	}
+}
