@@ -13,6 +13,9 @@ PKGS  ?= ./...
 # order given), so that the short ones fill the slots at the end; two
 # packages at once for the harness, three for the race run (the harness
 # suites mostly wait on their child processes).
+# The temporary files (the test clusters, the JetStream stores, the test
+# binaries) go to a directory of scripts/test-tmpdir.sh, on /dev/shm when
+# it has room, removed at the end.
 # -vet=off: the vet target ran every analyzer go test would, and more, on
 # the same packages, test files included. -ldflags=-w: no DWARF in the test
 # binaries, a quarter less linking.
@@ -64,13 +67,15 @@ vet: ## go vet
 test: ## vet, go.mod tidy, then every test with the race detector against real PostgreSQL (chaos with its fixed seed)
 	@$(MAKE) --no-print-directory -j3 test-tools vet tidy-check
 ifeq ($(PKGS),./...)
-	@$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) -skip '^$(FAULTS_TEST)$$' $(HARNESS_PKGS) & harness=$$!; \
+	@export TMPDIR=$$(bash scripts/test-tmpdir.sh); trap 'rm -rf "$$TMPDIR"' EXIT; \
+	$(GO) test $(TEST_FLAGS) -p $(HARNESS_P) -skip '^$(FAULTS_TEST)$$' $(HARNESS_PKGS) & harness=$$!; \
 	$(GO) test $(TEST_FLAGS) -run '^$(FAULTS_TEST)$$' ./bench/chaos/ & faults=$$!; \
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(TEST_FIRST) $$($(GO) list ./... | grep -vE '/idem/(e2e|bench|bench/chaos)$$'); race=$$?; \
 	wait $$harness; harness=$$?; wait $$faults; faults=$$?; \
 	if [ $$race -ne 0 ] || [ $$harness -ne 0 ] || [ $$faults -ne 0 ]; then \
 		echo "make test: FAIL (race run exit $$race, harness run exit $$harness, $(FAULTS_TEST) exit $$faults)"; exit 1; fi
 else
+	@export TMPDIR=$$(bash scripts/test-tmpdir.sh); trap 'rm -rf "$$TMPDIR"' EXIT; \
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(PKGS)
 endif
 
