@@ -4,11 +4,14 @@
 # /dev/shm when it is a tmpfs with 4 GiB free (the throwaway clusters run
 # with fsync off already: on a disk their writes still cost the kernel's
 # writeback and block layer a sixth of the run's CPU), under $TMPDIR (or
-# /tmp) otherwise. The caller removes it.
+# /tmp) otherwise. Open to every user as /tmp is (the clusters run as
+# postgres). The caller removes it.
 set -euo pipefail
 base="${TMPDIR:-/tmp}"
 if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
 	[ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -ge $((4 * 1024 * 1024)) ]; then
 	base=/dev/shm
 fi
-mktemp -d "$base/idem-test.XXXXXX"
+dir=$(mktemp -d "$base/idem-test.XXXXXX")
+chmod 1777 "$dir"
+echo "$dir"
