@@ -83,7 +83,9 @@ func deployStreamsConfig(t *testing.T) consumer.StreamsConfig {
 
 func startPlainNATS(t *testing.T) (*embeddednats.Server, jetstream.JetStream) {
 	t.Helper()
-	ns, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(t.TempDir(), "js")})
+	// The deployed streams reserve their max_bytes (10 GiB for the events):
+	// more than a server on a small or busy tmpfs would allow by default.
+	ns, err := embeddednats.Start(embeddednats.Options{StoreDir: filepath.Join(t.TempDir(), "js"), MaxStore: 64 << 30})
 	require.NoError(t, err)
 	t.Cleanup(ns.Stop)
 	nc, err := nats.Connect(ns.URL())

@@ -18,6 +18,10 @@ type Options struct {
 	// Config, when set, is a nats-server config file (auth, TLS) applied
 	// before Port and StoreDir.
 	Config string
+	// MaxStore is JetStream's file storage limit in bytes; 0 leaves the
+	// server's own, three quarters of the store directory's free space
+	// when it starts.
+	MaxStore int64
 }
 
 // Server is a running embedded server.
@@ -45,6 +49,9 @@ func Start(o Options) (*Server, error) {
 	}
 	opts.JetStream = true
 	opts.StoreDir = o.StoreDir
+	if o.MaxStore > 0 {
+		opts.JetStreamMaxStore = o.MaxStore
+	}
 	opts.NoSigs = true
 	opts.NoLog = true
 	s, err := server.NewServer(opts)
