@@ -112,7 +112,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	go func() { defer close(pubDone); pub.run(pubCtx, start, pl.items) }()
 	srcDone := c.src.publish(pubCtx, start, pub)
 	c.files.run(pubCtx, start)
-	timelyDone := c.timely.run(pubCtx, start, c.pubJS, c.adminCfg)
+	faultsOver := make(chan struct{})
+	timelyDone := c.timely.run(pubCtx, start, c.pubJS, c.adminCfg, faultsOver)
 	// The nemesis starts no fault after the phase, but lets the last one run
 	// its length: a warehouse outage is never cut short.
 	end := start.Add(o.Duration)
@@ -131,6 +132,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if nemErr == nil {
 		sleepCtx(ctx, time.Until(start.Add(o.Duration)))
 	}
+	close(faultsOver)
 	<-pubDone
 	<-srcDone
 	<-timelyDone

@@ -163,18 +163,29 @@ func (t *timely) yaml() string {
 // run carries the moving world out from start: at the phase's start one
 // event per rechecked partition, then the items in order. cfg is a config
 // the administrator's role reads, for idem pause.
-func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStream, cfg string) <-chan struct{} {
+func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStream, cfg string, faultsOver <-chan struct{}) <-chan struct{} {
 	done := make(chan struct{})
 	if t == nil {
 		close(done)
 		return done
 	}
 	t.cfg = cfg
+	sent := make(chan struct{})
+	over := make(chan struct{})
+	go func() {
+		<-sent
+		select {
+		case <-faultsOver:
+		case <-ctx.Done():
+		}
+		close(over)
+	}()
 	keeping := make(chan struct{})
-	go func() { defer close(keeping); t.keepReady(ctx) }()
+	go func() { defer close(keeping); t.keepReady(ctx, over) }()
 	go func() {
 		defer close(done)
 		defer func() { <-keeping }()
+		defer close(sent)
 		for _, day := range t.days {
 			publishRaw(ctx, js, recheckDataset, day, fmt.Sprintf("rc-%d-%s", t.o.Seed, day))
 		}
@@ -251,16 +262,24 @@ func (t *timely) makeReady(ctx context.Context, e *earlyPart) {
 	}) // one that gave up is written again by keepReady
 }
 
-// keepReady writes again, every keepReadyEvery until ctx ends, the rows
-// and mark of each early partition whose ready time has passed and whose
-// mark the warehouse does not hold: as an upstream job reruns when its
-// output is gone. A failover can lose a mark that committed on the old
-// primary only, and makeReady gives up after a minute-long outage; either
-// would leave the event waiting past its wait_up_to and dead-lettered,
-// rightly, as not_ready (seen in a full campaign).
-func (t *timely) keepReady(ctx context.Context) {
+// keepReady writes again, every keepReadyEvery, the rows and mark of each
+// early partition whose ready time has passed and whose mark the warehouse
+// does not hold: as an upstream job reruns when its output is gone. A
+// failover can lose a mark that committed on the old primary only, and
+// makeReady gives up after a minute-long outage; either would leave the
+// event waiting past its wait_up_to and dead-lettered, rightly, as
+// not_ready (seen in a full campaign). It returns when ctx ends, or after
+// the first whole pass that began once over was closed (every item sent,
+// no fault to come): nothing can lose a mark after that pass.
+func (t *timely) keepReady(ctx context.Context, over <-chan struct{}) {
 	for ctx.Err() == nil {
 		sleepCtx(ctx, t.every)
+		final := false
+		select {
+		case <-over:
+			final = true
+		default:
+		}
 		due := map[string]*earlyPart{}
 		t.mu.Lock()
 		for _, e := range t.parts {
@@ -270,6 +289,9 @@ func (t *timely) keepReady(ctx context.Context) {
 		}
 		t.mu.Unlock()
 		if len(due) == 0 {
+			if final {
+				return
+			}
 			continue
 		}
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -288,6 +310,9 @@ func (t *timely) keepReady(ctx context.Context) {
 			t.rewritten++
 			t.mu.Unlock()
 			t.makeReady(ctx, due[k])
+		}
+		if final {
+			return
 		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 
 // TestLostReadyMarksAreWrittenAgain: an early partition whose ready time
 // has passed and whose mark the warehouse lost (a failover) gets its rows
-// and mark again; a partition not yet due is left alone.
+// and mark again; a partition not yet due is left alone; once the faults
+// are over, one last pass and it returns.
 func TestLostReadyMarksAreWrittenAgain(t *testing.T) {
 	ctx := t.Context()
 	db := checkerDB(t)
@@ -29,7 +30,7 @@ func TestLostReadyMarksAreWrittenAgain(t *testing.T) {
 
 	kctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); tl.keepReady(kctx) }()
+	go func() { defer close(done); tl.keepReady(kctx, nil) }()
 	count := func(table string, p int) int {
 		var n int
 		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM staging.`+table+` WHERE event_date = $1::date`, earlyKey(p)).Scan(&n))
@@ -41,8 +42,20 @@ func TestLostReadyMarksAreWrittenAgain(t *testing.T) {
 	require.Equal(t, 8, count("early_src", tl.parts[0].p), "the rows with the mark")
 	require.Equal(t, 0, count("early_ready", tl.parts[2].p), "a partition not yet due")
 	tl.mu.Lock()
-	defer tl.mu.Unlock()
 	require.Equal(t, 1, tl.rewritten)
+	tl.mu.Unlock()
+
+	// Once the faults are over it makes one more whole pass and returns
+	// by itself: the campaign's phase does not wait for its context.
+	_, err = db.Exec(ctx, `DELETE FROM staging.early_ready WHERE event_date = $1::date`, earlyKey(tl.parts[1].p))
+	require.NoError(t, err)
+	over := make(chan struct{})
+	close(over)
+	kctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tl.keepReady(kctx, over)
+	require.NoError(t, kctx.Err(), "it returned by itself")
+	require.Equal(t, 1, count("early_ready", tl.parts[1].p), "the last pass wrote the lost mark again")
 }
 
 // TestPauseCountsFromItsCommandsReturn: an attempt of the paused dataset
