@@ -160,7 +160,10 @@ func TestDetectRouteBesideOtherClients(t *testing.T) {
 		url := b.URL(cfg.Database)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		for range 3 {
+		// Clients at work as a second replica starting beside it: short
+		// statements, and transactions that hold a server connection a
+		// little while.
+		for i := range 8 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -170,13 +173,20 @@ func TestDetectRouteBesideOtherClients(t *testing.T) {
 				}
 				defer c.Close(context.Background())
 				for ctx.Err() == nil {
-					_, _ = c.Exec(ctx, "SELECT pg_backend_pid()")
+					if i%2 == 0 {
+						_, _ = c.Exec(ctx, "SELECT pg_backend_pid()")
+						continue
+					}
+					_ = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+						_, err := tx.Exec(ctx, "SELECT pg_sleep(0.002)")
+						return err
+					})
 				}
 			}()
 		}
 		cc, err := pgx.ParseConfig(url)
 		require.NoError(t, err)
-		for i := range 20 {
+		for i := range 10 {
 			r, err := DetectRoute(context.Background(), cc)
 			require.NoError(t, err)
 			require.Equal(t, mode, r.Pooler, "%s pooler, round %d", mode, i)

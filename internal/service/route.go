@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -140,8 +141,19 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 	// A session pooler never shows it; a transaction pooler shows it in
 	// most rounds, but other clients at work (a second replica starting)
 	// can hand the two connections other server connections than these,
-	// so a round that shows nothing proves nothing: it asks again.
-	for range poolerRounds {
+	// so a round that shows nothing proves nothing: it asks again, after a
+	// pause that grows, so that it does not keep step with their work. The
+	// second connection's own transactions moving between server
+	// connections shows it too; such clients make that likely.
+	var before uint32
+	for round := range poolerRounds {
+		if round > 0 {
+			select {
+			case <-ctx.Done():
+				return Route{}, ctx.Err()
+			case <-time.After(time.Duration(round) * time.Millisecond):
+			}
+		}
 		moved := false
 		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
 			held, err := backendPID(ctx, tx)
@@ -152,7 +164,8 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 			if err != nil {
 				return err
 			}
-			moved = held == first || again != first
+			moved = held == first || again != first || (before != 0 && held != before)
+			before = held
 			return nil
 		})
 		if err != nil {
@@ -167,8 +180,8 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 
 // poolerRounds is how many times DetectRoute looks for a client connection
 // moving between server connections before it calls the pooler a session
-// pooler.
-const poolerRounds = 8
+// pooler: some 0.5 s in all behind a session pooler, which never shows one.
+const poolerRounds = 32
 
 type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
