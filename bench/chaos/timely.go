@@ -162,7 +162,9 @@ func (t *timely) yaml() string {
 
 // run carries the moving world out from start: at the phase's start one
 // event per rechecked partition, then the items in order. cfg is a config
-// the administrator's role reads, for idem pause.
+// the administrator's role reads, for idem pause. faultsOver is closed
+// once the nemesis is done; done, once the keeper of ready marks has made
+// its last pass after both.
 func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStream, cfg string, faultsOver <-chan struct{}) <-chan struct{} {
 	done := make(chan struct{})
 	if t == nil {
@@ -170,22 +172,20 @@ func (t *timely) run(ctx context.Context, start time.Time, js jetstream.JetStrea
 		return done
 	}
 	t.cfg = cfg
-	sent := make(chan struct{})
-	over := make(chan struct{})
-	go func() {
-		<-sent
-		select {
-		case <-faultsOver:
-		case <-ctx.Done():
-		}
-		close(over)
-	}()
-	keeping := make(chan struct{})
+	over, keeping := make(chan struct{}), make(chan struct{})
 	go func() { defer close(keeping); t.keepReady(ctx, over) }()
 	go func() {
-		defer close(done)
-		defer func() { <-keeping }()
-		defer close(sent)
+		// Every item sent: once the faults are over too, the keeper makes
+		// its last pass.
+		defer func() {
+			select {
+			case <-faultsOver:
+			case <-ctx.Done():
+			}
+			close(over)
+			<-keeping
+			close(done)
+		}()
 		for _, day := range t.days {
 			publishRaw(ctx, js, recheckDataset, day, fmt.Sprintf("rc-%d-%s", t.o.Seed, day))
 		}

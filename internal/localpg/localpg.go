@@ -536,16 +536,24 @@ func (s *Server) Running() bool {
 
 // postmaster reads the postmaster's pid from postmaster.pid.
 func (s *Server) postmaster() (int, error) {
-	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	lines, err := s.pidFile()
 	if err != nil {
 		return 0, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
 	if err != nil {
 		return 0, fmt.Errorf("postmaster.pid: %w", err)
 	}
 	return pid, nil
+}
+
+// pidFile is postmaster.pid's lines.
+func (s *Server) pidFile() ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\n"), nil
 }
 
 // Promote turns a standby into a primary and waits until it accepts writes.
@@ -621,20 +629,15 @@ func waitGone(pids []int, deadline time.Time) error {
 
 // childrenOf lists the processes whose parent is pid.
 func childrenOf(pid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	var children []int
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
+	for _, d := range dirs {
+		child, err := strconv.Atoi(filepath.Base(d))
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...
-		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
-			if fields := strings.Fields(string(b[i+1:])); len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-				if child, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
-					children = append(children, child)
-				}
-			}
+		if f := statFields(child); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			children = append(children, child)
 		}
 	}
 	return children
@@ -644,12 +647,8 @@ func childrenOf(pid int) []int {
 // process's memory map ("SYSV" and the key in 8 hex digits), read from the
 // seventh line of postmaster.pid; "" if it has none.
 func (s *Server) shmKey() string {
-	b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) < 7 {
+	lines, err := s.pidFile()
+	if err != nil || len(lines) < 7 {
 		return ""
 	}
 	fields := strings.Fields(lines[6])
@@ -716,16 +715,23 @@ func alive(pid int) bool {
 // state is process pid's state letter in /proc (R, S, T, Z...), "" if it
 // has none.
 func state(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return ""
-	}
-	if fields := strings.Fields(string(b[i+1:])); len(fields) > 0 {
-		return fields[0]
+	if f := statFields(pid); len(f) > 0 {
+		return f[0]
 	}
 	return ""
+}
+
+// statFields are the fields of /proc/<pid>/stat after the command's name
+// (state, ppid, ...); nil if the process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
 }

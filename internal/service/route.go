@@ -103,8 +103,9 @@ func statementPooling(err error) error {
 // give the backend's own. Behind a pooler, a second client connection that
 // holds a transaction open takes a server connection; when it is the one the
 // first client just used, or the first client's next transaction runs on
-// another, client connections move between server connections: transaction
-// pooling. A transaction of two statements fails under statement pooling.
+// another, or the second client's own transactions run on different ones,
+// client connections move between server connections: transaction pooling.
+// A transaction of two statements fails under statement pooling.
 func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 	probe := cc.Copy()
 	probe.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
@@ -147,12 +148,8 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 	// connections shows it too; such clients make that likely.
 	var before uint32
 	for round := range poolerRounds {
-		if round > 0 {
-			select {
-			case <-ctx.Done():
-				return Route{}, ctx.Err()
-			case <-time.After(time.Duration(round) * time.Millisecond):
-			}
+		if round > 0 && !sleep(ctx, time.Duration(round)*time.Millisecond) {
+			return Route{}, ctx.Err()
 		}
 		moved := false
 		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
