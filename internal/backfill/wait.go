@@ -195,16 +195,21 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 	sum := &WaitSummary{}
 	res.Wait = sum
 	for {
+		interrupted := false
 		if len(keys) > 0 {
 			attempts, err := audit.RunAttempts(ctx, db, cfg.Pipeline, res.Dataset, res.RunID, keys)
-			if err != nil {
-				if ctx.Err() != nil {
-					sum.Interrupted = true
-					return nil
-				}
+			switch {
+			case err != nil && ctx.Err() != nil:
+				// Interrupted during the poll: the outcomes stay as the
+				// last poll left them, and are counted below, so that
+				// the pending partitions are still told.
+				interrupted = true
+				attempts = nil
+			case err != nil:
 				return err
+			default:
+				keys = keys[:0]
 			}
-			keys = keys[:0]
 			for _, a := range attempts {
 				p := pending[a.Partition]
 				dl, dead := dlq.get(a.Partition)
@@ -244,6 +249,11 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 			}
 		}
 		c.Loaded, c.Failed, c.Cancelled = sum.Loaded, sum.Failed, sum.Cancelled
+		if interrupted {
+			sum.Interrupted = true
+			progress(c, false)
+			return nil
+		}
 		progress(c, len(keys) == 0)
 		if len(keys) == 0 {
 			return nil

@@ -526,15 +526,41 @@ func TestBackfillProgressAndRate(t *testing.T) {
 	}
 }
 
-// Ctrl-C during --wait still reports what is pending, and exits 1.
+// Ctrl-C during --wait still reports what is pending, and exits 1: whether
+// it comes while the audit is being read (the first poll, right after the
+// last publish) or between two polls (after the first progress line).
 func TestBackfillWaitInterrupted(t *testing.T) {
-	w := newCLIWorld(t) // no consumer: nothing will load
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	var out, errOut strings.Builder
-	err := run(ctx, []string{"backfill", "orders", "--from", "2026-02-01", "--to", "2026-02-01", "--wait", "--config", w.cfg},
-		&out, &errOut, func(string) string { return "" })
-	require.ErrorIs(t, err, ErrReported, errOut.String())
-	require.Regexp(t, `(?m)^2026-02-01\s+queued\s+-\s+-\s+-$`, out.String())
-	require.Regexp(t, `(?m)^backfill__\S+: 1 published, 0 loaded, 0 failed, 1 pending, after \S+: interrupted; `, out.String())
+	for name, at := range map[string]string{"during a poll": "1/1 published", "between polls": "0/1 loaded"} {
+		t.Run(name, func(t *testing.T) {
+			w := newCLIWorld(t) // no consumer: nothing will load
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out strings.Builder
+			errOut := &cancelOn{at: at, cancel: cancel}
+			err := run(ctx, []string{"backfill", "orders", "--from", "2026-02-01", "--to", "2026-02-01", "--wait", "--config", w.cfg},
+				&out, errOut, func(string) string { return "" })
+			require.True(t, errOut.seen, "never printed %q:\n%s", at, errOut.String())
+			require.ErrorIs(t, err, ErrReported, errOut.String())
+			require.Regexp(t, `(?m)^2026-02-01\s+queued\s+-\s+-\s+-$`, out.String())
+			require.Regexp(t, `(?m)^backfill__\S+: 1 published, 0 loaded, 0 failed, 1 pending, after \S+: interrupted; `, out.String())
+		})
+	}
+}
+
+// cancelOn is a stderr that cancels the command's context (as Ctrl-C
+// would) once a line holding at has been written to it.
+type cancelOn struct {
+	strings.Builder
+	at     string
+	cancel func()
+	seen   bool
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.Builder.Write(p)
+	if !c.seen && strings.Contains(c.String(), c.at) {
+		c.seen = true
+		c.cancel()
+	}
+	return n, err
 }
