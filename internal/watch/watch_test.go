@@ -276,7 +276,7 @@ func TestWatchOnS3FollowsNotifications(t *testing.T) {
 			}
 		}()
 	}
-	require.Eventually(t, func() bool { return nc.NumSubscriptions() == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return nc.NumSubscriptions() == 2 }, 30*time.Second, 10*time.Millisecond)
 	require.NoError(t, nc.Flush())
 
 	const p = "2020-02-20" // never among the newest three
