@@ -573,7 +573,9 @@ func (s *Server) Promote(ctx context.Context) error {
 // that none is forked after the list; and any process still attached to the
 // server's shared memory afterwards is killed too: a new server refuses the
 // data directory ("pre-existing shared memory block is still in use") while
-// one of the old server's processes lives.
+// one of the old server's processes lives. The dynamic shared memory
+// segments they mapped in /dev/shm are removed, as the server would have on
+// a shutdown.
 func (s *Server) Kill() error {
 	pid, err := s.postmaster()
 	if err != nil {
@@ -588,6 +590,7 @@ func (s *Server) Kill() error {
 		time.Sleep(time.Millisecond)
 	}
 	children := childrenOf(pid)
+	segments := dsmSegments(append([]int{pid}, children...))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -597,6 +600,13 @@ func (s *Server) Kill() error {
 	if err := waitGone(append([]int{pid}, children...), deadline); err != nil {
 		return err
 	}
+	// A killed server cannot remove its dynamic shared memory; a server
+	// started on the directory later looks for it and finds none.
+	defer func() {
+		for _, f := range segments {
+			_ = os.Remove(f)
+		}
+	}()
 	if key == "" {
 		return nil
 	}
@@ -660,6 +670,31 @@ func (s *Server) shmKey() string {
 		return ""
 	}
 	return fmt.Sprintf("/SYSV%08x ", k)
+}
+
+// dsmSegments lists the files of /dev/shm that the processes map: the
+// dynamic shared memory segments of a server whose processes they are.
+func dsmSegments(pids []int) []string {
+	seen := map[string]bool{}
+	var files []string
+	for _, p := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/maps")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			i := strings.Index(line, " /dev/shm/PostgreSQL.")
+			if i < 0 {
+				continue
+			}
+			f := strings.TrimSuffix(strings.TrimSpace(line[i:]), " (deleted)")
+			if !seen[f] {
+				seen[f] = true
+				files = append(files, f)
+			}
+		}
+	}
+	return files
 }
 
 // attachedTo lists the live processes whose memory map holds the segment

@@ -277,8 +277,15 @@ func TestKillLeavesNothingAttached(t *testing.T) {
 			}()
 		}
 		time.Sleep(300 * time.Millisecond)
+		pid, err := s.postmaster()
+		require.NoError(t, err)
+		segments := dsmSegments([]int{pid})
+		require.NotEmpty(t, segments, "the postmaster maps its dynamic shared memory control segment")
 		require.NoError(t, s.Kill())
 		require.Empty(t, attachedTo(key), "round %d: a process of the killed server still maps its memory", round)
+		for _, f := range segments {
+			require.NoFileExists(t, f, "round %d: the killed server's dynamic shared memory is left in /dev/shm", round)
+		}
 		close(stop)
 		for range 6 {
 			<-done
