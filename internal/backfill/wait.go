@@ -195,21 +195,20 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 	sum := &WaitSummary{}
 	res.Wait = sum
 	for {
-		interrupted := false
 		if len(keys) > 0 {
 			attempts, err := audit.RunAttempts(ctx, db, cfg.Pipeline, res.Dataset, res.RunID, keys)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				// Interrupted during the poll: the outcomes stay as the
-				// last poll left them, and are counted below, so that
-				// the pending partitions are still told.
-				interrupted = true
-				attempts = nil
-			case err != nil:
+			if err != nil && ctx.Err() == nil {
 				return err
-			default:
-				keys = keys[:0]
 			}
+			if err != nil {
+				// Interrupted during the poll: the outcomes stay as the
+				// last poll left them, and the pending are still told.
+				c := tally(res, sum, start)
+				sum.Interrupted = true
+				progress(c, false)
+				return nil
+			}
+			keys = keys[:0]
 			for _, a := range attempts {
 				p := pending[a.Partition]
 				dl, dead := dlq.get(a.Partition)
@@ -225,35 +224,7 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 				}
 			}
 		}
-		*sum = WaitSummary{ElapsedMS: time.Since(start).Milliseconds()}
-		var c Counts
-		for _, p := range res.Partitions {
-			if p.Outcome == nil {
-				continue
-			}
-			switch {
-			case p.Outcome.Status == audit.StatusSuccess:
-				sum.Loaded++
-			case p.Outcome.Status == audit.StatusCancelled:
-				sum.Cancelled++
-				if sum.Cancellation == "" {
-					sum.Cancellation = p.Outcome.Error
-				}
-			case p.Outcome.Final:
-				sum.Failed++
-			default:
-				sum.Pending++
-				if p.Outcome.Status == StatusRetrying {
-					c.Retrying++
-				}
-			}
-		}
-		c.Loaded, c.Failed, c.Cancelled = sum.Loaded, sum.Failed, sum.Cancelled
-		if interrupted {
-			sum.Interrupted = true
-			progress(c, false)
-			return nil
-		}
+		c := tally(res, sum, start)
 		progress(c, len(keys) == 0)
 		if len(keys) == 0 {
 			return nil
@@ -268,6 +239,36 @@ func Wait(ctx context.Context, db audit.Querier, cfg *config.Config, res *Result
 			return nil
 		}
 	}
+}
+
+// tally counts the published partitions' outcomes into sum (which it
+// resets) and returns them as a progress line's counts.
+func tally(res *Result, sum *WaitSummary, start time.Time) Counts {
+	*sum = WaitSummary{ElapsedMS: time.Since(start).Milliseconds()}
+	var c Counts
+	for _, p := range res.Partitions {
+		if p.Outcome == nil {
+			continue
+		}
+		switch {
+		case p.Outcome.Status == audit.StatusSuccess:
+			sum.Loaded++
+		case p.Outcome.Status == audit.StatusCancelled:
+			sum.Cancelled++
+			if sum.Cancellation == "" {
+				sum.Cancellation = p.Outcome.Error
+			}
+		case p.Outcome.Final:
+			sum.Failed++
+		default:
+			sum.Pending++
+			if p.Outcome.Status == StatusRetrying {
+				c.Retrying++
+			}
+		}
+	}
+	c.Loaded, c.Failed, c.Cancelled = sum.Loaded, sum.Failed, sum.Cancelled
+	return c
 }
 
 // outcome decides where a published partition stands in the run: success;

@@ -589,15 +589,15 @@ func (s *Server) Kill() error {
 	for alive(pid) && state(pid) != "T" && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	children := childrenOf(pid)
-	segments := dsmSegments(append([]int{pid}, children...))
+	procs := append([]int{pid}, childrenOf(pid)...)
+	segments := dsmSegments(procs)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return err
 	}
-	for _, child := range children {
+	for _, child := range procs[1:] {
 		_ = syscall.Kill(child, syscall.SIGKILL)
 	}
-	if err := waitGone(append([]int{pid}, children...), deadline); err != nil {
+	if err := waitGone(procs, deadline); err != nil {
 		return err
 	}
 	// A killed server cannot remove its dynamic shared memory; a server
@@ -678,7 +678,7 @@ func dsmSegments(pids []int) []string {
 	seen := map[string]bool{}
 	var files []string
 	for _, p := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/maps")
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p))
 		if err != nil {
 			continue
 		}

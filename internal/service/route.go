@@ -146,7 +146,7 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 	// pause that grows, so that it does not keep step with their work. The
 	// second connection's own transactions moving between server
 	// connections shows it too; such clients make that likely.
-	var before uint32
+	var lastHeld uint32 // the server connection b held in the round before
 	for round := range poolerRounds {
 		if round > 0 && !sleep(ctx, time.Duration(round)*time.Millisecond) {
 			return Route{}, ctx.Err()
@@ -161,8 +161,8 @@ func DetectRoute(ctx context.Context, cc *pgx.ConnConfig) (Route, error) {
 			if err != nil {
 				return err
 			}
-			moved = held == first || again != first || (before != 0 && held != before)
-			before = held
+			moved = held == first || again != first || (lastHeld != 0 && held != lastHeld)
+			lastHeld = held
 			return nil
 		})
 		if err != nil {
