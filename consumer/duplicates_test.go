@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,11 +54,13 @@ func TestDuplicatesTakeNoLoadSlot(t *testing.T) {
 			var once sync.Once
 			free := func() { once.Do(func() { close(release) }) }
 			var (
-				mu     sync.Mutex
-				loaded = map[string]int{}
+				mu      sync.Mutex
+				loaded  = map[string]int{}
+				holding atomic.Int32 // long loads holding their slot
 			)
 			load := func(m *Message) {
 				if strings.HasPrefix(m.Event.RunID, "first") {
+					holding.Add(1)
 					<-release
 				}
 				mu.Lock()
@@ -84,7 +87,10 @@ func TestDuplicatesTakeNoLoadSlot(t *testing.T) {
 			first := e.publish("idem.ready.orders", event("orders", "2026-01-01", "first_again"), nil)
 			e.start(func(ctx context.Context, m *Message) error { load(m); return nil })
 			t.Cleanup(free) // before the consumer's stop, which waits for the loads
-			require.Eventually(t, func() bool { return e.consumerInfo().Delivered.Stream >= first }, waitFor, tick)
+			// Both slots held before the duplicates come: delivered is not
+			// enough, a busy machine can run a later message's wait for a
+			// slot before the second long load takes its own.
+			require.Eventually(t, func() bool { return e.consumerInfo().Delivered.Stream >= first && holding.Load() == 2 }, waitFor, tick)
 			var last uint64
 			for i := range 6 {
 				last = e.publish("idem.ready.orders", event("orders", fmt.Sprintf("2026-02-%02d", i+1), "dup_run"), nil)
